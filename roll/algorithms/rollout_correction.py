@@ -1,0 +1,2 @@
+"""Placeholder: being written (see docs/contracts.md)."""
+__all__ = []
