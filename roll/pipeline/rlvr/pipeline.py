@@ -1,0 +1,252 @@
+"""The synchronous RLVR loop: rollout → reward → ref/old log-probs → advantages → PPO update → weight sync.
+
+The driver owns the data, the RL maths and the bookkeeping; every model lives in a role's Cluster of
+Ray workers. One pipeline step is a sequence of small methods, each one phase, timed separately.
+"""
+import time
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer
+
+from roll.algorithms import get_kl_controller
+from roll.configs.rlvr import policy_loss_config
+from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
+from roll.distributed.cluster import Cluster
+from roll.distributed.data_proto import DataProto
+from roll.distributed.ray_utils import init_ray
+from roll.distributed.resource_manager import ResourceManager
+from roll.pipeline.rlvr import advantages as step_maths
+from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
+from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
+from roll.pipeline.rlvr.weight_sync import WeightSync
+from roll.utils.import_utils import import_class
+from roll.utils.logging import get_logger
+from roll.utils.progress import ETA, StepTimer
+from roll.utils.seeding import set_seed
+from roll.utils.tracking import Tracker
+
+logger = get_logger("roll.pipeline")
+
+
+class RLVRPipeline:
+    def __init__(self, config):
+        self.config = config
+        set_seed(config.seed)
+        model_path = config.actor_train.model_args.model_name_or_path
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.tokenizer.eos_token_id
+        self.routes = build_tag_routes(config.rewards)
+        self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
+        self.sampler = PromptSampler(self.train_rows, config.seed)
+        self.val_rows = (self._load_rows(config.validation.data_args, "validation.data_args")
+                         if config.validation is not None else [])
+        self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
+        self.tracker = Tracker(config.track_with, config.logging_dir)
+        self._create_clusters()
+        self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch())
+        self.checkpointer = PipelineCheckpointer(self)
+
+    # ---- set-up -------------------------------------------------------------------------------
+    def _load_rows(self, data_args, key: str) -> list[dict]:
+        rows = load_prompt_rows(data_args, self.tokenizer, self.config.prompt_length)
+        domains = list(self.config.rewards)
+        for index, row in enumerate(rows):  # fail at start-up, not mid-run, on an unroutable tag
+            row["domain"] = route(row["tag"], self.routes, domains, f"{key} row {index}")
+        return rows
+
+    def _create_clusters(self) -> None:
+        config = self.config
+        init_ray(num_devices=config.num_nodes * config.num_gpus_per_node)
+        self.resource_manager = ResourceManager(num_nodes=config.num_nodes,
+                                                num_gpus_per_node=config.num_gpus_per_node)
+
+        def make(name, worker_config):
+            return Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
+                           resource_manager=self.resource_manager, worker_config=worker_config)
+
+        self.actor_train = make("actor_train", config.actor_train)
+        self.actor_infer = make("actor_infer", config.actor_infer)
+        self.reference = make("reference", config.reference) if config.reference is not None else None
+        self.critic = make("critic", config.critic) if config.critic is not None else None
+        self.reward_clusters = {domain: make(f"rewards.{domain}", reward_config)
+                                for domain, reward_config in config.rewards.items()}
+        total_steps = config.max_steps * config.optimizer_steps_per_pipeline_step()
+        for cluster in [self.actor_train, self.actor_infer, self.reference, self.critic,
+                        *self.reward_clusters.values()]:
+            if cluster is not None:
+                cluster.initialize(total_steps=total_steps)
+
+    def _probe_batch(self) -> DataProto:
+        rows = (self.val_rows or self.train_rows)[:1]
+        return collate_prompts(rows, self.config.prompt_length, self.pad_token_id)
+
+    # ---- one step, phase by phase ---------------------------------------------------------------
+    def generate(self, rows: list[dict], step: int, greedy: bool = False) -> DataProto:
+        config = self.config
+        batch = collate_prompts(rows, config.prompt_length, self.pad_token_id)
+        batch.non_tensor_batch["domain"] = np.array([row["domain"] for row in rows], dtype=object)
+        batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(rows))], dtype=object)
+        n = 1 if greedy else config.num_return_sequences_in_group
+        generation = {"num_return_sequences": n}
+        if greedy:
+            generation.update(do_sample=False)
+        batch.meta_info.update(generation_config=generation, seed=config.seed * 100003 + step)
+        batch, pad = pad_to_multiple(batch, self.actor_infer.world_size)
+        out = self.actor_infer.generate(batch)
+        out = out[: len(out) - pad * n] if pad else out
+        out.non_tensor_batch["response_text"] = np.array(
+            self.tokenizer.batch_decode(out.batch["responses"], skip_special_tokens=True), dtype=object)
+        return out
+
+    def compute_rewards(self, batch: DataProto) -> DataProto:
+        """Scores from each domain's workers, placed on the last response token."""
+        scores = torch.zeros(len(batch))
+        domains = batch.non_tensor_batch["domain"]
+        for domain, cluster in self.reward_clusters.items():
+            rows = np.nonzero(domains == domain)[0].tolist()
+            if not rows:
+                continue
+            part, pad = pad_to_multiple(batch[rows], cluster.world_size)
+            part_scores = cluster.compute_rewards(part).batch["scores"]
+            scores[rows] = part_scores[: len(rows)]
+        batch.batch["scores"] = scores
+        batch.batch["token_level_scores"] = scores_to_token_level(scores, batch.batch["response_mask"])
+        return batch
+
+    def forward_log_probs(self, cluster: Cluster, batch: DataProto, key: str) -> None:
+        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses",
+                                        "response_mask"])
+        view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
+        view, pad = pad_to_multiple(view, cluster.world_size)
+        log_probs = cluster.compute_log_probs(view).batch["log_probs"]
+        batch.batch[key] = log_probs[: len(batch)]
+
+    def compute_values(self, batch: DataProto) -> None:
+        view, pad = pad_to_multiple(batch.select(batch_keys=["input_ids", "attention_mask", "position_ids",
+                                                             "responses", "response_mask"]),
+                                    self.critic.world_size)
+        batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
+
+    def train(self, batch: DataProto, step: int) -> dict:
+        config = self.config
+        batch.meta_info["loss"] = {
+            "ppo_epochs": config.ppo_epochs, "shuffle_seed": config.seed * 7919 + step,
+            "temperature": config.actor_infer.generating_args.temperature,
+            "policy_loss_mode": config.policy_loss_mode, "loss_agg_mode": config.loss_agg_mode,
+            "policy_loss_config": policy_loss_config(config), "use_kl_loss": config.use_kl_loss,
+            "kl_loss_coef": config.kl_loss_coef, "kl_loss_type": config.kl_loss_type,
+            "entropy_loss_coef": config.entropy_loss_coef, "value_clip": config.value_clip,
+        }
+        metrics = {}
+        if self.critic is not None:
+            metrics.update(_mean_of_ranks(self.critic.train_step(batch)))
+        metrics.update(_mean_of_ranks(self.actor_train.train_step(batch)))
+        return metrics
+
+    def step(self, step: int) -> dict:
+        timer, config = StepTimer(), self.config
+        metrics: dict = {}
+        with timer.phase("generate"):
+            batch = self.generate(self.sampler.next_rows(config.rollout_batch_size), step)
+        with timer.phase("reward"):
+            self.compute_rewards(batch)
+        with timer.phase("old_log_probs"):
+            self.forward_log_probs(self.actor_train, batch, "old_log_probs")
+        if self.reference is not None:
+            with timer.phase("ref_log_probs"):
+                self.forward_log_probs(self.reference, batch, "ref_log_probs")
+        if self.critic is not None:
+            with timer.phase("values"):
+                self.compute_values(batch)
+        with timer.phase("advantages"):
+            metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
+            metrics.update(step_maths.apply_rollout_is(batch, config))
+            step_maths.compute_advantages(batch, config)
+        with timer.phase("train"):
+            metrics.update(self.train(batch, step))
+        with timer.phase("weight_sync"):
+            metrics.update(self.weight_sync.sync_and_verify(step))
+        metrics.update(_batch_metrics(batch))
+        metrics.update(timer.timings)
+        return metrics
+
+    # ---- validation and the loop ------------------------------------------------------------------
+    def validate(self, step: int) -> dict:
+        """Greedy answers on the held-out prompts; the score mean per tag (the accuracy for 0/1 rewards)."""
+        if not self.val_rows:
+            return {}
+        size = self.config.val_batch_size
+        parts = [self.compute_rewards(self.generate(self.val_rows[i:i + size], step, greedy=True))
+                 for i in range(0, len(self.val_rows), size)]
+        batch = DataProto.concat(parts)
+        scores = batch.batch["scores"].numpy()
+        tags = np.array([row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows])
+        metrics = {f"val/score/{tag}": float(scores[tags == tag].mean()) for tag in sorted(set(tags))}
+        metrics["val/score/all"] = float(scores.mean())
+        return metrics
+
+    def run(self) -> dict:
+        config = self.config
+        first_step = self.checkpointer.resume()
+        self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
+        history = {"before": self.validate(first_step) if first_step == 0 else {}}
+        if history["before"]:
+            logger.info("validation before training: %s", _fmt(history["before"]))
+            self.tracker.log(history["before"], first_step)
+        eta = ETA(first_step, config.max_steps - 1)
+        for step in range(first_step, config.max_steps):
+            started = time.perf_counter()
+            metrics = self.step(step)
+            last = step == config.max_steps - 1
+            if config.eval_steps and ((step + 1) % config.eval_steps == 0 or last):
+                metrics.update(self.validate(step + 1))
+            metrics["timing/step"] = time.perf_counter() - started
+            self.tracker.log(metrics, step)
+            if step % config.logging_steps == 0 or last:
+                logger.info("%s %s", eta.line(step), _progress(metrics))
+            if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
+                self.checkpointer.save(step)
+            history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history.get("after")
+        self.tracker.close()
+        return history
+
+
+def _kl_ctrl_settings(config) -> dict:
+    kind = "fixed" if config.target_kl is None else "adaptive"
+    return {"type": kind, "kl_coef": config.init_kl_coef, "horizon": config.kl_horizon,
+            "target_kl": config.target_kl if config.target_kl is not None else 0.0}
+
+
+def _mean_of_ranks(per_rank: list[dict]) -> dict:
+    keys = per_rank[0].keys()
+    return {key: float(np.mean([metrics[key] for metrics in per_rank])) for key in keys}
+
+
+def _batch_metrics(batch: DataProto) -> dict:
+    mask = batch.batch["response_mask"]
+    lengths = mask.sum(-1)
+    return {"critic/score/mean": batch.batch["scores"].mean().item(),
+            "critic/rewards/mean": batch.batch["token_level_rewards"].sum(-1).mean().item(),
+            "critic/advantages/mean": (batch.batch["advantages"] * mask).sum().item() / max(mask.sum().item(), 1),
+            "response_length/mean": lengths.mean().item(),
+            "response_length/clip_ratio": (lengths == mask.shape[1]).float().mean().item()}
+
+
+def _progress(metrics: dict) -> str:
+    keys = [("reward", "critic/score/mean"), ("len", "response_length/mean"), ("pg_loss", "actor/pg_loss"),
+            ("kl", "mismatch/mismatch_kl"), ("val", "val/score/all")]
+    parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
+    phases = " ".join(f"{k[len('timing/'):]} {v:.1f}s" for k, v in metrics.items()
+                      if k.startswith("timing/") and k != "timing/step")
+    return " | ".join(parts) + f" | step {metrics['timing/step']:.1f}s ({phases})"
+
+
+def _fmt(metrics: dict) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+
+
+def run_pipeline(config) -> dict:
+    """Entry point used by examples/start_rlvr_pipeline.py."""
+    return RLVRPipeline(config).run()

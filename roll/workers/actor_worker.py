@@ -1,0 +1,94 @@
+"""The policy worker: one class serves `actor_train`, `actor_infer` and `reference`.
+
+Which methods a role uses depends on its strategy: an inference strategy generates and scores,
+a training strategy also trains and exports weights. Loss settings travel with each training batch
+(`meta_info["loss"]`), so the worker holds no copy of the algorithm config that could go stale.
+"""
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from roll.algorithms import agg_loss, compute_entropy_loss, get_policy_loss_fn, kl_penalty
+from roll.distributed.data_proto import DataProto
+from roll.distributed.decorator import Dispatch, register
+from roll.distributed.worker import Worker
+from roll.strategies import create_strategy
+from roll.utils.functional import response_log_probs, slice_response_logits
+
+
+class ActorWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def initialize(self, total_steps: int = 0) -> None:
+        self.strategy = create_strategy(self.worker_config.strategy_args.strategy_name, self)
+        self.strategy.initialize(total_steps=total_steps)
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def generate(self, batch: DataProto) -> DataProto:
+        return self.strategy.generate(batch, batch.meta_info.get("generation_config", {}))
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def compute_log_probs(self, batch: DataProto) -> DataProto:
+        return DataProto.from_dict(tensors={"log_probs": self.strategy.compute_log_probs(batch)})
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def train_step(self, batch: DataProto) -> dict:
+        """PPO update: `ppo_epochs` passes over this rank's rows in mini-batches, one optimizer step each."""
+        settings = batch.meta_info["loss"]
+        args = self.worker_config.training_args
+        mini_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        generator = torch.Generator().manual_seed(int(settings["shuffle_seed"]) + self.rank)
+        history = defaultdict(list)
+        for _ in range(settings["ppo_epochs"]):
+            order = torch.randperm(len(batch), generator=generator)
+            for start in range(0, len(batch), mini_batch):
+                mini = batch[order[start:start + mini_batch]]
+                for key, value in self.strategy.train_step(mini, self._policy_loss).items():
+                    history[key].append(value)
+        return {key: float(np.mean(values)) for key, values in history.items()}
+
+    def _policy_loss(self, micro: DataProto, logits: torch.Tensor):
+        settings = micro.meta_info["loss"]
+        responses, mask = micro.batch["responses"], micro.batch["response_mask"]
+        logits = slice_response_logits(logits, responses.shape[1])
+        log_probs = response_log_probs(logits, responses, settings["temperature"])
+        loss_fn = get_policy_loss_fn(settings["policy_loss_mode"])
+        pg_loss, metrics = loss_fn(
+            old_log_prob=micro.batch["old_log_probs"], log_prob=log_probs, advantages=micro.batch["advantages"],
+            response_mask=mask, loss_agg_mode=settings["loss_agg_mode"], config=settings["policy_loss_config"],
+            rollout_is_weights=micro.batch.get("rollout_is_weights"))
+        metrics = {f"actor/{key}": value for key, value in metrics.items()}
+        metrics["actor/pg_loss"] = pg_loss.item()
+        loss = pg_loss
+        if settings["use_kl_loss"]:
+            kl = kl_penalty(log_probs, micro.batch["ref_log_probs"], settings["kl_loss_type"])
+            kl_loss = agg_loss(kl, mask, settings["loss_agg_mode"])
+            loss = loss + settings["kl_loss_coef"] * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.item()
+        if settings["entropy_loss_coef"]:
+            entropy = compute_entropy_loss(logits / settings["temperature"], mask, settings["loss_agg_mode"])
+            loss = loss - settings["entropy_loss_coef"] * entropy
+            metrics["actor/entropy"] = entropy.item()
+        return loss, metrics
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_weights(self) -> dict:
+        """Full HF-named weights; every rank must join (ZeRO-3 gathers), rank 0 returns them."""
+        weights = {name: tensor.detach().cpu().clone() for name, tensor in self.strategy.named_hf_parameters()}
+        return weights if self.rank == 0 else {}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_weights(self, weights: dict) -> None:
+        self.strategy.load_weights(weights.items())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def state_checksum(self) -> float:
+        return self.strategy.state_checksum()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        self.strategy.save_checkpoint(path)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        self.strategy.load_checkpoint(path)

@@ -1,0 +1,3 @@
+from roll.workers.rewards.base import RewardWorker
+
+__all__ = ["RewardWorker"]
