@@ -1,0 +1,7 @@
+"""The RLVR pipeline. `run_pipeline(config)` is imported lazily so `--dry_run` never loads Ray."""
+
+
+def run_pipeline(config):
+    from roll.pipeline.rlvr.pipeline import run_pipeline as run
+
+    return run(config)

@@ -1,0 +1,146 @@
+"""DataProto: the batch that moves between the driver and every role.
+
+`batch` holds tensors sharing the leading (row) dimension, `non_tensor_batch` holds numpy object
+arrays with the same rows (texts, uids, tags), `meta_info` holds per-call settings that are not
+per-row. Tensors pickle as raw buffers, so sending one through Ray costs a copy, not a conversion.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class DataProto:
+    batch: dict = field(default_factory=dict)
+    non_tensor_batch: dict = field(default_factory=dict)
+    meta_info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.non_tensor_batch = {k: _as_object_array(k, v) for k, v in self.non_tensor_batch.items()}
+        self._check_rows()
+
+    @classmethod
+    def from_dict(cls, tensors=None, non_tensors=None, meta_info=None) -> "DataProto":
+        return cls(dict(tensors or {}), dict(non_tensors or {}), dict(meta_info or {}))
+
+    def _check_rows(self) -> None:
+        lengths = {k: v.shape[0] for k, v in self.batch.items()}
+        lengths.update({k: len(v) for k, v in self.non_tensor_batch.items()})
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"DataProto: every entry needs the same number of rows, got {lengths}")
+
+    def __len__(self) -> int:
+        for value in self.batch.values():
+            return value.shape[0]
+        for value in self.non_tensor_batch.values():
+            return len(value)
+        return 0
+
+    def __getitem__(self, index) -> "DataProto":
+        if isinstance(index, int):
+            index = [index]
+        if isinstance(index, slice):
+            rows = index
+        else:
+            rows = torch.as_tensor(np.asarray(index), dtype=torch.long)
+        np_rows = rows if isinstance(rows, slice) else rows.numpy()
+        return DataProto({k: v[rows] for k, v in self.batch.items()},
+                         {k: v[np_rows] for k, v in self.non_tensor_batch.items()}, dict(self.meta_info))
+
+    def select(self, batch_keys=None, non_tensor_keys=None, meta_info_keys=None) -> "DataProto":
+        """A view with only the named keys (None keeps all; missing keys raise)."""
+        return DataProto(_pick(self.batch, batch_keys, "batch"),
+                         _pick(self.non_tensor_batch, non_tensor_keys, "non_tensor_batch"),
+                         _pick(self.meta_info, meta_info_keys, "meta_info"))
+
+    def pop(self, batch_keys=(), non_tensor_keys=(), meta_info_keys=()) -> "DataProto":
+        """Remove the named keys from self and return them as a new DataProto."""
+        popped = DataProto(_pick(self.batch, batch_keys or [], "batch"),
+                           _pick(self.non_tensor_batch, non_tensor_keys or [], "non_tensor_batch"),
+                           _pick(self.meta_info, meta_info_keys or [], "meta_info"))
+        for store, keys in ((self.batch, batch_keys), (self.non_tensor_batch, non_tensor_keys),
+                            (self.meta_info, meta_info_keys)):
+            for key in keys or []:
+                del store[key]
+        return popped
+
+    def union(self, other: "DataProto") -> "DataProto":
+        """Add other's keys to self (in place). A key in both must hold equal values."""
+        if len(self) and len(other) and len(self) != len(other):
+            raise ValueError(f"DataProto.union: {len(self)} rows vs {len(other)} rows")
+        for key, value in other.batch.items():
+            if key in self.batch and not torch.equal(self.batch[key], value):
+                raise ValueError(f"DataProto.union: tensor {key!r} differs between the two batches")
+            self.batch[key] = value
+        for key, value in other.non_tensor_batch.items():
+            if key in self.non_tensor_batch and not np.array_equal(self.non_tensor_batch[key], value):
+                raise ValueError(f"DataProto.union: non-tensor {key!r} differs between the two batches")
+            self.non_tensor_batch[key] = value
+        for key, value in other.meta_info.items():
+            if key in self.meta_info and self.meta_info[key] != value:
+                raise ValueError(f"DataProto.union: meta_info {key!r} differs: {self.meta_info[key]!r} vs {value!r}")
+            self.meta_info[key] = value
+        self._check_rows()
+        return self
+
+    def chunk(self, chunks: int) -> list["DataProto"]:
+        if len(self) % chunks:
+            raise ValueError(f"DataProto.chunk: {len(self)} rows do not split into {chunks} equal parts; "
+                             f"make the batch size a multiple of {chunks}")
+        size = len(self) // chunks
+        return [self[slice(i * size, (i + 1) * size)] for i in range(chunks)]
+
+    @staticmethod
+    def concat(parts: list["DataProto"]) -> "DataProto":
+        """Rows of all parts in order; meta_info is merged with the first part's value winning."""
+        if not parts:
+            raise ValueError("DataProto.concat: nothing to concatenate")
+        keys = set(parts[0].batch)
+        for part in parts[1:]:
+            if set(part.batch) != keys:
+                raise ValueError(f"DataProto.concat: tensor keys differ: {sorted(keys)} vs {sorted(part.batch)}")
+        meta = {}
+        for part in reversed(parts):
+            meta.update(part.meta_info)
+        return DataProto({k: torch.cat([p.batch[k] for p in parts]) for k in parts[0].batch},
+                         {k: np.concatenate([p.non_tensor_batch[k] for p in parts])
+                          for k in parts[0].non_tensor_batch}, meta)
+
+    def repeat(self, repeat_times: int, interleave: bool = True) -> "DataProto":
+        """Each row `repeat_times` times: adjacent copies (interleave) or whole-batch copies."""
+        if interleave:
+            index = torch.arange(len(self)).repeat_interleave(repeat_times)
+        else:
+            index = torch.arange(len(self)).repeat(repeat_times)
+        return self[index]
+
+    def group_by(self, key: str) -> dict:
+        """Rows grouped by the value of a non-tensor column, groups and rows in first-seen order."""
+        if key not in self.non_tensor_batch:
+            raise KeyError(f"DataProto.group_by: no non-tensor column {key!r}; have {sorted(self.non_tensor_batch)}")
+        groups: dict = {}
+        for row, value in enumerate(self.non_tensor_batch[key]):
+            groups.setdefault(value, []).append(row)
+        return {value: self[rows] for value, rows in groups.items()}
+
+    def to(self, device) -> "DataProto":
+        self.batch = {k: v.to(device) for k, v in self.batch.items()}
+        return self
+
+
+def _as_object_array(key, value) -> np.ndarray:
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return value
+    array = np.empty(len(value), dtype=object)
+    array[:] = list(value)
+    return array
+
+
+def _pick(store: dict, keys, where: str) -> dict:
+    if keys is None:
+        return dict(store)
+    missing = [k for k in keys if k not in store]
+    if missing:
+        raise KeyError(f"DataProto {where} has no {missing}; available: {sorted(store)}")
+    return {k: store[k] for k in keys}

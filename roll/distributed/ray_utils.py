@@ -1,0 +1,28 @@
+"""Starting Ray for a pipeline: virtual devices on CPU-only machines, quiet and bounded."""
+import os
+
+# Actors inherit these: 2-core machines slow down 10-40x when every process spawns its own threads.
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled",
+              "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+VIRTUAL_DEVICE = "roll_device"
+
+
+def has_gpus() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def init_ray(num_devices: int) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    resources = {} if has_gpus() else {VIRTUAL_DEVICE: num_devices}
+    env_vars = {k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}
+    # Workers import user modules named by dotted path (custom reward workers) the way the driver does.
+    paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    ray.init(resources=resources, include_dashboard=False, object_store_memory=1 << 30,
+             runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)

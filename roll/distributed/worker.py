@@ -1,0 +1,37 @@
+"""Base class of every role's Ray actor: rank, world size and the torch.distributed environment."""
+import os
+import socket
+
+from roll.utils.logging import get_logger
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class Worker:
+    def __init__(self, worker_config, rank: int, world_size: int, devices: tuple = (),
+                 master_addr: str | None = None, master_port: int | None = None):
+        self.worker_config = worker_config
+        self.worker_name = worker_config.name
+        self.rank, self.world_size, self.devices = rank, world_size, tuple(devices)
+        # Rank 0 chooses the rendezvous address; the Cluster hands it to the other ranks.
+        self.master_addr = master_addr or socket.gethostbyname(socket.gethostname())
+        self.master_port = master_port or _free_port()
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
+                          MASTER_ADDR=self.master_addr, MASTER_PORT=str(self.master_port))
+        self.logger = get_logger(f"{self.worker_name}[{rank}]")
+
+    def get_master_address(self) -> tuple[str, int]:
+        return self.master_addr, self.master_port
+
+    def describe_placement(self) -> dict:
+        """Where Ray put this worker (used by tests and the placement log)."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {"role": self.worker_name, "rank": self.rank, "devices": self.devices,
+                "node_id": context.get_node_id(), "resources": context.get_assigned_resources(),
+                "pid": os.getpid()}

@@ -1,0 +1,28 @@
+import pytest
+import torch
+from types import SimpleNamespace
+
+from roll.pipeline.rlvr.rewards import build_tag_routes, route, scores_to_token_level
+
+
+def test_routes_and_untagged_rows():
+    routes = build_tag_routes({"math": SimpleNamespace(tag_included=["gsm", "arith"]),
+                               "code": SimpleNamespace(tag_included=["py"])})
+    assert routes == {"gsm": "math", "arith": "math", "py": "code"}
+    assert route("py", routes, ["math", "code"], "row 0") == "code"
+    assert route(None, {}, ["math"], "row 0") == "math"
+    with pytest.raises(ValueError, match="several reward domains"):
+        route(None, routes, ["math", "code"], "train.jsonl row 3")
+    with pytest.raises(ValueError, match=r"tag 'sql' is in no rewards.*row 7"):
+        route("sql", routes, ["math", "code"], "train.jsonl row 7")
+
+
+def test_tag_claimed_twice_is_an_error():
+    with pytest.raises(ValueError, match="already routed"):
+        build_tag_routes({"a": SimpleNamespace(tag_included=["x"]), "b": SimpleNamespace(tag_included=["x"])})
+
+
+def test_scores_land_on_last_response_token():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
+    out = scores_to_token_level(torch.tensor([1.0, 2.0, 3.0]), mask)
+    assert out.tolist() == [[0, 0, 1, 0], [2, 0, 0, 0], [0, 0, 0, 3]]
