@@ -13,7 +13,7 @@ def test_routes_and_untagged_rows():
     assert route(None, {}, ["math"], "row 0") == "math"
     with pytest.raises(ValueError, match="several reward domains"):
         route(None, routes, ["math", "code"], "train.jsonl row 3")
-    with pytest.raises(ValueError, match=r"tag 'sql' is in no rewards.*row 7"):
+    with pytest.raises(ValueError, match=r"row 7: tag 'sql' is in no rewards"):
         route("sql", routes, ["math", "code"], "train.jsonl row 7")
 
 
