@@ -1,0 +1,23 @@
+"""Strategy registry: `strategy_name` in a role's `strategy_args` → engine adapter class."""
+from importlib import import_module
+
+_STRATEGIES = {
+    "hf_infer": "roll.strategies.hf_infer.HFInferStrategy",
+    "deepspeed_train": "roll.strategies.deepspeed_train.DeepSpeedTrainStrategy",
+    "deepspeed_infer": "roll.strategies.deepspeed_train.DeepSpeedInferStrategy",
+}
+# Named in configs and docs, not implemented yet: a clear error instead of a silent fallback.
+_PLANNED = {"vllm": "issue #6", "sglang": "issue #6", "fsdp2_train": "issue #5", "fsdp2_infer": "issue #5",
+            "megatron_train": "issue #5", "megatron_infer": "issue #5"}
+TRAIN_STRATEGIES = ("deepspeed_train", "fsdp2_train", "megatron_train")
+INFER_STRATEGIES = ("hf_infer", "deepspeed_infer", "vllm", "sglang", "fsdp2_infer", "megatron_infer")
+
+
+def create_strategy(name: str, worker):
+    if name in _PLANNED:
+        raise NotImplementedError(f"strategy_name {name!r} is not implemented yet ({_PLANNED[name]}); "
+                                  f"available now: {sorted(_STRATEGIES)}")
+    if name not in _STRATEGIES:
+        raise ValueError(f"unknown strategy_name {name!r}; valid: {sorted(_STRATEGIES) + sorted(_PLANNED)}")
+    module_name, _, class_name = _STRATEGIES[name].rpartition(".")
+    return getattr(import_module(module_name), class_name)(worker)

@@ -1,0 +1,115 @@
+"""The strategy interface: one engine adapter per `strategy_name`, behind the same methods.
+
+A strategy belongs to one worker (one process) and is built from its worker_config. Inference
+strategies generate and score; training strategies also take optimizer steps, export weights and
+save checkpoints. Everything here is engine-independent; subclasses bring the engine.
+"""
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+from roll.distributed.data_proto import DataProto
+from roll.utils.functional import response_log_probs, slice_response_logits
+from roll.utils.logging import get_logger
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+class InferenceStrategy:
+    def __init__(self, worker):
+        self.worker = worker
+        self.config = worker.worker_config
+        self.rank, self.world_size = worker.rank, worker.world_size
+        self.logger = get_logger(f"{self.config.name}[{self.rank}].{type(self).__name__}")
+        self.model = None
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    # --- set-up --------------------------------------------------------------------------------
+    def initialize(self, total_steps: int = 0) -> None:
+        self.model = self.load_model().to(self.device)
+        self.model.eval()
+
+    def load_model(self) -> torch.nn.Module:
+        """The HF model from model_args; a one-output token head for value workers (the critic)."""
+        args = self.config.model_args
+        dtype = DTYPES[args.dtype]
+        if dtype != torch.float32 and not torch.cuda.is_available():
+            self.logger.warning("model_args.dtype=%s on a CPU-only machine: expect it to be several times "
+                                "slower than float32", args.dtype)
+        if getattr(self.worker, "model_kind", "causal_lm") == "value":
+            return AutoModelForTokenClassification.from_pretrained(args.model_name_or_path, num_labels=1,
+                                                                   dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The plain HF module (engines wrap it)."""
+        return self.model
+
+    # --- forward ---------------------------------------------------------------------------------
+    def forward_logits(self, micro: DataProto) -> torch.Tensor:
+        inputs = {k: micro.batch[k].to(self.device) for k in FORWARD_KEYS}
+        return self.model(**inputs, use_cache=False).logits.cpu()
+
+    def _micro_batches(self, batch: DataProto):
+        size = self.config.infer_batch_size
+        for start in range(0, len(batch), size):
+            yield batch[slice(start, start + size)]
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        temperature = batch.meta_info.get("temperature", 1.0)
+        parts = []
+        for micro in self._micro_batches(batch):
+            responses = micro.batch["responses"]
+            logits = slice_response_logits(self.forward_logits(micro), responses.shape[1])
+            parts.append(response_log_probs(logits, responses, temperature) * micro.batch["response_mask"])
+        return torch.cat(parts)
+
+    @torch.no_grad()
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        parts = []
+        for micro in self._micro_batches(batch):
+            logits = self.forward_logits(micro)
+            parts.append(slice_response_logits(logits, micro.batch["responses"].shape[1]).squeeze(-1).float())
+        return torch.cat(parts)
+
+    def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
+        raise NotImplementedError(f"strategy {self.config.strategy_args.strategy_name!r} cannot generate; "
+                                  f"use hf_infer or vllm for actor_infer")
+
+    # --- weights ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def load_weights(self, named_tensors) -> None:
+        params = dict(self.module.named_parameters())
+        loaded = set()
+        for name, tensor in named_tensors:
+            if name not in params:
+                raise KeyError(f"{self.config.name}: weight {name!r} from the trainer has no parameter here "
+                               f"(e.g. {sorted(params)[:3]})")
+            params[name].copy_(tensor.to(params[name].dtype))
+            loaded.add(name)
+        missing = sorted(set(params) - loaded)
+        if missing:
+            raise KeyError(f"{self.config.name}: the trainer sent no value for {len(missing)} parameters, "
+                           f"e.g. {missing[:3]}")
+
+    @torch.no_grad()
+    def state_checksum(self) -> float:
+        """Σ over parameters of (Σp + Σp²) in float64: any lost or stale tensor changes it."""
+        total = 0.0
+        for _, param in self.module.named_parameters():
+            p = param.detach().double()
+            total += p.sum().item() + (p * p).sum().item()
+        return total
+
+    # --- memory -------------------------------------------------------------------------------------
+    def offload(self) -> None:
+        """Move weights off the accelerator between phases (colocated roles). Nothing to move on CPU."""
+        if torch.cuda.is_available():
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def reload(self) -> None:
+        if torch.cuda.is_available():
+            self.model.to("cuda")

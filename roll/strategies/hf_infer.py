@@ -1,0 +1,78 @@
+"""`hf_infer`: batched sampling with transformers' `generate` (KV cache, left-padded prompts).
+
+Rollout log-probs are taken from the scores `generate` samples from: the temperature-scaled
+logits, after top-k/top-p filtering when those are on. The trainer's log-probs use the same
+temperature without filtering, so keep top_k=0 and top_p=1.0 for exact on-policy log-probs
+(the defaults); filtering shows up as mismatch in the `mismatch/*` metrics.
+"""
+import torch
+
+from roll.distributed.data_proto import DataProto
+from roll.strategies.base import InferenceStrategy
+from roll.utils.functional import compute_position_ids
+
+
+def response_mask_from(responses: torch.Tensor, eos_token_id: int, generated_length: int) -> torch.Tensor:
+    """1 on generated tokens up to and including the first EOS, 0 after it and on padding."""
+    is_eos = (responses == eos_token_id).long()
+    after_eos = (is_eos.cumsum(dim=-1) - is_eos) > 0
+    in_range = torch.arange(responses.shape[1]).unsqueeze(0) < generated_length
+    return (~after_eos & in_range).float()
+
+
+class HFInferStrategy(InferenceStrategy):
+    def initialize(self, total_steps: int = 0) -> None:
+        super().initialize(total_steps)
+        gen = self.model.generation_config
+        self.eos_token_id = gen.eos_token_id if isinstance(gen.eos_token_id, int) else gen.eos_token_id[0]
+        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+
+    def _sampling_kwargs(self, generation_config: dict) -> dict:
+        args = self.config.generating_args
+        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                  "top_k": args.top_k, "do_sample": args.do_sample,
+                  "num_return_sequences": args.num_return_sequences}
+        unknown = set(generation_config) - set(merged) - {"seed"}
+        if unknown:
+            raise ValueError(f"hf_infer: unknown generation settings {sorted(unknown)}; valid: {sorted(merged)}")
+        merged.update(generation_config)
+        if not merged["do_sample"]:
+            merged.update(temperature=None, top_p=None, top_k=None)
+        return merged
+
+    @torch.no_grad()
+    def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
+        kwargs = self._sampling_kwargs(generation_config)
+        if batch.meta_info.get("seed") is not None:
+            torch.manual_seed(int(batch.meta_info["seed"]) * 1009 + self.rank)
+        n, response_length = kwargs["num_return_sequences"], kwargs["max_new_tokens"]
+        parts = [self._generate_chunk(chunk, kwargs, response_length) for chunk in self._micro_batches(batch)]
+        out = DataProto.concat(parts)
+        for key, values in batch.non_tensor_batch.items():
+            out.non_tensor_batch[key] = values.repeat(n)
+        out.meta_info = dict(batch.meta_info)
+        return out
+
+    def _generate_chunk(self, chunk: DataProto, kwargs: dict, response_length: int) -> DataProto:
+        prompts, prompt_mask = chunk.batch["prompts"], chunk.batch["attention_mask"]
+        output = self.model.generate(
+            input_ids=prompts.to(self.device), attention_mask=prompt_mask.to(self.device),
+            eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_scores=True,
+            return_dict_in_generate=True, use_cache=True, **kwargs)
+        generated = output.sequences[:, prompts.shape[1]:].cpu()
+        length = generated.shape[1]
+        responses = torch.full((generated.shape[0], response_length), self.pad_token_id, dtype=torch.long)
+        responses[:, :length] = generated
+        response_mask = response_mask_from(responses, self.eos_token_id, length)
+        responses[response_mask == 0] = self.pad_token_id
+        log_probs = torch.zeros(responses.shape, dtype=torch.float32)
+        if length:
+            scores = torch.stack(output.scores, dim=1).float().cpu()  # (rows, length, vocab), as sampled from
+            log_probs[:, :length] = torch.gather(scores.log_softmax(-1), -1, generated.unsqueeze(-1)).squeeze(-1)
+        n = kwargs["num_return_sequences"]
+        prompts = prompts.repeat_interleave(n, dim=0)
+        attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0), response_mask.long()], dim=1)
+        return DataProto.from_dict(tensors={
+            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
+            "response_mask": response_mask, "rollout_log_probs": log_probs * response_mask})

@@ -1,0 +1,17 @@
+"""Small tensor helpers shared by strategies and workers (batch layout: docs/contracts.md)."""
+import torch
+
+
+def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def slice_response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
+    """Logits that predict the response tokens: positions P-1 .. P+R-2 of the full sequence."""
+    return logits[:, -response_length - 1:-1]
+
+
+def response_log_probs(logits: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log π(response token) under temperature-scaled logits; logits already sliced to the responses."""
+    logits = logits.float() / temperature
+    return torch.gather(logits.log_softmax(dim=-1), -1, responses.unsqueeze(-1)).squeeze(-1)
