@@ -1,2 +1,218 @@
-"""Placeholder: being written (see docs/contracts.md)."""
-__all__ = []
+"""Advantage estimators (spec §2), each registered by the name the YAML's `adv_estimator` uses.
+
+All take per-token rewards (B, T); outcome estimators use the row sum s_i as the sequence score and
+broadcast one advantage over the row's valid tokens. Grouping is by `index` (the prompt uid).
+"""
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from roll.algorithms.reductions import masked_whiten
+
+__all__ = [
+    "register_adv_est", "get_adv_estimator_fn", "ADV_ESTIMATOR_REGISTRY",
+    "compute_gae_advantage_return", "compute_grpo_outcome_advantage", "compute_grpo_vectorized_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage", "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage", "compute_opo_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage", "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_remax_outcome_advantage", "compute_gpg_outcome_advantage",
+]
+
+ADV_ESTIMATOR_REGISTRY: dict = {}
+
+
+def register_adv_est(name: str):
+    def add(fn):
+        if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] is not fn:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADV_ESTIMATOR_REGISTRY[name] = fn
+        return fn
+
+    return add
+
+
+def get_adv_estimator_fn(name: str):
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(f"unknown adv_estimator {name!r}; valid: {sorted(ADV_ESTIMATOR_REGISTRY)}")
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def _config_get(config, key, default):
+    if config is None:
+        return default
+    try:
+        value = config.get(key, default)
+    except AttributeError:
+        value = getattr(config, key, default)
+    return default if value is None else value
+
+
+def _groups(index) -> dict:
+    groups = defaultdict(list)
+    for row, uid in enumerate(index):
+        groups[uid].append(row)
+    return groups
+
+
+def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor):
+    advantages = per_row.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("gae")
+@torch.no_grad()
+def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
+    next_value = torch.zeros_like(values[:, 0])
+    last_adv = torch.zeros_like(values[:, 0])
+    raw = torch.zeros_like(values)
+    for t in reversed(range(values.shape[1])):
+        m = response_mask[:, t]
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        adv = delta + gamma * lam * last_adv
+        # masked steps carry the next valid step's state through (γ applies once across a gap)
+        next_value = values[:, t] * m + (1 - m) * next_value
+        last_adv = adv * m + (1 - m) * last_adv
+        raw[:, t] = last_adv
+    returns = raw + values
+    return masked_whiten(raw, response_mask), returns
+
+
+@register_adv_est("grpo")
+@torch.no_grad()
+def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
+                                   norm_adv_by_std_in_grpo=True, config=None):
+    scores = token_level_rewards.sum(dim=-1)
+    out = torch.zeros_like(scores)
+    for rows in _groups(index).values():
+        group = scores[rows]
+        mean, std = (group.mean(), group.std()) if len(rows) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
+        out[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
+    return _broadcast(out, response_mask)
+
+
+def _group_mean_std(scores: torch.Tensor, index, eps: float):
+    """Vectorised per-row group mean/std (§1 group_mean_std): variance floored at eps, singletons 0/1."""
+    _, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+    g = torch.as_tensor(inverse, dtype=torch.long)
+    n_groups = int(g.max()) + 1 if len(g) else 0
+    count = torch.zeros(n_groups).index_add_(0, g, torch.ones_like(scores))
+    s1 = torch.zeros(n_groups).index_add_(0, g, scores)
+    s2 = torch.zeros(n_groups).index_add_(0, g, scores * scores)
+    mean = s1 / count.clamp(min=1)
+    var = (s2 - s1 * s1 / count.clamp(min=1)) / (count - 1).clamp(min=1)
+    std = var.clamp(min=eps).sqrt()
+    singleton = count <= 1
+    mean, std = torch.where(singleton, 0.0, mean), torch.where(singleton, 1.0, std)
+    return mean[g], std[g], count[g], s1[g]
+
+
+@register_adv_est("grpo_vectorized")
+@torch.no_grad()
+def compute_grpo_vectorized_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
+                                              norm_adv_by_std_in_grpo=True, config=None):
+    scores = token_level_rewards.sum(dim=-1).float()
+    mean, std, _, _ = _group_mean_std(scores, index, epsilon)
+    out = (scores - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else scores - mean
+    return _broadcast(out, response_mask)
+
+
+@register_adv_est("grpo_passk")
+@torch.no_grad()
+def compute_grpo_passk_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
+                                         norm_adv_by_std_in_grpo=True, config=None, **kwargs):
+    normalise = bool(_config_get(config, "norm_adv_by_std_in_grpo", True))  # the argument is ignored, as in verl
+    scores = token_level_rewards.sum(dim=-1)
+    out = torch.zeros_like(scores)
+    for uid, rows in _groups(index).items():
+        if len(rows) < 2:
+            raise ValueError(f"grpo_passk needs at least 2 samples per group; group {uid!r} has {len(rows)}")
+        group = scores[rows]
+        top, where = torch.topk(group, 2)
+        value = top[0] - top[1]
+        if normalise:
+            value = value / (group.std() + epsilon)
+        out[rows[where[0].item()]] = value
+    return _broadcast(out, response_mask)
+
+
+@register_adv_est("rloo")
+@torch.no_grad()
+def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs):
+    scores = token_level_rewards.sum(dim=-1)
+    out = scores.clone()  # singletons keep their raw score
+    for rows in _groups(index).values():
+        n = len(rows)
+        if n > 1:
+            group = scores[rows]
+            out[rows] = group * n / (n - 1) - group.mean() * n / (n - 1)
+    return _broadcast(out, response_mask)
+
+
+@register_adv_est("rloo_vectorized")
+@torch.no_grad()
+def compute_rloo_vectorized_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
+                                              config=None, **kwargs):
+    scores = token_level_rewards.sum(dim=-1).float()
+    _, _, count, total = _group_mean_std(scores, index, epsilon)
+    out = (count * scores - total) / (count - 1).clamp(min=1) * (count > 1)  # singletons → 0
+    return _broadcast(out, response_mask)
+
+
+@register_adv_est("opo")
+@torch.no_grad()
+def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs):
+    scores = token_level_rewards.sum(dim=-1)
+    lengths = response_mask.sum(dim=-1)
+    out = torch.zeros_like(scores)
+    for rows in _groups(index).values():
+        baseline = (lengths[rows] * scores[rows]).sum() / lengths[rows].sum() if len(rows) > 1 else 0.0
+        out[rows] = scores[rows] - baseline
+    return _broadcast(out, response_mask)
+
+
+@register_adv_est("reinforce_plus_plus")
+@torch.no_grad()
+def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_mask, config=None, **kwargs):
+    gamma = _config_get(config, "gamma", 1.0)
+    returns = torch.zeros_like(token_level_rewards)
+    running = torch.zeros_like(token_level_rewards[:, 0])
+    for t in reversed(range(token_level_rewards.shape[1])):
+        running = token_level_rewards[:, t] + gamma * running
+        returns[:, t] = running
+        running = running * response_mask[:, t]  # the chain is cut right after a masked position
+    return masked_whiten(returns, response_mask) * response_mask, returns
+
+
+@register_adv_est("reinforce_plus_plus_baseline")
+@torch.no_grad()
+def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards, response_mask, index,
+                                                           epsilon=1e-6, config=None, **kwargs):
+    scores = token_level_rewards.sum(dim=-1)
+    centred = scores.clone()
+    for rows in _groups(index).values():
+        if len(rows) > 1:
+            centred[rows] = scores[rows] - scores[rows].mean()
+    broadcast = centred.unsqueeze(-1) * response_mask
+    advantages = masked_whiten(broadcast, response_mask) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("remax")
+@torch.no_grad()
+def compute_remax_outcome_advantage(token_level_rewards, reward_baselines, response_mask, config=None, **kwargs):
+    returns = (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+    return returns - reward_baselines.unsqueeze(-1) * response_mask, returns
+
+
+@register_adv_est("gpg")
+@torch.no_grad()
+def compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, f_norm=1.0, alpha=1.0,
+                                  config=None, **kwargs):
+    scores = token_level_rewards.sum(dim=-1)
+    alpha = len(scores) / max(int((scores != 0).sum()), 1)  # recomputed from the batch, as in verl
+    out = torch.zeros_like(scores)
+    for rows in _groups(index).values():
+        mean = scores[rows].mean() if len(rows) > 1 else 0.0
+        out[rows] = alpha * (scores[rows] - mean) / f_norm
+    return _broadcast(out, response_mask)

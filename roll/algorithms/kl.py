@@ -1,2 +1,80 @@
-"""Placeholder: being written (see docs/contracts.md)."""
-__all__ = []
+"""KL estimators, KL controllers and KL-in-reward (spec §3)."""
+import numpy as np
+import torch
+
+from roll.algorithms.reductions import masked_mean
+
+__all__ = ["kl_penalty", "FixedKLController", "AdaptiveKLController", "get_kl_controller", "apply_kl_penalty"]
+
+KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+def _kl_value(d: torch.Tensor, name: str) -> torch.Tensor:
+    if name in ("kl", "k1"):
+        return d
+    if name == "abs":
+        return d.abs()
+    if name in ("mse", "k2"):
+        return 0.5 * d.square()
+    if name in ("low_var_kl", "k3"):
+        e = torch.clamp(-d, min=-20, max=20)
+        return torch.clamp(e.exp() - e - 1, min=-10, max=10)
+    if name == "full":
+        raise NotImplementedError("kl_penalty 'full' needs full-vocabulary log-probs, which this API does not take")
+    valid = list(KL_ESTIMATORS) + [f"{k}+" for k in KL_ESTIMATORS]
+    raise NotImplementedError(f"unknown kl_penalty {name!r}; valid: {valid}")
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """Per-token KL estimate. A trailing '+' (e.g. 'k3+') gives the base estimator's value with the
+    k2 gradient (straight-through) — documented by verl, working here (a deliberate deviation)."""
+    d = logprob - ref_logprob
+    if kl_penalty.endswith("+"):
+        value, k2 = _kl_value(d, kl_penalty[:-1]), 0.5 * d.square()
+        return k2 - k2.detach() + value.detach()
+    return _kl_value(d, kl_penalty)
+
+
+class FixedKLController:
+    def __init__(self, kl_coef: float):
+        self.value = kl_coef
+
+    def update(self, current_kl, n_steps) -> None:
+        pass
+
+
+class AdaptiveKLController:
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
+        self.value, self.target, self.horizon = init_kl_coef, target_kl, horizon
+
+    def update(self, current_kl, n_steps) -> None:
+        error = float(np.clip(current_kl / self.target - 1, -0.2, 0.2))
+        self.value *= 1 + error * n_steps / self.horizon
+
+
+def _get(cfg, key, default=None):
+    if isinstance(cfg, dict):
+        return cfg.get(key, default)
+    return getattr(cfg, key, default)
+
+
+def get_kl_controller(kl_ctrl):
+    kind = _get(kl_ctrl, "type", "fixed")
+    if kind == "fixed":
+        return FixedKLController(kl_coef=_get(kl_ctrl, "kl_coef", 0.001))
+    if kind == "adaptive":
+        horizon = _get(kl_ctrl, "horizon", 10000)
+        if not horizon or horizon <= 0:
+            raise ValueError(f"adaptive KL controller needs horizon > 0, got {horizon}")
+        return AdaptiveKLController(_get(kl_ctrl, "kl_coef", 0.001), _get(kl_ctrl, "target_kl", 0.1), horizon)
+    raise ValueError(f"unknown kl_ctrl type {kind!r}; valid: ['adaptive', 'fixed']")
+
+
+def apply_kl_penalty(token_level_scores, old_log_probs, ref_log_prob, response_mask, kl_ctrl, kl_penalty="kl"):
+    """rewards = scores − β·KL; β is read before the controller update (spec §3.3)."""
+    kld = globals()["kl_penalty"](old_log_probs, ref_log_prob, kl_penalty) * response_mask
+    beta = kl_ctrl.value
+    rewards = token_level_scores - beta * kld
+    current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
+    return rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": float(beta)}

@@ -1,2 +1,20 @@
-"""Placeholder: being written (see docs/contracts.md)."""
-__all__ = []
+"""Value (critic) loss and entropy loss (spec §6)."""
+import torch
+
+from roll.algorithms.aggregation import agg_loss
+from roll.algorithms.reductions import clip_by_value, entropy_from_logits, masked_mean
+
+__all__ = ["compute_value_loss", "compute_entropy_loss"]
+
+
+def compute_value_loss(vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode="token-mean"):
+    clipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
+    loss_unclipped, loss_clipped = (vpreds - returns).square(), (clipped - returns).square()
+    vf_loss = 0.5 * agg_loss(torch.max(loss_unclipped, loss_clipped), response_mask, loss_agg_mode)
+    vf_clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac
+
+
+def compute_entropy_loss(logits, response_mask, loss_agg_mode="token-mean"):
+    return agg_loss(entropy_from_logits(logits), response_mask, loss_agg_mode)
+
