@@ -5,9 +5,9 @@ broadcast one advantage over the row's valid tokens. Grouping is by `index` (the
 """
 from collections import defaultdict
 
-import numpy as np
 import torch
 
+from roll.algorithms._config import config_get
 from roll.algorithms.reductions import masked_whiten
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "compute_rloo_vectorized_outcome_advantage", "compute_opo_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage", "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_remax_outcome_advantage", "compute_gpg_outcome_advantage",
+    "compute_optimal_token_baseline_advantage",
 ]
 
 ADV_ESTIMATOR_REGISTRY: dict = {}
@@ -33,26 +34,29 @@ def register_adv_est(name: str):
 
 
 def get_adv_estimator_fn(name: str):
+    name = getattr(name, "value", name)  # also accept a str Enum member, as verl does
     if name not in ADV_ESTIMATOR_REGISTRY:
         raise ValueError(f"unknown adv_estimator {name!r}; valid: {sorted(ADV_ESTIMATOR_REGISTRY)}")
     return ADV_ESTIMATOR_REGISTRY[name]
 
 
-def _config_get(config, key, default):
-    if config is None:
-        return default
-    try:
-        value = config.get(key, default)
-    except AttributeError:
-        value = getattr(config, key, default)
-    return default if value is None else value
+def _uids(index) -> list:
+    # A tensor's elements are 0-d tensors hashed by identity: turn them into Python scalars first.
+    return index.tolist() if isinstance(index, torch.Tensor) else list(index)
 
 
 def _groups(index) -> dict:
+    """uid → list of row numbers, in row order."""
     groups = defaultdict(list)
-    for row, uid in enumerate(index):
+    for row, uid in enumerate(_uids(index)):
         groups[uid].append(row)
     return groups
+
+
+def _group_ids(index) -> torch.Tensor:
+    """Dense group number per row (0, 1, ... in order of first appearance)."""
+    ids: dict = {}
+    return torch.tensor([ids.setdefault(uid, len(ids)) for uid in _uids(index)], dtype=torch.long)
 
 
 def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor):
@@ -63,6 +67,7 @@ def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor):
 @register_adv_est("gae")
 @torch.no_grad()
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
+    response_mask = response_mask.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
     last_adv = torch.zeros_like(values[:, 0])
     raw = torch.zeros_like(values)
@@ -86,19 +91,22 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
     out = torch.zeros_like(scores)
     for rows in _groups(index).values():
         group = scores[rows]
-        mean, std = (group.mean(), group.std()) if len(rows) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
+        # singleton groups: mean 0, std 1 → the raw score (over 1 + ε when normalising)
+        mean, std = (group.mean(), group.std()) if len(rows) > 1 else (0.0, 1.0)
         out[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
     return _broadcast(out, response_mask)
 
 
 def _group_mean_std(scores: torch.Tensor, index, eps: float):
-    """Vectorised per-row group mean/std (§1 group_mean_std): variance floored at eps, singletons 0/1."""
-    _, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
-    g = torch.as_tensor(inverse, dtype=torch.long)
+    """Vectorised per-row group mean/std (§1 group_mean_std): variance floored at eps, singletons 0/1.
+    Also returns the per-row group count and group score sum (used by vectorised RLOO)."""
+    g = _group_ids(index).to(scores.device)
     n_groups = int(g.max()) + 1 if len(g) else 0
-    count = torch.zeros(n_groups).index_add_(0, g, torch.ones_like(scores))
-    s1 = torch.zeros(n_groups).index_add_(0, g, scores)
-    s2 = torch.zeros(n_groups).index_add_(0, g, scores * scores)
+    scores = scores.float()  # verl computes group statistics in float32
+    zeros = torch.zeros(n_groups, device=scores.device)
+    count = zeros.index_add(0, g, torch.ones_like(scores))
+    s1 = zeros.index_add(0, g, scores)
+    s2 = zeros.index_add(0, g, scores * scores)
     mean = s1 / count.clamp(min=1)
     var = (s2 - s1 * s1 / count.clamp(min=1)) / (count - 1).clamp(min=1)
     std = var.clamp(min=eps).sqrt()
@@ -121,7 +129,7 @@ def compute_grpo_vectorized_outcome_advantage(token_level_rewards, response_mask
 @torch.no_grad()
 def compute_grpo_passk_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
                                          norm_adv_by_std_in_grpo=True, config=None, **kwargs):
-    normalise = bool(_config_get(config, "norm_adv_by_std_in_grpo", True))  # the argument is ignored, as in verl
+    normalise = bool(config_get(config, "norm_adv_by_std_in_grpo", True))  # the argument is ignored, as in verl
     scores = token_level_rewards.sum(dim=-1)
     out = torch.zeros_like(scores)
     for uid, rows in _groups(index).items():
@@ -174,13 +182,14 @@ def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, eps
 @register_adv_est("reinforce_plus_plus")
 @torch.no_grad()
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_mask, config=None, **kwargs):
-    gamma = _config_get(config, "gamma", 1.0)
+    gamma = config_get(config, "gamma", 1.0)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
+        # G_t = r_t + γ·m_{t+1}·G_{t+1}: rewards are not masked, the chain is cut right after a masked t
         running = token_level_rewards[:, t] + gamma * running
         returns[:, t] = running
-        running = running * response_mask[:, t]  # the chain is cut right after a masked position
+        running = running * response_mask[:, t]
     return masked_whiten(returns, response_mask) * response_mask, returns
 
 
@@ -216,3 +225,45 @@ def compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, eps
         mean = scores[rows].mean() if len(rows) > 1 else 0.0
         out[rows] = alpha * (scores[rows] - mean) / f_norm
     return _broadcast(out, response_mask)
+
+
+def _reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+
+
+def _zero_unique_longest_tail(baseline: torch.Tensor, rows: list, lengths: torch.Tensor) -> None:
+    """In one group, the unique longest response keeps its full return past the second-longest length."""
+    counts = lengths[rows]
+    ordered = torch.sort(counts, descending=True).values
+    if ordered[0] == ordered[1]:
+        return  # a tie for the longest: nothing to zero
+    longest = rows[int(torch.argmax(counts))]
+    baseline[longest, int(ordered[1]):] = 0.0
+
+
+@register_adv_est("optimal_token_baseline")
+@torch.no_grad()
+def compute_optimal_token_baseline_advantage(token_level_rewards, response_mask, index, old_log_probs, sum_pi_squared,
+                                             rollout_is_weights=None, handle_zero_tail=False, epsilon=1e-8,
+                                             config=None, **kwargs):
+    """Per-(group, position) baseline weighted by W_t = Σ_{u≤t} (1 − 2π_u + Σ_v π_v²)(·ρ_u²) (spec §2.10).
+
+    `config` and extra kwargs are accepted and ignored so registry dispatch works.
+    """
+    mask = response_mask.to(token_level_rewards.dtype)
+    returns = _reverse_cumsum(token_level_rewards * mask)  # not re-masked: padding keeps the later rewards
+    weight = 1.0 - 2.0 * old_log_probs.exp() + sum_pi_squared
+    if rollout_is_weights is not None:
+        weight = weight * rollout_is_weights.square()
+    weight_sum = (weight * mask).cumsum(dim=-1)
+    baseline = torch.zeros_like(returns)
+    lengths = mask.sum(dim=-1)
+    for rows in _groups(index).values():
+        if len(rows) < 2:
+            continue  # singleton: baseline 0
+        num = (returns[rows] * weight_sum[rows] * mask[rows]).sum(dim=0)
+        den = (weight_sum[rows] * mask[rows]).sum(dim=0)
+        baseline[rows] = num / (den + epsilon)  # one value per column, shared by the members
+        if handle_zero_tail:
+            _zero_unique_longest_tail(baseline, rows, lengths)
+    return (returns - baseline) * mask, returns
