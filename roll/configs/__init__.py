@@ -1,0 +1,120 @@
+"""Typed, strict pipeline configuration composed by Hydra.
+
+    config = compose_config("examples/tiny_rlvr", "rlvr_tiny", ["max_steps=3"])  # Hydra: defaults + overrides
+    rlvr = load_rlvr_config(config)                                               # strict dataclasses + checks
+
+Shared blocks (e.g. `deepspeed_zero2` from examples/config/) may sit at the top level when another key
+interpolates them (`strategy_config: ${deepspeed_zero2}`) or when they are one of the shipped
+blocks; any other unknown key is an error with the closest valid name.
+"""
+import dataclasses
+import re
+from pathlib import Path
+
+from roll.configs.base import PipelineConfig
+from roll.configs.loader import ConfigError, build
+from roll.configs.rlvr import RLVRConfig
+from roll.configs.validation import BatchPlan, batch_plan, check_algorithm, check_generation, check_roles, roles
+from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
+                                 ValidationConfig, WorkerConfig)
+
+__all__ = ["ConfigError", "PipelineConfig", "RLVRConfig", "WorkerConfig", "RewardConfig", "ModelArgs",
+           "TrainingArgs", "DataArgs", "GeneratingArgs", "StrategyArgs", "ValidationConfig", "BatchPlan",
+           "compose_config", "load_rlvr_config", "batch_plan", "describe_config", "policy_loss_config"]
+
+# Top-level blocks of the shared files in examples/config/, allowed even when no key uses them.
+SHIPPED_BLOCKS = ("deepspeed_zero", "deepspeed_zero2", "deepspeed_zero2_cpuoffload", "deepspeed_zero3",
+                  "deepspeed_zero3_cpuoffload")
+ROLE_KEYS = ("actor_train", "actor_infer", "reference", "critic")
+_INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
+
+
+def compose_config(config_path: str, config_name: str, overrides: list[str] = ()):
+    """Hydra composition (defaults lists, `@_here_` packages, interpolation) into a DictConfig."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    directory = Path(config_path).resolve()
+    if not (directory / f"{config_name}.yaml").is_file():
+        raise ConfigError(f"--config_name {config_name!r}: {directory / (config_name + '.yaml')} does not exist "
+                          f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})")
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base=None):
+            return compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(f"composing {directory / config_name}.yaml failed: {error}") from None
+
+
+def load_rlvr_config(config) -> RLVRConfig:
+    """A composed DictConfig (or plain dict) → a validated RLVRConfig with derived fields filled."""
+    data = _resolve_and_strip_shared_blocks(config, RLVRConfig)
+    for role in ROLE_KEYS:
+        _name_role(data, role, role)
+    for domain in list((data.get("rewards") or {})):
+        _name_role(data["rewards"], domain, f"rewards.{domain}")
+    rlvr = build(RLVRConfig, data)
+    check_roles(rlvr)
+    check_generation(rlvr)
+    check_algorithm(rlvr)
+    batch_plan(rlvr)  # raises on batch sizes that do not divide
+    return rlvr
+
+
+def _resolve_and_strip_shared_blocks(config, cls) -> dict:
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(config, DictConfig):
+        config = OmegaConf.create(config)
+    raw = OmegaConf.to_container(config, resolve=False)
+    referenced = set(_INTERPOLATION.findall(repr(raw)))
+    fields = {f.name for f in dataclasses.fields(cls)}
+    shared = [key for key in raw if key not in fields and (key in referenced or key in SHIPPED_BLOCKS)]
+    try:
+        data = OmegaConf.to_container(config, resolve=True)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"config interpolation failed: {error}") from None
+    for key in shared:
+        del data[key]
+    return data
+
+
+def _name_role(parent: dict, key: str, name: str) -> None:
+    block = parent.get(key)
+    if isinstance(block, dict):
+        if "name" in block:
+            raise ConfigError(f"'{name}.name' is set from the role's key; remove it")
+        block["name"] = name
+
+
+def policy_loss_config(config: RLVRConfig):
+    """ROLL-style clip keys → roll.algorithms.PolicyLossConfig (the one mapping; docs/configuration.md)."""
+    from roll.algorithms import PolicyLossConfig
+
+    return PolicyLossConfig(
+        clip_ratio=config.pg_clip,
+        clip_ratio_low=config.pg_clip if config.pg_clip_low is None else config.pg_clip_low,
+        clip_ratio_high=config.pg_clip if config.pg_clip_high is None else config.pg_clip_high,
+        # no dual clip = a cap that never binds
+        clip_ratio_c=config.dual_clip_ratio_c if config.dual_clip_loss else float("inf"),
+        clip_cov_ratio=config.clip_cov_ratio, clip_cov_lb=config.clip_cov_lb, clip_cov_ub=config.clip_cov_ub,
+        kl_cov_ratio=config.kl_cov_ratio, ppo_kl_coef=config.ppo_kl_coef, tau_pos=config.tau_pos,
+        tau_neg=config.tau_neg)
+
+
+def describe_config(config: RLVRConfig) -> str:
+    """Resolved config, batch arithmetic and placement plan, as printed at start-up and by --dry_run."""
+    from omegaconf import OmegaConf
+
+    from roll.distributed.resource_manager import format_plan, placement_plan
+    from roll.strategies import IMPLEMENTED
+
+    planned = sorted({w.strategy_args.strategy_name for w in roles(config).values()
+                      if w.strategy_args is not None and w.strategy_args.strategy_name not in IMPLEMENTED})
+    parts = ["resolved config:", OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(),
+             batch_plan(config).describe(), format_plan(placement_plan(roles(config)), config.num_devices)]
+    if planned:
+        parts.append(f"note: strategies {planned} are not implemented in this version of roll; this config can be "
+                     f"validated (--dry_run) but not run")
+    return "\n".join(parts)

@@ -13,14 +13,15 @@ def has_gpus() -> bool:
     return torch.cuda.is_available()
 
 
-def init_ray(num_devices: int) -> None:
+def init_ray(num_devices: int, env_vars: dict | None = None) -> None:
+    """`env_vars` (the config's system_envs) override the defaults below in every worker."""
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     resources = {} if has_gpus() else {VIRTUAL_DEVICE: num_devices}
-    env_vars = {k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}
+    env_vars = {**{k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, **(env_vars or {})}
     # Workers import user modules named by dotted path (custom reward workers) the way the driver does.
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

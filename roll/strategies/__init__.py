@@ -9,8 +9,7 @@ _STRATEGIES = {
 # Named in configs and docs, not implemented yet: a clear error instead of a silent fallback.
 _PLANNED = {"vllm": "issue #6", "sglang": "issue #6", "fsdp2_train": "issue #5", "fsdp2_infer": "issue #5",
             "megatron_train": "issue #5", "megatron_infer": "issue #5"}
-TRAIN_STRATEGIES = ("deepspeed_train", "fsdp2_train", "megatron_train")
-INFER_STRATEGIES = ("hf_infer", "deepspeed_infer", "vllm", "sglang", "fsdp2_infer", "megatron_infer")
+IMPLEMENTED = tuple(_STRATEGIES)
 
 
 def create_strategy(name: str, worker):

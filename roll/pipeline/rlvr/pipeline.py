@@ -10,7 +10,7 @@ import torch
 from transformers import AutoTokenizer
 
 from roll.algorithms import get_kl_controller
-from roll.configs.rlvr import policy_loss_config
+from roll.configs import batch_plan, policy_loss_config
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
@@ -43,7 +43,7 @@ class RLVRPipeline:
         self.val_rows = (self._load_rows(config.validation.data_args, "validation.data_args")
                          if config.validation is not None else [])
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
-        self.tracker = Tracker(config.track_with, config.logging_dir)
+        self.tracker = Tracker(config.track_with, config.tensorboard_dir)
         self._create_clusters()
         self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch())
         self.checkpointer = PipelineCheckpointer(self)
@@ -58,7 +58,7 @@ class RLVRPipeline:
 
     def _create_clusters(self) -> None:
         config = self.config
-        init_ray(num_devices=config.num_nodes * config.num_gpus_per_node)
+        init_ray(num_devices=config.num_devices, env_vars=config.system_envs)
         self.resource_manager = ResourceManager(num_nodes=config.num_nodes,
                                                 num_gpus_per_node=config.num_gpus_per_node)
 
@@ -72,11 +72,12 @@ class RLVRPipeline:
         self.critic = make("critic", config.critic) if config.critic is not None else None
         self.reward_clusters = {domain: make(f"rewards.{domain}", reward_config)
                                 for domain, reward_config in config.rewards.items()}
-        total_steps = config.max_steps * config.optimizer_steps_per_pipeline_step()
-        for cluster in [self.actor_train, self.actor_infer, self.reference, self.critic,
-                        *self.reward_clusters.values()]:
+        optimizer_steps = batch_plan(config).optimizer_steps  # per pipeline step, for LR schedules
+        for name, cluster in [("actor_train", self.actor_train), ("actor_infer", self.actor_infer),
+                              ("reference", self.reference), ("critic", self.critic),
+                              *self.reward_clusters.items()]:
             if cluster is not None:
-                cluster.initialize(total_steps=total_steps)
+                cluster.initialize(total_steps=config.max_steps * optimizer_steps.get(name, 0))
 
     def _probe_batch(self) -> DataProto:
         rows = (self.val_rows or self.train_rows)[:1]

@@ -1,0 +1,35 @@
+"""Settings every pipeline (RLVR, agentic) shares: run bookkeeping, devices, logging, checkpoints."""
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
+
+from roll.configs.loader import field_help
+
+
+@dataclass
+class PipelineConfig:
+    exp_name: str = field_help("roll", "experiment name (shown in logs)")
+    seed: int = field_help(42, "seed for data order, sampling and initialisation")
+    output_dir: str = field_help("./output", "checkpoints go to <output_dir>/checkpoints/step-N")
+    logging_dir: Optional[str] = field_help(None, "TensorBoard directory; null means <output_dir>/tensorboard")
+    track_with: Literal["tensorboard", "stdout"] = field_help(
+        "tensorboard", "metric sink besides the console progress line")
+    num_nodes: int = field_help(1, "machines in the Ray cluster")
+    num_gpus_per_node: int = field_help(
+        1, "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)")
+    max_steps: int = field_help(1, "pipeline steps (rollout + update) to run")
+    save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
+    eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
+    logging_steps: int = field_help(1, "print the progress line every N steps")
+    resume_from_checkpoint: Union[bool, str] = field_help(
+        False, "true: continue from the newest checkpoint in output_dir (fresh start if none); "
+               "a path: continue from that step directory")
+    system_envs: dict[str, str] = field_help(
+        default_factory=dict, help="environment variables set in every Ray worker (see examples/config/envs.yaml)")
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_nodes * self.num_gpus_per_node
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return self.logging_dir or f"{self.output_dir.rstrip('/')}/tensorboard"

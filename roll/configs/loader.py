@@ -1,0 +1,130 @@
+"""Strict conversion of a composed (plain-dict) config into typed dataclasses.
+
+Every key must name a field: an unknown key fails with its full path and the closest valid name.
+Every value must have the field's type: a wrong one fails with the expected type or allowed set.
+Nothing is coerced silently except int → float (YAML writes `1` for a float field).
+"""
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from typing import Any, Literal, Union
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration error: names the key and says what would be valid."""
+
+
+def field_help(default=dataclasses.MISSING, help: str = "", default_factory=dataclasses.MISSING):
+    """A dataclass field documented where it is declared (the help text feeds docs/configuration.md)."""
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def closest(name: str, candidates) -> str:
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def build(cls, data: dict, path: str = ""):
+    """`cls(**data)` with every key and value checked; `path` prefixes key names in errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'the config'}: expected a mapping of {cls.__name__} keys, got "
+                          f"{type(data).__name__} {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            raise ConfigError(f"unknown key '{_join(path, key)}'{closest(str(key), fields)} "
+                              f"(valid keys of {path or 'the top level'}: {', '.join(sorted(fields))})")
+    values = {}
+    for name, field in fields.items():
+        key_path = _join(path, name)
+        if name in data:
+            values[name] = convert(hints[name], data[name], key_path)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"missing required key '{key_path}': {field.metadata.get('help', '')}")
+    return cls(**values)
+
+
+def convert(hint, value, path: str):
+    """Check (and build, for dataclasses) one value against its type hint."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return convert(option, value, path)
+            except ConfigError as error:
+                errors.append(error)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(f"'{path}' = {value!r}: expected {describe(hint)}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"'{path}' = {value!r} is not allowed; choose one of {list(args)}{closest(str(value), map(str, args))}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, path)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"'{path}' = {value!r}: expected a list of {describe(args[0])}")
+        return [convert(args[0], item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"'{path}' = {value!r}: expected a mapping")
+        if not args:
+            return dict(value)
+        return {key: convert(args[1], item, _join(path, key)) for key, item in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool):
+        if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+            return value
+        raise ConfigError(f"'{path}' = {value!r} ({type(value).__name__}): expected {describe(hint)}")
+    raise TypeError(f"roll.configs: no converter for the type {hint!r} of '{path}'")
+
+
+def describe(hint) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe(a) for a in args)
+    if origin is Literal:
+        return f"one of {list(args)}"
+    if origin is list:
+        return f"a list of {describe(args[0])}"
+    if origin is dict or hint is dict:
+        return "a mapping"
+    if hint is type(None):
+        return "null"
+    if dataclasses.is_dataclass(hint):
+        return f"a {hint.__name__} mapping"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, str(hint))
+
+
+_RANGE = re.compile(r"^\s*list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)\s*$")
+
+
+def parse_device_mapping(value, path: str):
+    """A YAML list of ints, or the string 'list(range(a, b[, step]))' parsed without eval()."""
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        match = _RANGE.match(value)
+        if match:
+            numbers = [int(g) for g in match.groups() if g is not None]
+            if len(numbers) == 3 and numbers[2] == 0:
+                raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
+            return list(range(*numbers))
+    raise ConfigError(f"'{path}' = {value!r}: expected a list of device ids such as [0, 1, 2, 3] or the string "
+                      f"'list(range(0, 4))'")
+
+
+def _join(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)

@@ -1,0 +1,107 @@
+"""Per-role configuration: `actor_train`, `actor_infer`, `reference`, `critic`, `rewards.<domain>`.
+
+Each role names a strategy (the engine) and a `device_mapping` (which device ids its workers use).
+Roles whose ids overlap are colocated; disjoint ids are separate — on GPUs or on the virtual devices
+of a CPU-only machine alike.
+"""
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
+
+from roll.configs.loader import ConfigError, field_help, parse_device_mapping
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+@dataclass
+class ModelArgs:
+    model_name_or_path: str = field_help(help="HF model directory (config, weights, tokenizer) this role loads")
+    dtype: Dtype = field_help("float32", "parameter dtype; bfloat16 on GPUs, float32 on CPU (bf16 is ~5x slower there)")
+    disable_gradient_checkpointing: bool = field_help(
+        False, "train without activation checkpointing (faster, more memory); only read by training strategies")
+
+
+@dataclass
+class TrainingArgs:
+    learning_rate: float = field_help(1e-6, "AdamW learning rate")
+    weight_decay: float = field_help(0.0, "AdamW weight decay")
+    adam_beta1: float = field_help(0.9, "AdamW beta1")
+    adam_beta2: float = field_help(0.999, "AdamW beta2")
+    adam_epsilon: float = field_help(1e-8, "AdamW epsilon")
+    per_device_train_batch_size: int = field_help(1, "rows per micro-batch per data-parallel rank")
+    gradient_accumulation_steps: int = field_help(1, "micro-batches accumulated into one optimizer step")
+    max_grad_norm: float = field_help(1.0, "gradient-norm clipping threshold")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = field_help("constant", "learning-rate schedule")
+    warmup_steps: int = field_help(0, "optimizer steps of linear warm-up")
+
+
+@dataclass
+class DataArgs:
+    file_name: Optional[Union[str, list[str]]] = field_help(
+        None, "prompt file(s): .json, .jsonl, .csv or .parquet (one format per role), read with `datasets`")
+    prompt_key: str = field_help("prompt", "column holding the prompt text")
+    messages_key: str = field_help("messages", "column holding chat messages (used instead of prompt_key when present)")
+    ground_truth_key: str = field_help("ground_truth", "column holding the reference answer for reward workers")
+    tag_key: str = field_help("tag", "column whose value selects the reward domain (rewards.<domain>.tag_included)")
+    apply_chat_template: bool = field_help(True, "wrap prompts with the tokenizer's chat template")
+    on_long_prompt: Literal["drop", "error"] = field_help(
+        "drop", "prompts longer than prompt_length: drop them (count logged) or stop with an error")
+
+
+@dataclass
+class GeneratingArgs:
+    max_new_tokens: Optional[int] = field_help(None, "tokens generated per sample; null means response_length")
+    temperature: float = field_help(1.0, "sampling temperature (log-probs everywhere use the same temperature)")
+    top_p: float = field_help(1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's")
+    top_k: int = field_help(0, "top-k sampling (0 = off); > 0 makes rollout log-probs differ from the trainer's")
+    do_sample: bool = field_help(True, "sample (true) or decode greedily (false)")
+    num_return_sequences: Optional[int] = field_help(
+        None, "samples per prompt; null means num_return_sequences_in_group")
+
+
+@dataclass
+class StrategyArgs:
+    strategy_name: str = field_help(help="engine: hf_infer, deepspeed_train, deepspeed_infer (vllm, sglang, "
+                                         "fsdp2_*, megatron_* are planned; see docs/strategies.md)")
+    strategy_config: Optional[dict[str, Any]] = field_help(
+        None, "engine settings, e.g. a DeepSpeed config via `${deepspeed_zero2}` (see examples/config/)")
+
+
+@dataclass
+class WorkerConfig:
+    name: str = field_help("", "filled in from the role's key (actor_train, rewards.math, ...); do not set")
+    worker_cls: Optional[str] = field_help(
+        None, "dotted path of the Ray worker class; null picks the role's default (ActorWorker, CriticWorker)")
+    model_args: Optional[ModelArgs] = field_help(None, "the model this role loads (not needed by rule rewards)")
+    training_args: TrainingArgs = field_help(default_factory=TrainingArgs, help="optimizer and batch settings (training roles)")
+    data_args: DataArgs = field_help(default_factory=DataArgs, help="prompt data (actor_train: the training prompts)")
+    generating_args: GeneratingArgs = field_help(default_factory=GeneratingArgs, help="sampling settings (actor_infer)")
+    strategy_args: Optional[StrategyArgs] = field_help(None, "which engine runs this role")
+    device_mapping: Optional[Union[list[int], str]] = field_help(
+        None, "device ids of this role's workers: a list or 'list(range(a,b))'; null = CPU-only workers")
+    num_gpus_per_worker: int = field_help(1, "devices per worker; world_size = len(device_mapping) / this")
+    world_size: Optional[int] = field_help(
+        None, "number of workers; derived from device_mapping when that is set, else required (default 1)")
+    infer_batch_size: int = field_help(16, "rows per forward pass when computing log-probs or generating")
+    rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
+
+    def __post_init__(self):
+        self.device_mapping = parse_device_mapping(self.device_mapping, f"{self.name or 'worker'}.device_mapping")
+        if self.num_gpus_per_worker < 1:
+            raise ConfigError(f"'{self.name}.num_gpus_per_worker' = {self.num_gpus_per_worker}: must be ≥ 1")
+
+
+@dataclass
+class RewardConfig(WorkerConfig):
+    tag_included: list[str] = field_help(default_factory=list,
+                                         help="data tags routed to this domain; empty with one domain = every row")
+    timeout: float = field_help(5.0, "per-sample grading time limit in seconds (the sample then scores 0)")
+    reward_args: dict[str, Any] = field_help(default_factory=dict,
+                                             help="free-form settings for a custom reward worker (self.worker_config.reward_args)")
+
+
+@dataclass
+class ValidationConfig:
+    data_args: DataArgs = field_help(default_factory=DataArgs, help="held-out prompt file(s)")
+    generating_args: GeneratingArgs = field_help(
+        default_factory=lambda: GeneratingArgs(do_sample=False, num_return_sequences=1),
+        help="sampling for validation (greedy by default)")
