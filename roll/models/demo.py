@@ -1,0 +1,145 @@
+"""Preparation of the embedded RLVR demo: tiny model + tokenizer, data files, format-only warm start.
+
+`prepare_demo(output_dir, DemoSettings(...))` writes
+    <output_dir>/model/          HF folder (Qwen2 config + weights + tokenizer), warm-started
+    <output_dir>/train.jsonl     prompt, ground_truth, tag
+    <output_dir>/heldout.jsonl   prompt, ground_truth, tag (phrasings never seen in training)
+    <output_dir>/prepared.json   the settings + a summary; a second call with equal settings is a no-op
+and returns the summary. `greedy_eval` is the held-out measurement used before/after RL.
+"""
+import dataclasses
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from roll.data import demo_task
+from roll.models.tiny import build_tiny_model
+from roll.models.warm_start import format_only_examples, warm_start
+
+MARKER = "prepared.json"
+FORMAT_VERSION = 2  # bump when the files' meaning changes (tokenizer, task, split)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoSettings:
+    seed: int = 0
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    heldout_phrasings: int = 8
+    warm_start_steps: int = 60
+    warm_start_batch_size: int = 32
+    warm_start_lr: float = 3e-3
+    eval_max_new_tokens: int = 8
+
+
+def _marker_payload(settings: DemoSettings) -> dict:
+    return {"format_version": FORMAT_VERSION, "settings": dataclasses.asdict(settings)}
+
+
+def is_prepared(output_dir, settings: DemoSettings) -> dict | None:
+    """The stored summary when `output_dir` holds a complete preparation with these settings."""
+    marker = Path(output_dir) / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        stored = json.loads(marker.read_text())
+    except json.JSONDecodeError:
+        return None
+    required = ["model/config.json", "model/model.safetensors", "model/tokenizer.json", "train.jsonl", "heldout.jsonl"]
+    if any(stored.get(k) != v for k, v in _marker_payload(settings).items()) or \
+            not all((Path(output_dir) / name).is_file() for name in required):
+        return None
+    return stored.get("summary")
+
+
+def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: bool = False, log=print) -> dict:
+    out = Path(output_dir)
+    if not force:
+        summary = is_prepared(out, settings)
+        if summary is not None:
+            log(f"demo already prepared in {out} with these settings (delete {out / MARKER} or pass --force to redo)")
+            return dict(summary, skipped=True)
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).unlink(missing_ok=True)  # the marker is written last: a half-done run is redone
+    model_dir = out / "model"
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings)
+    demo_task.write_jsonl(train, out / "train.jsonl")
+    demo_task.write_jsonl(heldout, out / "heldout.jsonl")
+    build_tiny_model(str(model_dir), demo_task.tokenizer_corpus(), hidden_size=settings.hidden_size,
+                     num_layers=settings.num_layers, num_heads=settings.num_heads, seed=settings.seed)
+    conversations = format_only_examples([p["prompt"] for p in train], demo_task.answer_pool(), settings.seed,
+                                         answer_format=demo_task.answer_text)
+    losses = warm_start(str(model_dir), conversations, steps=settings.warm_start_steps,
+                        batch_size=settings.warm_start_batch_size, lr=settings.warm_start_lr, seed=settings.seed)
+    model, tokenizer = load_model(model_dir)
+    evaluation = greedy_eval(model, tokenizer, heldout, settings.eval_max_new_tokens)
+    n_params = sum(p.numel() for p in model.parameters())
+    prompt_tokens = max(len(ids) for ids in encode_prompts(tokenizer, [r["prompt"] for r in train + heldout]))
+    summary = {
+        "train_rows": len(train), "heldout_rows": len(heldout), "vocab_size": len(tokenizer),
+        "parameters": n_params, "max_prompt_tokens": prompt_tokens,
+        "warm_start_loss_first": losses[0] if losses else None,
+        "warm_start_loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None,
+        "heldout_accuracy": evaluation["accuracy"], "heldout_format_ok": evaluation["format_ok"],
+        "heldout_answer_counts": evaluation["answer_counts"], "seconds": round(time.perf_counter() - started, 1),
+    }
+    (out / MARKER).write_text(json.dumps(dict(_marker_payload(settings), summary=summary), indent=1))
+    return dict(summary, skipped=False)
+
+
+# ---- shared by preparation, the learnability probe and tests -----------------------------------------
+def load_model(model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    return model, tokenizer
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                           tokenize=False) for p in prompts]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def left_pad(id_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids in id_lists)
+    ids = torch.full((len(id_lists), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(id_lists), width), dtype=torch.long)
+    for i, row in enumerate(id_lists):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def greedy_eval(model, tokenizer, rows: list[dict], max_new_tokens: int = 8, batch_size: int = 256) -> dict:
+    """Greedy replies to `rows` graded by math-verify: accuracy, share of replies with a boxed number,
+    and how often each answer was given (a warm-started model answers near chance, often one number)."""
+    from roll.workers.rewards.math_verify_grader import grade
+
+    was_training = model.training
+    model.eval()
+    replies = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        ids, mask = left_pad(encode_prompts(tokenizer, [r["prompt"] for r in chunk]), tokenizer.pad_token_id)
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        replies += tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+    model.train(was_training)
+    scores = [grade(reply, row["ground_truth"]) for reply, row in zip(replies, rows)]
+    boxed = [r.strip() for r in replies]
+    counts = Counter(r[len("\\boxed{"):-1] if r.startswith("\\boxed{") and r.endswith("}") else "other"
+                     for r in boxed)
+    return {"accuracy": sum(scores) / len(scores),
+            "format_ok": sum(r.startswith("\\boxed{") and r.endswith("}") for r in boxed) / len(boxed),
+            "answer_counts": dict(sorted(counts.items())), "replies": replies, "scores": scores}
