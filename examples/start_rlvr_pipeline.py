@@ -8,6 +8,7 @@
 plan, and exits without starting Ray.
 """
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides such as max_steps=5")
     args = parser.parse_args(argv)
 
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(name, "1")  # one readable line per step instead of a bar per file read
     from roll.configs import ConfigError, compose_config, describe_config, load_rlvr_config
 
     try:

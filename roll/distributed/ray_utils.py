@@ -3,7 +3,9 @@ import os
 
 # Actors inherit these: 2-core machines slow down 10-40x when every process spawns its own threads.
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled",
-              "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0"}
+              "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0",
+              # progress bars of every weight load and data read would drown the per-step lines
+              "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 VIRTUAL_DEVICE = "roll_device"
 
 
@@ -20,8 +22,12 @@ def init_ray(num_devices: int, env_vars: dict | None = None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    resources = {} if has_gpus() else {VIRTUAL_DEVICE: num_devices}
+    gpus = has_gpus()
+    resources = {} if gpus else {VIRTUAL_DEVICE: num_devices}
     env_vars = {**{k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, **(env_vars or {})}
+    if not gpus:
+        env_vars.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise warns that it found no GPU
+    os.environ.setdefault("RAY_DEDUP_LOGS", env_vars["RAY_DEDUP_LOGS"])  # read by the driver's log monitor
     # Workers import user modules named by dotted path (custom reward workers) the way the driver does.
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

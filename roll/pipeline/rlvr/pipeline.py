@@ -84,15 +84,18 @@ class RLVRPipeline:
         return collate_prompts(rows, self.config.prompt_length, self.pad_token_id)
 
     # ---- one step, phase by phase ---------------------------------------------------------------
-    def generate(self, rows: list[dict], step: int, greedy: bool = False) -> DataProto:
+    def generate(self, rows: list[dict], step: int, validation: bool = False) -> DataProto:
         config = self.config
         batch = collate_prompts(rows, config.prompt_length, self.pad_token_id)
         batch.non_tensor_batch["domain"] = np.array([row["domain"] for row in rows], dtype=object)
         batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(rows))], dtype=object)
-        n = 1 if greedy else config.num_return_sequences_in_group
-        generation = {"num_return_sequences": n}
-        if greedy:
-            generation.update(do_sample=False)
+        if validation:
+            args = config.validation.generating_args
+            generation = {"num_return_sequences": args.num_return_sequences, "do_sample": args.do_sample,
+                          "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+        else:
+            generation = {"num_return_sequences": config.num_return_sequences_in_group}
+        n = generation["num_return_sequences"]
         batch.meta_info.update(generation_config=generation, seed=config.seed * 100003 + step)
         batch, pad = pad_to_multiple(batch, self.actor_infer.world_size)
         out = self.actor_infer.generate(batch)
@@ -175,11 +178,11 @@ class RLVRPipeline:
 
     # ---- validation and the loop ------------------------------------------------------------------
     def validate(self, step: int) -> dict:
-        """Greedy answers on the held-out prompts; the score mean per tag (the accuracy for 0/1 rewards)."""
+        """Answers to the held-out prompts (greedy by default); mean score per tag (= accuracy for 0/1 rewards)."""
         if not self.val_rows:
             return {}
         size = self.config.val_batch_size
-        parts = [self.compute_rewards(self.generate(self.val_rows[i:i + size], step, greedy=True))
+        parts = [self.compute_rewards(self.generate(self.val_rows[i:i + size], step, validation=True))
                  for i in range(0, len(self.val_rows), size)]
         batch = DataProto.concat(parts)
         scores = batch.batch["scores"].numpy()
