@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from roll.configs.base import PipelineConfig
-from roll.configs.loader import ConfigError, build
+from roll.configs.loader import ConfigError, build, unknown_key_message
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.validation import BatchPlan, batch_plan, check_algorithm, check_generation, check_roles, roles
 from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
@@ -29,7 +29,7 @@ ROLE_KEYS = ("actor_train", "actor_infer", "reference", "critic")
 _INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
 
 
-def compose_config(config_path: str, config_name: str, overrides: list[str] = ()):
+def compose_config(config_path: str, config_name: str, overrides: list[str] = (), schema=RLVRConfig):
     """Hydra composition (defaults lists, `@_here_` packages, interpolation) into a DictConfig."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -43,6 +43,10 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             return compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as error:
+        missing = re.search(r"Could not override '([^']+)'", str(error))
+        hint = missing and unknown_key_message(schema, missing.group(1))
+        if hint:  # Hydra would suggest '+key', which only moves the typo into the config
+            raise ConfigError(f"{hint} (in the command-line override {missing.group(1)}=...)") from None
         raise ConfigError(f"composing {directory / config_name}.yaml failed: {error}") from None
 
 
