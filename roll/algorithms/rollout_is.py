@@ -147,13 +147,17 @@ def to_floats(metrics, prefix=""):
 
 # ----------------------------------------------------------------------------- seed-only pieces
 
-def _check_thresholds(upper, lower, veto):
+def _thresholds(upper, lower, veto):
+    """(U, L) as floats, L = 1/U unless given; rejects values whose logs or reciprocals are meaningless."""
+    upper = float(upper)
     if not upper > 0:
         raise ValueError(f"rollout_is_threshold must be > 0, got {upper}")
-    if lower is not None and not lower >= 0:
+    lower = 1.0 / upper if lower is None else float(lower)
+    if not lower >= 0:
         raise ValueError(f"rollout_is_threshold_lower must be >= 0, got {lower}")
     if veto is not None and not veto >= 0:
         raise ValueError(f"rollout_is_veto_threshold must be >= 0, got {veto}")
+    return upper, lower
 
 
 def _veto(log_ratio, response_mask, veto_threshold):
@@ -206,9 +210,7 @@ def compute_rollout_importance_weights(old_log_prob, rollout_log_prob, response_
     if rollout_is_mode not in IS_MODES:
         raise ValueError(f"unknown rollout_is_mode {rollout_is_mode!r}; valid: {list(IS_MODES)}")
     check_log_prob_inputs(old_log_prob, rollout_log_prob, response_mask)
-    upper = float(rollout_is_threshold)
-    lower = 1.0 / upper if rollout_is_threshold_lower is None else float(rollout_is_threshold_lower)
-    _check_thresholds(upper, lower, rollout_is_veto_threshold)
+    upper, lower = _thresholds(rollout_is_threshold, rollout_is_threshold_lower, rollout_is_veto_threshold)
 
     log_ratio = old_log_prob - rollout_log_prob
     level_ratio = level_log_ratio(log_ratio, response_mask, rollout_is_level)
