@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from roll.configs.base import PipelineConfig
-from roll.configs.loader import ConfigError, build, unknown_key_message
+from roll.configs.loader import ConfigError, build
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.validation import BatchPlan, batch_plan, check_algorithm, check_generation, check_roles, roles
 from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
@@ -29,8 +29,12 @@ ROLE_KEYS = ("actor_train", "actor_infer", "reference", "critic")
 _INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
 
 
-def compose_config(config_path: str, config_name: str, overrides: list[str] = (), schema=RLVRConfig):
-    """Hydra composition (defaults lists, `@_here_` packages, interpolation) into a DictConfig."""
+def compose_config(config_path: str, config_name: str, overrides: list[str] = ()):
+    """Hydra composition (defaults lists, `@_here_` packages, interpolation) into a DictConfig.
+
+    A plain `key=value` override may set any schema field, also one the YAML leaves at its default
+    (Hydra alone would refuse it); a misspelled key then fails in the strict loader with a suggestion.
+    """
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -41,13 +45,13 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
                           f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})")
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return compose(config_name=config_name, overrides=list(overrides))
+            return compose(config_name=config_name, overrides=[_set_or_add(o) for o in overrides])
     except (HydraException, OmegaConfBaseException) as error:
-        missing = re.search(r"Could not override '([^']+)'", str(error))
-        hint = missing and unknown_key_message(schema, missing.group(1))
-        if hint:  # Hydra would suggest '+key', which only moves the typo into the config
-            raise ConfigError(f"{hint} (in the command-line override {missing.group(1)}=...)") from None
         raise ConfigError(f"composing {directory / config_name}.yaml failed: {error}") from None
+
+
+def _set_or_add(override: str) -> str:
+    return override if override.startswith(("+", "~")) else "++" + override
 
 
 def load_rlvr_config(config) -> RLVRConfig:

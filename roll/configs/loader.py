@@ -49,33 +49,6 @@ def build(cls, data: dict, path: str = ""):
     return cls(**values)
 
 
-def unknown_key_message(cls, dotted: str) -> str | None:
-    """For a dotted key that is not in the schema of `cls`: 'unknown key ...; did you mean ...'."""
-    hint, parts = cls, dotted.split(".")
-    for depth, part in enumerate(parts):
-        hint = _unwrap_optional(hint)
-        if typing.get_origin(hint) is dict:  # rewards.<domain>: any name, then the value's schema
-            hint = typing.get_args(hint)[1]
-            continue
-        if not dataclasses.is_dataclass(hint):
-            return None
-        names = {f.name: f for f in dataclasses.fields(hint)}
-        if part not in names:
-            where = ".".join(parts[:depth]) or "the top level"
-            return (f"unknown key '{dotted}'{closest(part, names)} (valid keys of {where}: "
-                    f"{', '.join(sorted(names))})")
-        hint = typing.get_type_hints(hint)[part]
-    return None
-
-
-def _unwrap_optional(hint):
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(options) == 1:
-            return options[0]
-    return hint
-
-
 def convert(hint, value, path: str):
     """Check (and build, for dataclasses) one value against its type hint."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)

@@ -12,7 +12,6 @@ from roll.configs.loader import field_help
 from roll.configs.worker import RewardConfig, ValidationConfig, WorkerConfig
 
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full", "k1+", "k2+", "k3+", "low_var_kl+"]
 
 
 @dataclass
@@ -67,9 +66,11 @@ class RLVRConfig(PipelineConfig):
     # --- KL ---------------------------------------------------------------------------------------------
     use_kl_loss: bool = field_help(False, "add kl_loss_coef × KL(actor‖reference) to the policy loss")
     kl_loss_coef: float = field_help(0.001, "KL-loss coefficient")
-    kl_loss_type: KLType = field_help("low_var_kl", "KL estimator of the KL loss")
+    kl_loss_type: str = field_help(
+        "low_var_kl", "KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3, or one of them + '+' "
+                      "(value of that estimator, gradient of k2)")
     add_token_level_kl: bool = field_help(False, "subtract β × KL(old‖reference) from the token rewards")
-    kl_penalty: KLType = field_help("kl", "KL estimator of the in-reward penalty")
+    kl_penalty: str = field_help("kl", "KL estimator of the in-reward penalty (same names as kl_loss_type)")
     init_kl_coef: float = field_help(0.001, "β of the in-reward KL penalty (initial value when adaptive)")
     target_kl: Optional[float] = field_help(None, "adaptive KL controller target; null = fixed β")
     kl_horizon: int = field_help(10000, "adaptive KL controller horizon")

@@ -124,13 +124,18 @@ def _check_worker(name: str, worker, num_devices: int) -> None:
 
 
 def check_algorithm(config) -> None:
-    from roll.algorithms import get_adv_estimator_fn, get_policy_loss_fn
+    from roll.algorithms import KL_ESTIMATORS, get_adv_estimator_fn, get_policy_loss_fn
 
     for key, lookup in (("adv_estimator", get_adv_estimator_fn), ("policy_loss_mode", get_policy_loss_fn)):
         try:
             lookup(getattr(config, key))
         except (KeyError, ValueError) as error:
             raise ConfigError(f"'{key}' = {getattr(config, key)!r}: {error}") from None
+    kl_names = list(KL_ESTIMATORS) + [f"{name}+" for name in KL_ESTIMATORS]
+    for key in ("kl_loss_type", "kl_penalty"):
+        value = getattr(config, key)
+        if value not in kl_names:
+            raise ConfigError(f"'{key}' = {value!r} is not allowed; choose one of {kl_names}{closest(value, kl_names)}")
     n = config.num_return_sequences_in_group
     if config.adv_estimator in GROUP_ESTIMATORS and n < 2:
         raise ConfigError(f"adv_estimator {config.adv_estimator!r} compares samples of the same prompt: set "
