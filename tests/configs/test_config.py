@@ -147,3 +147,10 @@ def test_qwen_recipe_dry_run_prints_the_16_gpu_plan(capsys):
     assert "['vllm'] are not implemented" in out
     assert launcher.main(["--config_name", "rlvr_tiny", "--dry_run", "rollout_batch_size=7"]) == 2
     assert "is not a multiple of the global train batch" in capsys.readouterr().err
+
+
+def test_configuration_reference_is_current():
+    from roll.configs.reference import render
+
+    doc = (EXAMPLES.parent / "docs" / "configuration.md").read_text()
+    assert doc == render(), "docs/configuration.md is stale: python -m roll.configs.reference > docs/configuration.md"

@@ -1,0 +1,78 @@
+"""docs/configuration.md, generated from the field declarations (their types, defaults and help).
+
+    python -m roll.configs.reference > docs/configuration.md
+"""
+import dataclasses
+import typing
+
+from roll.configs.loader import describe
+from roll.configs.rlvr import RLVRConfig
+from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
+                                 ValidationConfig, WorkerConfig)
+
+INTRO = """# Configuration reference
+
+Generated from the dataclasses in `roll/configs/` by `python -m roll.configs.reference`; a test fails
+when this file is out of date. Loading is strict: an unknown key fails with its full path and the
+closest valid name, a wrong type or value fails with what is allowed, and nothing is rewritten
+silently — fields left `null` that have a derived value (world sizes, `max_new_tokens`, …) are
+filled and printed at start-up together with the batch arithmetic and the placement plan
+(`--dry_run` prints them and exits).
+
+Any field can be set from the command line (`key=value`, `actor_train.training_args.learning_rate=1e-5`).
+Top-level keys that are not fields are allowed only as shared blocks that another key interpolates
+(`model_path: ...` used as `${model_path}`) or as the shipped blocks of `examples/config/`
+(`deepspeed_zero`, `deepspeed_zero2`, `deepspeed_zero2_cpuoffload`, `deepspeed_zero3`,
+`deepspeed_zero3_cpuoffload`). `envs.yaml` sets `system_envs`.
+
+ROLL-style clip keys map onto `roll.algorithms.PolicyLossConfig` in one place
+(`roll.configs.policy_loss_config`): `clip_ratio = pg_clip`, `clip_ratio_low = pg_clip_low or pg_clip`,
+`clip_ratio_high = pg_clip_high or pg_clip`, `clip_ratio_c = dual_clip_ratio_c` when `dual_clip_loss`
+is true and infinity (a cap that never binds) when it is false; the clip_cov/kl_cov/sapo keys pass
+through under their own names.
+"""
+
+SECTIONS = [("Pipeline (top level of an RLVR YAML)", RLVRConfig),
+            ("Roles: `actor_train`, `actor_infer`, `reference`, `critic`", WorkerConfig),
+            ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
+            ("`model_args`", ModelArgs), ("`training_args`", TrainingArgs), ("`data_args`", DataArgs),
+            ("`generating_args`", GeneratingArgs), ("`strategy_args`", StrategyArgs),
+            ("`validation`", ValidationConfig)]
+
+
+def _default(field) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+        if dataclasses.is_dataclass(value):
+            return "see below"
+    else:
+        return "required"
+    if isinstance(value, bool):
+        value = str(value).lower()  # YAML spelling
+    return "null" if value is None else f"`{value}`"
+
+
+def _rows(cls, skip=()) -> list[str]:
+    hints = typing.get_type_hints(cls)
+    rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for field in dataclasses.fields(cls):
+        if field.name in skip:
+            continue
+        kind = describe(hints[field.name]).replace("|", "\\|")
+        rows.append(f"| `{field.name}` | {kind} | {_default(field)} | {field.metadata.get('help', '')} |")
+    return rows
+
+
+def render() -> str:
+    parts = [INTRO]
+    worker_fields = {f.name for f in dataclasses.fields(WorkerConfig)}
+    for title, cls in SECTIONS:
+        skip = worker_fields if cls is RewardConfig else ()
+        parts.append(f"## {title}\n\n" + "\n".join(_rows(cls, skip)) + "\n")
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(render(), end="")
