@@ -56,3 +56,9 @@ def broadcast(per_row, m):
 
 def sigmoid(z):
     return 1.0 / (1.0 + math.exp(-z))
+
+
+def token_mean(x, m):
+    """agg_loss token-mean (head): Σ x·m / Σ m, no eps."""
+    pairs = flat_pairs(x, m)
+    return sum(v * w for v, w in pairs if w) / sum(w for _, w in pairs)
