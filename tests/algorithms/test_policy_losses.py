@@ -78,6 +78,20 @@ def test_vanilla_asymmetric_clip_and_fallback_to_clip_ratio():
     assert metrics["pg_clipfrac"] == pytest.approx(masked_mean([[p[1] for p in row] for row in per]))
 
 
+def test_vanilla_infinite_c_disables_dual_clip_and_stays_finite():
+    # the pipeline maps dual_clip_loss: false to clip_ratio_c = inf; A = 0 must not turn 0·inf into NaN
+    adv = [row[:] for row in ADV]
+    adv[2][0] = 0.0
+    old, lp, a, mask = tensors(adv=adv)
+    loss, metrics = compute_policy_loss_vanilla(old, lp, a, mask, config=PolicyLossConfig(clip_ratio_c=math.inf))
+    per = [[plain_vanilla(d, x, c=math.inf) for d, x in zip(dr, ar)] for dr, ar in zip(DELTA, adv)]
+    assert loss.item() == pytest.approx(token_mean([[p[0] for p in row] for row in per]), rel=1e-12)
+    assert metrics["pg_clipfrac_lower"] == 0.0
+    loss.backward()
+    assert torch.isfinite(lp.grad).all()
+    assert lp.grad[1, 1].item() != 0.0  # without the cap, r = 4.48 with A < 0 keeps its gradient
+
+
 def test_vanilla_rejects_clip_ratio_c_not_above_one():
     with pytest.raises(ValueError):
         compute_policy_loss_vanilla(*tensors(), config=PolicyLossConfig(clip_ratio_c=1.0))
