@@ -1,4 +1,6 @@
 """Advantage-estimator registry and properties every estimator shares (spec §2, §10)."""
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -37,7 +39,6 @@ def inputs():
 
 
 def call(name, **overrides):
-    import inspect
     fn = get_adv_estimator_fn(name)
     available = {**inputs(), **overrides}
     params = inspect.signature(fn).parameters
