@@ -221,7 +221,7 @@ def compute_rollout_correction_and_rejection_mask(old_log_prob, rollout_log_prob
 
     rollout_is ∈ {None, "token", "sequence"}: weights min(ρ, U) (optionally divided by their batch mean).
     rollout_rs: comma-separated rejection options (`token_k1`, `seq_mean_k3`, ...) that must all pass;
-    k1 thresholds are "lower_upper" bounds on π_rollout/π_train (a single u means 1/u_u).
+    k1 thresholds are "lower_upper" bounds on π_rollout/π_train (a single u means the range 1/u to u).
     """
     if rollout_log_prob is None:
         raise ValueError("rollout correction needs rollout_log_prob")

@@ -182,13 +182,13 @@ def _percentiles(weights, response_mask):
     return out
 
 
-def _keep_metrics(keep, row_keep, response_mask, level, mode):
+def _keep_metrics(keep, unit_keep, response_mask, level, mode):
     """Fractions zeroed by clip/mask mode, under the key names of the mode actually requested."""
     name = "clipped" if mode == "clip" else "masked"
     if level == "token":  # a row counts once it loses any valid token
         row_hit = (masked_sum(1.0 - keep, response_mask, axis=-1) > 0).float()
     else:  # one decision per row, empty rows included (their weight is 1)
-        row_hit = 1.0 - row_keep
+        row_hit = 1.0 - unit_keep
     return {f"rollout_is_{name}_fraction": masked_mean(1.0 - keep, response_mask),
             f"rollout_is_seq_{name}_fraction": row_hit.mean()}
 
