@@ -15,6 +15,8 @@ DEFAULT_WORKERS = {"actor_train": "roll.workers.actor_worker.ActorWorker",
 # What each role must be able to do, by strategy name (see roll/strategies/__init__.py).
 TRAIN = ("deepspeed_train", "fsdp2_train", "megatron_train")
 GENERATE = ("hf_infer", "vllm", "sglang")
+# Generation strategies that return per-token log-probs of the sampled tokens (needed by rollout IS).
+ROLLOUT_LOGPROBS = ("hf_infer", "vllm", "sglang")
 FORWARD = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer", "vllm", "sglang") + TRAIN
 ROLE_STRATEGIES = {"actor_train": TRAIN, "critic": TRAIN, "actor_infer": GENERATE,
                    "reference": ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer")}
@@ -156,8 +158,14 @@ def check_algorithm(config) -> None:
         raise ConfigError("use_kl_loss / add_token_level_kl need a 'reference' role; add one or turn both off")
     if config.dual_clip_loss and config.dual_clip_ratio_c <= 1.0:
         raise ConfigError(f"'dual_clip_ratio_c' = {config.dual_clip_ratio_c}: must be > 1")
-    if config.rollout_is_threshold is not None and config.rollout_is_threshold <= 0:
-        raise ConfigError(f"'rollout_is_threshold' = {config.rollout_is_threshold}: must be > 0 (or null = off)")
+    if config.rollout_is_threshold is not None:
+        if config.rollout_is_threshold <= 0:
+            raise ConfigError(f"'rollout_is_threshold' = {config.rollout_is_threshold}: must be > 0 (or null = off)")
+        strategy = config.actor_infer.strategy_args.strategy_name
+        if strategy not in ROLLOUT_LOGPROBS:
+            raise ConfigError(f"rollout_is_threshold is set, but actor_infer strategy {strategy!r} does not return "
+                              f"per-token log-probs of the sampled tokens; use one of {list(ROLLOUT_LOGPROBS)} or "
+                              f"set rollout_is_threshold: null")
 
 
 def check_generation(config) -> None:
