@@ -19,7 +19,8 @@ def init_ray(num_devices: int, env_vars: dict | None = None) -> None:
     """`env_vars` (the config's system_envs) override the defaults below in every worker."""
     import ray
 
-    if ray.is_initialized():
+    if ray.is_initialized():  # e.g. several pipelines in one process: the session's devices must suffice
+        _check_session_devices(num_devices)
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     gpus = has_gpus()
@@ -33,3 +34,14 @@ def init_ray(num_devices: int, env_vars: dict | None = None) -> None:
     env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     ray.init(resources=resources, include_dashboard=False, object_store_memory=1 << 30,
              runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
+
+
+def _check_session_devices(num_devices: int) -> None:
+    import ray
+
+    if has_gpus():
+        return
+    have = ray.cluster_resources().get(VIRTUAL_DEVICE, 0)
+    if have < num_devices:
+        raise RuntimeError(f"this process's Ray session was started with {have:g} virtual devices but the pipeline "
+                           f"needs num_nodes × num_gpus_per_node = {num_devices}; call ray.shutdown() first")

@@ -67,7 +67,22 @@ class ResourceManager:
         self.device_resource = "GPU" if self.use_gpus else VIRTUAL_DEVICE
         bundles = [{self.device_resource: 1}] * self.num_devices
         self.placement_group = placement_group(bundles, strategy="PACK")
-        ray.get(self.placement_group.ready(), timeout=120)
+        try:
+            ray.get(self.placement_group.ready(), timeout=120)
+        except ray.exceptions.GetTimeoutError:
+            ray.util.remove_placement_group(self.placement_group)
+            raise TimeoutError(
+                f"could not reserve {self.num_devices} {self.device_resource} devices within 120 s (Ray has "
+                f"{ray.available_resources().get(self.device_resource, 0)} free); is another pipeline still "
+                f"holding them in this Ray session? Call its close() first") from None
+
+    def shutdown(self) -> None:
+        """Release the devices (call after the roles' workers are stopped)."""
+        from ray.util.placement_group import remove_placement_group
+
+        if self.placement_group is not None:
+            remove_placement_group(self.placement_group)
+            self.placement_group = None
 
     def actor_options(self, placement: WorkerPlacement) -> dict:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

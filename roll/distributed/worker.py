@@ -17,15 +17,22 @@ class Worker:
         self.worker_config = worker_config
         self.worker_name = worker_config.name
         self.rank, self.world_size, self.devices = rank, world_size, tuple(devices)
-        # Rank 0 chooses the rendezvous address; the Cluster hands it to the other ranks.
-        self.master_addr = master_addr or socket.gethostbyname(socket.gethostname())
-        self.master_port = master_port or _free_port()
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0",
-                          MASTER_ADDR=self.master_addr, MASTER_PORT=str(self.master_port))
+        # Rank 0 chooses the rendezvous address; the Cluster hands it to the other ranks
+        # (set_master_address) before their first other call.
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0")
+        if master_addr is None and rank == 0:
+            master_addr, master_port = socket.gethostbyname(socket.gethostname()), _free_port()
+        self.master_addr, self.master_port = None, None
+        if master_addr is not None:
+            self.set_master_address(master_addr, master_port)
         self.logger = get_logger(f"{self.worker_name}[{rank}]")
 
     def get_master_address(self) -> tuple[str, int]:
         return self.master_addr, self.master_port
+
+    def set_master_address(self, master_addr: str, master_port: int) -> None:
+        self.master_addr, self.master_port = master_addr, int(master_port)
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
 
     def describe_placement(self) -> dict:
         """Where Ray put this worker (used by tests and the placement log)."""

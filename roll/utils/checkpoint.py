@@ -26,13 +26,17 @@ def staging_dir(output_dir: str, step: int) -> Path:
 def commit(output_dir: str, step: int) -> Path:
     """Publish the staged checkpoint of `step` and point `latest` at it (both renames are atomic)."""
     root = checkpoint_root(output_dir)
-    staged, final = root / f"step-{step}.tmp", root / f"step-{step}"
-    if final.exists():
-        shutil.rmtree(final)
+    staged, final, replaced = root / f"step-{step}.tmp", root / f"step-{step}", root / f"step-{step}.old"
+    if final.exists():  # saving a step again (a run restarted from an earlier checkpoint)
+        if replaced.exists():
+            shutil.rmtree(replaced)
+        os.replace(final, replaced)
     os.replace(staged, final)
     pointer_tmp = root / (LATEST + ".tmp")
     pointer_tmp.write_text(f"step-{step}\n")
     os.replace(pointer_tmp, root / LATEST)
+    if replaced.exists():
+        shutil.rmtree(replaced)
     return final
 
 
@@ -50,4 +54,8 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
     pointer = checkpoint_root(output_dir) / LATEST
     if not pointer.exists():
         return None  # resume requested but nothing saved yet: a fresh start (logged by the caller)
-    return checkpoint_root(output_dir) / pointer.read_text().strip()
+    path = checkpoint_root(output_dir) / pointer.read_text().strip()
+    if not path.is_dir():
+        raise FileNotFoundError(f"{pointer} names {path.name}, which does not exist; pass resume_from_checkpoint: "
+                                f"<output_dir>/checkpoints/step-N to pick a complete checkpoint")
+    return path

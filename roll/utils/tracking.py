@@ -20,6 +20,11 @@ class Tracker:
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+            self.writer = None

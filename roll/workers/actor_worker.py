@@ -44,7 +44,7 @@ class ActorWorker(Worker):
             for start in range(0, len(batch), mini_batch):
                 mini = batch[order[start:start + mini_batch]]
                 for key, value in self.strategy.train_step(mini, self._policy_loss).items():
-                    history[key].append(value)
+                    history[key if "/" in key else f"actor/{key}"].append(value)  # grad_norm, lr
         return {key: float(np.mean(values)) for key, values in history.items()}
 
     def _policy_loss(self, micro: DataProto, logits: torch.Tensor):

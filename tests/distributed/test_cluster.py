@@ -73,6 +73,7 @@ def test_dispatch_modes(resources):
     assert out.batch["rank"].tolist() == [0, 0, 1, 1]
     assert cluster.rank() == 0
     assert cluster.all_reduce() == [3.0, 3.0]  # gloo rendezvous from the env the Worker set
+    cluster.shutdown()
 
 
 def test_colocated_roles_share_bundles_and_separate_roles_do_not(resources):
@@ -82,6 +83,9 @@ def test_colocated_roles_share_bundles_and_separate_roles_do_not(resources):
         free = ray.available_resources()
         return [round(1 - free.get(f"roll_device_group_{i}_{pg}", 0.0), 2) for i in range(4)]
 
+    deadline = time.monotonic() + 30  # earlier tests' workers release their shares asynchronously
+    while any(used()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     before = used()
     train = Cluster("train", EchoWorker, resources, StandInWorkerConfig("train", [0, 1]))
     infer = Cluster("infer", EchoWorker, resources, StandInWorkerConfig("infer", [0, 1]))

@@ -1,4 +1,11 @@
-"""Pipeline checkpoints: trainer state from the workers plus the driver's step, data position and RNG."""
+"""Pipeline checkpoints: trainer state from the workers plus the driver's step, data position and RNG.
+
+`<output_dir>/checkpoints/step-<N>/` holds the state after N completed steps (N as in the progress
+line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
+    actor_train/            DeepSpeed engine state (weights, optimizer, LR schedule) + hf/ (loadable copy)
+    critic/                 the same for the value model (GAE only)
+    pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient
+"""
 import torch
 
 from roll.utils import checkpoint
@@ -6,6 +13,7 @@ from roll.utils.logging import get_logger
 from roll.utils.seeding import get_rng_state, set_rng_state
 
 logger = get_logger("roll.checkpoint")
+STATE_FILE = "pipeline_state.pt"
 
 
 class PipelineCheckpointer:
@@ -18,31 +26,38 @@ class PipelineCheckpointer:
             clusters["critic"] = self.pipeline.critic
         return clusters
 
-    def save(self, step: int) -> None:
+    def save(self, completed_steps: int) -> None:
         output_dir = self.pipeline.config.output_dir
-        staged = checkpoint.staging_dir(output_dir, step)
+        staged = checkpoint.staging_dir(output_dir, completed_steps)
         for name, cluster in self._trained_clusters().items():
             cluster.save_checkpoint(str(staged / name))
-        state = {"step": step, "sampler": self.pipeline.sampler.state_dict(), "rng": get_rng_state(),
-                 "kl_coef": self.pipeline.kl_ctrl.value}
-        torch.save(state, staged / "pipeline_state.pt")
-        final = checkpoint.commit(output_dir, step)
+        state = {"completed_steps": completed_steps, "sampler": self.pipeline.sampler.state_dict(),
+                 "rng": get_rng_state(), "kl_coef": self.pipeline.kl_ctrl.value}
+        torch.save(state, staged / STATE_FILE)
+        final = checkpoint.commit(output_dir, completed_steps)
         logger.info("saved checkpoint %s", final)
 
     def resume(self) -> int:
-        """Restores the newest checkpoint if asked; returns the first step to run."""
+        """Restores the newest (or the named) checkpoint if asked; returns the 0-based first step to run."""
         config = self.pipeline.config
         path = checkpoint.find_checkpoint(config.output_dir, config.resume_from_checkpoint)
         if path is None:
             if config.resume_from_checkpoint:
-                logger.info("resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 0",
+                logger.info("resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1",
                             config.output_dir)
             return 0
-        state = torch.load(path / "pipeline_state.pt", weights_only=False)
+        if not (path / STATE_FILE).is_file():
+            raise FileNotFoundError(f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
+                                    f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)")
+        state = torch.load(path / STATE_FILE, weights_only=False)
+        completed = state["completed_steps"]
+        if completed >= config.max_steps:
+            logger.warning("checkpoint %s already has %d completed steps, max_steps is %d: nothing to train",
+                           path, completed, config.max_steps)
         for name, cluster in self._trained_clusters().items():
             cluster.load_checkpoint(str(path / name))
         self.pipeline.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])
         self.pipeline.kl_ctrl.value = state["kl_coef"]
-        logger.info("resumed from %s: continuing at step %d", path, state["step"] + 1)
-        return state["step"] + 1
+        logger.info("resumed from %s: continuing at step %d", path, completed + 1)
+        return completed

@@ -18,6 +18,7 @@ from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager
 from roll.pipeline.rlvr import advantages as step_maths
 from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
+from roll.pipeline.rlvr.metrics import batch_metrics, fmt, mean_of_ranks, progress
 from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
 from roll.pipeline.rlvr.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
@@ -30,8 +31,15 @@ logger = get_logger("roll.pipeline")
 
 
 class RLVRPipeline:
-    def __init__(self, config):
+    """`RLVRPipeline(config).run()` trains; `close()` (or a `with` block) stops the workers and frees the
+    devices, so several pipelines can run one after another in one Ray session. `callbacks` are
+    `roll.pipeline.rlvr.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
+
+    def __init__(self, config, callbacks=()):
         self.config = config
+        self.callbacks = list(callbacks)
+        self.clusters: dict[str, Cluster] = {}
+        self.resource_manager = None
         set_seed(config.seed)
         model_path = config.actor_train.model_args.model_name_or_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -44,7 +52,11 @@ class RLVRPipeline:
                          if config.validation is not None else [])
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
         self.tracker = Tracker(config.track_with, config.tensorboard_dir)
-        self._create_clusters()
+        try:
+            self._create_clusters()
+        except BaseException:
+            self.close()  # a half-built pipeline must not keep workers and devices
+            raise
         self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch())
         self.checkpointer = PipelineCheckpointer(self)
 
@@ -57,27 +69,43 @@ class RLVRPipeline:
         return rows
 
     def _create_clusters(self) -> None:
-        config = self.config
+        config, started = self.config, time.perf_counter()
         init_ray(num_devices=config.num_devices, env_vars=config.system_envs)
         self.resource_manager = ResourceManager(num_nodes=config.num_nodes,
                                                 num_gpus_per_node=config.num_gpus_per_node)
-
-        def make(name, worker_config):
-            return Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
-                           resource_manager=self.resource_manager, worker_config=worker_config)
-
-        self.actor_train = make("actor_train", config.actor_train)
-        self.actor_infer = make("actor_infer", config.actor_infer)
-        self.reference = make("reference", config.reference) if config.reference is not None else None
-        self.critic = make("critic", config.critic) if config.critic is not None else None
-        self.reward_clusters = {domain: make(f"rewards.{domain}", reward_config)
-                                for domain, reward_config in config.rewards.items()}
+        role_configs = {"actor_train": config.actor_train, "actor_infer": config.actor_infer,
+                        "reference": config.reference, "critic": config.critic,
+                        **{f"rewards.{domain}": reward for domain, reward in config.rewards.items()}}
+        for name, worker_config in role_configs.items():
+            if worker_config is not None:
+                self.clusters[name] = Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
+                                              resource_manager=self.resource_manager, worker_config=worker_config)
+        self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
+        self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
+        self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in config.rewards}
         optimizer_steps = batch_plan(config).optimizer_steps  # per pipeline step, for LR schedules
-        for name, cluster in [("actor_train", self.actor_train), ("actor_infer", self.actor_infer),
-                              ("reference", self.reference), ("critic", self.critic),
-                              *self.reward_clusters.items()]:
-            if cluster is not None:
-                cluster.initialize(total_steps=config.max_steps * optimizer_steps.get(name, 0))
+        pending = [cluster.initialize.submit(total_steps=config.max_steps * optimizer_steps.get(name, 0))
+                   for name, cluster in self.clusters.items()]
+        for call in pending:  # every role loads its model at once; each wait keeps the role's timeout
+            call.result()
+        logger.info("started %d roles (%d workers) in %.1f s", len(self.clusters),
+                    sum(c.world_size for c in self.clusters.values()), time.perf_counter() - started)
+
+    def close(self) -> None:
+        """Stop every role's workers and release the devices; the Ray session stays up."""
+        for cluster in self.clusters.values():
+            cluster.shutdown()
+        self.clusters = {}
+        if self.resource_manager is not None:
+            self.resource_manager.shutdown()
+            self.resource_manager = None
+        self.tracker.close()
+
+    def __enter__(self) -> "RLVRPipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _probe_batch(self) -> DataProto:
         rows = (self.val_rows or self.train_rows)[:1]
@@ -145,8 +173,8 @@ class RLVRPipeline:
         }
         metrics = {}
         if self.critic is not None:
-            metrics.update(_mean_of_ranks(self.critic.train_step(batch)))
-        metrics.update(_mean_of_ranks(self.actor_train.train_step(batch)))
+            metrics.update(mean_of_ranks(self.critic.train_step(batch)))
+        metrics.update(mean_of_ranks(self.actor_train.train_step(batch)))
         return metrics
 
     def step(self, step: int) -> dict:
@@ -156,14 +184,7 @@ class RLVRPipeline:
             batch = self.generate(self.sampler.next_rows(config.rollout_batch_size), step)
         with timer.phase("reward"):
             self.compute_rewards(batch)
-        with timer.phase("old_log_probs"):
-            self.forward_log_probs(self.actor_train, batch, "old_log_probs")
-        if self.reference is not None:
-            with timer.phase("ref_log_probs"):
-                self.forward_log_probs(self.reference, batch, "ref_log_probs")
-        if self.critic is not None:
-            with timer.phase("values"):
-                self.compute_values(batch)
+        self._forward_passes(batch, timer)
         with timer.phase("advantages"):
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
             metrics.update(step_maths.apply_rollout_is(batch, config))
@@ -172,9 +193,22 @@ class RLVRPipeline:
             metrics.update(self.train(batch, step))
         with timer.phase("weight_sync"):
             metrics.update(self.weight_sync.sync_and_verify(step))
-        metrics.update(_batch_metrics(batch))
+        metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
+        for callback in self.callbacks:
+            callback.on_step_end(step, batch, metrics)
         return metrics
+
+    def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:
+        """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""
+        with timer.phase("old_log_probs"):
+            self.forward_log_probs(self.actor_train, batch, "old_log_probs")
+        if self.reference is not None:
+            with timer.phase("ref_log_probs"):
+                self.forward_log_probs(self.reference, batch, "ref_log_probs")
+        if self.critic is not None:
+            with timer.phase("values"):
+                self.compute_values(batch)
 
     # ---- validation and the loop ------------------------------------------------------------------
     def validate(self, step: int) -> dict:
@@ -192,29 +226,47 @@ class RLVRPipeline:
         return metrics
 
     def run(self) -> dict:
-        config = self.config
+        """Train from the first step not yet done (0, or the one after a resumed checkpoint) to max_steps.
+
+        Returns {"first_step": 0-based first step run, "before": validation metrics before training (only
+        on a fresh start), "steps": {0-based step: that step's metrics}, "after": the last validation}.
+        """
         first_step = self.checkpointer.resume()
         self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
-        history = {"before": self.validate(first_step) if first_step == 0 else {}}
-        if history["before"]:
-            logger.info("validation before training: %s", _fmt(history["before"]))
-            self.tracker.log(history["before"], first_step)
-        eta = ETA(first_step, config.max_steps - 1)
-        for step in range(first_step, config.max_steps):
-            started = time.perf_counter()
-            metrics = self.step(step)
-            last = step == config.max_steps - 1
-            if config.eval_steps and ((step + 1) % config.eval_steps == 0 or last):
-                metrics.update(self.validate(step + 1))
-            metrics["timing/step"] = time.perf_counter() - started
-            self.tracker.log(metrics, step)
-            if step % config.logging_steps == 0 or last:
-                logger.info("%s %s", eta.line(step), _progress(metrics))
-            if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
-                self.checkpointer.save(step)
-            history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history.get("after")
-        self.tracker.close()
+        history = {"first_step": first_step, "before": self._validate_before(first_step), "steps": {},
+                   "after": None}
+        eta = ETA(first_step, self.config.max_steps - 1)
+        for step in range(first_step, self.config.max_steps):
+            metrics = self._run_step(step, eta)
+            history["steps"][step] = metrics
+            history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history["after"]
+        self.tracker.flush()
         return history
+
+    def _validate_before(self, first_step: int) -> dict:
+        if first_step != 0 or not self.config.eval_steps:
+            return {}
+        metrics = self.validate(0)
+        if metrics:
+            logger.info("validation before training: %s", fmt(metrics))
+            self.tracker.log(metrics, 0)
+        return metrics
+
+    def _run_step(self, step: int, eta: ETA) -> dict:
+        """One step plus its bookkeeping: validation, tracking, the progress line, checkpointing."""
+        config = self.config
+        started = time.perf_counter()
+        metrics = self.step(step)
+        last = step == config.max_steps - 1
+        if config.eval_steps and ((step + 1) % config.eval_steps == 0 or last):
+            metrics.update(self.validate(step + 1))
+        metrics["timing/step"] = time.perf_counter() - started
+        self.tracker.log(metrics, step)
+        if step % config.logging_steps == 0 or last:
+            logger.info("%s %s", eta.line(step), progress(metrics))
+        if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
+            self.checkpointer.save(completed_steps=step + 1)
+        return metrics
 
 
 def _kl_ctrl_settings(config) -> dict:
@@ -223,34 +275,7 @@ def _kl_ctrl_settings(config) -> dict:
             "target_kl": config.target_kl if config.target_kl is not None else 0.0}
 
 
-def _mean_of_ranks(per_rank: list[dict]) -> dict:
-    keys = per_rank[0].keys()
-    return {key: float(np.mean([metrics[key] for metrics in per_rank])) for key in keys}
-
-
-def _batch_metrics(batch: DataProto) -> dict:
-    mask = batch.batch["response_mask"]
-    lengths = mask.sum(-1)
-    return {"critic/score/mean": batch.batch["scores"].mean().item(),
-            "critic/rewards/mean": batch.batch["token_level_rewards"].sum(-1).mean().item(),
-            "critic/advantages/mean": (batch.batch["advantages"] * mask).sum().item() / max(mask.sum().item(), 1),
-            "response_length/mean": lengths.mean().item(),
-            "response_length/clip_ratio": (lengths == mask.shape[1]).float().mean().item()}
-
-
-def _progress(metrics: dict) -> str:
-    keys = [("reward", "critic/score/mean"), ("len", "response_length/mean"), ("pg_loss", "actor/pg_loss"),
-            ("kl", "mismatch/mismatch_kl"), ("val", "val/score/all")]
-    parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
-    phases = " ".join(f"{k[len('timing/'):]} {v:.1f}s" for k, v in metrics.items()
-                      if k.startswith("timing/") and k != "timing/step")
-    return " | ".join(parts) + f" | step {metrics['timing/step']:.1f}s ({phases})"
-
-
-def _fmt(metrics: dict) -> str:
-    return ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-
-
 def run_pipeline(config) -> dict:
     """Entry point used by examples/start_rlvr_pipeline.py."""
-    return RLVRPipeline(config).run()
+    with RLVRPipeline(config) as pipeline:
+        return pipeline.run()

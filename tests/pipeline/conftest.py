@@ -1,0 +1,47 @@
+"""Shared set-up of the end-to-end pipeline tests (real Ray + DeepSpeed + HF on CPU).
+
+One demo preparation and one Ray session per test session; each test builds validated configs from
+examples/tiny_rlvr/rlvr_tiny.yaml with small batches and runs pipelines in-process, closing each one
+so the next can take the (virtual) devices.
+"""
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: 2 threads on 2 cores are 10-40x slower
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.pipeline.helpers import make_config  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory) -> Path:
+    """Tiny model + data, warm-started for a few steps only (the tests check mechanics, not learning)."""
+    from roll.models.demo import DemoSettings, prepare_demo
+
+    directory = tmp_path_factory.mktemp("demo")
+    prepare_demo(directory, DemoSettings(warm_start_steps=5), log=lambda *_: None)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def ray_session(demo_dir):
+    """One Ray session (2 virtual devices) shared by every pipeline of the session."""
+    import ray
+
+    from roll.distributed.ray_utils import init_ray
+
+    init_ray(num_devices=2, env_vars=make_config(demo_dir, demo_dir / "unused").system_envs)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def rlvr_config(demo_dir):
+    """`rlvr_config(output_dir, overrides=(), blocks=None, **yaml)`: a validated RLVRConfig from the tiny
+    demo YAML (or `config_path`/`config_name`) on the session's demo data with SMALL_RUN batches."""
+    def build(output_dir, overrides=(), blocks=None, **yaml):
+        return make_config(demo_dir, output_dir, overrides, blocks, **yaml)
+
+    return build

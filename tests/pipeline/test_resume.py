@@ -1,0 +1,88 @@
+"""Acceptance: a run stopped after a checkpoint and restarted with resume_from_checkpoint: true continues
+at the next step with the same data order — and, in fp32 on CPU, with bit-identical samples, metrics
+and weights (tolerance: exact equality; every random draw is seeded per step and restored on resume).
+
+Three pipelines in one Ray session: A runs 4 steps uninterrupted; B runs 2 steps (checkpoint at step 2),
+then a new pipeline resumes B's output_dir with max_steps=4.
+"""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from roll.pipeline.rlvr.callbacks import read_samples
+from tests.pipeline.helpers import run_pipeline, trained_weights
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+STEPS, STOP = 4, 2
+# Wall-clock metrics differ between any two runs; everything else must match exactly.
+NONDETERMINISTIC = ("timing/", "weight_sync/seconds")
+
+
+@pytest.fixture(scope="module")
+def runs(rlvr_config, tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+
+    def run(out, samples, *overrides):
+        config = rlvr_config(root / out, ["save_steps=2", *overrides])
+        return run_pipeline(config, sample_dir=root / samples, inspect=trained_weights)
+
+    full = run("full", "full_samples", f"max_steps={STEPS}")
+    stopped = run("stopped", "stopped_samples", f"max_steps={STOP}")
+    resumed = run("stopped", "resumed_samples", f"max_steps={STEPS}", "resume_from_checkpoint=true")
+    return {"root": root, "full": full, "stopped": stopped, "resumed": resumed}
+
+
+def _deterministic(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not k.startswith(NONDETERMINISTIC)}
+
+
+def test_resumed_run_continues_at_the_next_step_with_the_same_prompts(runs):
+    root, resumed = runs["root"], runs["resumed"]
+    assert runs["stopped"]["first_step"] == 0 and sorted(runs["stopped"]["steps"]) == [0, 1]
+    assert resumed["first_step"] == STOP  # 0-based index 2 = step 3
+    assert sorted(resumed["steps"]) == [2, 3]
+    assert resumed["before"] == {}  # no "before training" validation on a resumed run
+    for step in (3, 4):  # 1-based, as the sample files and the progress line count
+        full = read_samples(root / "full_samples", step)
+        again = read_samples(root / "resumed_samples", step)
+        assert [r["prompt"] for r in again] == [r["prompt"] for r in full], f"step {step}: data order differs"
+        assert again == full, f"step {step}: same prompts but different samples (responses, scores)"
+    assert not (root / "resumed_samples" / "step-1.jsonl").exists()
+    # the stopped run drew the first two steps' prompts, and none of them is drawn again
+    first = {r["prompt"] for step in (1, 2) for r in read_samples(root / "stopped_samples", step)}
+    assert first == {r["prompt"] for step in (1, 2) for r in read_samples(root / "full_samples", step)}
+
+
+def test_metrics_and_weights_match_the_uninterrupted_run_exactly(runs):
+    full, stopped, resumed = runs["full"], runs["stopped"], runs["resumed"]
+    for step in range(STEPS):
+        other = stopped if step < STOP else resumed
+        assert _deterministic(other["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert all(torch.isfinite(torch.tensor(full["steps"][s][key])) for s in range(STEPS)), key
+    weights, expected = resumed["inspected"], full["inspected"]
+    assert weights.keys() == expected.keys()
+    assert all(torch.equal(weights[name], expected[name]) for name in expected)
+    assert not all(torch.equal(stopped["inspected"][n], expected[n]) for n in expected)  # steps 3-4 trained
+
+
+def test_checkpoints_are_complete_atomic_step_directories(runs):
+    root = runs["root"] / "stopped" / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2", "step-4"]  # no *.tmp left behind
+    assert (root / "latest").read_text().strip() == "step-4"
+    step2 = root / "step-2"
+    for name in ("pipeline_state.pt", "actor_train/engine", "actor_train/hf/model.safetensors",
+                 "actor_train/hf/config.json", "actor_train/hf/tokenizer.json"):
+        assert (step2 / name).exists(), name
+    state = torch.load(step2 / "pipeline_state.pt", weights_only=False)
+    assert state["completed_steps"] == 2
+    assert state["sampler"] == {"epoch": 0, "cursor": 2 * 8}  # two steps of rollout_batch_size=8 prompts
+    # the loadable HF copy of step 4 holds the final weights; step 2 equals the uninterrupted run's step 2
+    final = load_file(root / "step-4" / "actor_train" / "hf" / "model.safetensors")
+    assert all(torch.equal(final[name], runs["full"]["inspected"][name]) for name in final)
+    full_step2 = load_file(runs["root"] / "full" / "checkpoints" / "step-2" / "actor_train" / "hf" / "model.safetensors")
+    assert all(torch.equal(full_step2[n], t) for n, t in load_file(step2 / "actor_train/hf/model.safetensors").items())
+    assert json.loads((step2 / "actor_train" / "hf" / "config.json").read_text())["model_type"] == "qwen2"
