@@ -29,10 +29,11 @@ class InferenceStrategy:
         self.model = self.load_model().to(self.device)
         self.model.eval()
 
-    def load_model(self) -> torch.nn.Module:
-        """The HF model from model_args; a one-output token head for value workers (the critic)."""
+    def load_model(self, dtype: torch.dtype | None = None) -> torch.nn.Module:
+        """The HF model from model_args (in model_args.dtype unless `dtype` is given); a one-output token
+        head for value workers (the critic)."""
         args = self.config.model_args
-        dtype = DTYPES[args.dtype]
+        dtype = DTYPES[args.dtype] if dtype is None else dtype
         if dtype != torch.float32 and not torch.cuda.is_available():
             self.logger.warning("model_args.dtype=%s on a CPU-only machine: expect it to be several times "
                                 "slower than float32", args.dtype)
@@ -56,22 +57,30 @@ class InferenceStrategy:
         for start in range(0, len(batch), size):
             yield batch[slice(start, start + size)]
 
+    def _forward_micro_batches(self, batch: DataProto):
+        """(micro-batch, keep) pairs for the scoring forwards. Sharded engines override this to pad every
+        rank to the same number of forwards (the padding is run with keep=False and discarded)."""
+        for micro in self._micro_batches(batch):
+            yield micro, True
+
     @torch.no_grad()
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
         parts = []
-        for micro in self._micro_batches(batch):
+        for micro, keep in self._forward_micro_batches(batch):
             responses = micro.batch["responses"]
             logits = slice_response_logits(self.forward_logits(micro), responses.shape[1])
-            parts.append(response_log_probs(logits, responses, temperature) * micro.batch["response_mask"])
+            if keep:
+                parts.append(response_log_probs(logits, responses, temperature) * micro.batch["response_mask"])
         return torch.cat(parts)
 
     @torch.no_grad()
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         parts = []
-        for micro in self._micro_batches(batch):
+        for micro, keep in self._forward_micro_batches(batch):
             logits = self.forward_logits(micro)
-            parts.append(slice_response_logits(logits, micro.batch["responses"].shape[1]).squeeze(-1).float())
+            if keep:
+                parts.append(slice_response_logits(logits, micro.batch["responses"].shape[1]).squeeze(-1).float())
         return torch.cat(parts)
 
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:

@@ -5,7 +5,6 @@ keys left as "auto" (or absent) are taken from training_args; an explicit value 
 training_args is an error, never silently replaced.
 """
 import copy
-import math
 import sys
 from pathlib import Path
 
@@ -13,6 +12,11 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy
+from roll.strategies.train_common import (aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
+                                          forward_inputs, lr_lambda, mean_metrics, save_tokenizer,
+                                          split_train_batch)
+
+__all__ = ["DeepSpeedTrainStrategy", "DeepSpeedInferStrategy", "resolve_ds_config", "zero_stage", "lr_lambda"]
 
 
 def _init_deepspeed_distributed() -> None:
@@ -65,22 +69,6 @@ def zero_stage(config: dict) -> int:
     return int(config.get("zero_optimization", {}).get("stage", 0))
 
 
-def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
-    valid = ("constant", "linear", "cosine")
-    if kind not in valid:
-        raise ValueError(f"training_args.lr_scheduler_type={kind!r}; valid: {valid}")
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        if kind == "constant" or total_steps <= warmup_steps:
-            return 1.0
-        progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
-        return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
-
-
 class DeepSpeedTrainStrategy(InferenceStrategy):
     def initialize(self, total_steps: int = 0) -> None:
         import deepspeed
@@ -94,17 +82,14 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         offload = self.ds_config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
         params = [p for p in model.parameters() if p.requires_grad]
-        betas = (args.adam_beta1, args.adam_beta2)
         if offload not in (None, "none"):
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # JIT-builds cpu_adam once (~2 min with gcc)
 
-            optimizer = DeepSpeedCPUAdam(params, lr=args.learning_rate, betas=betas, eps=args.adam_epsilon,
-                                         weight_decay=args.weight_decay)
+            optimizer = DeepSpeedCPUAdam(params, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+                                         eps=args.adam_epsilon, weight_decay=args.weight_decay, adamw_mode=True)
         else:
-            optimizer = torch.optim.AdamW(params, lr=args.learning_rate, betas=betas, eps=args.adam_epsilon,
-                                          weight_decay=args.weight_decay)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_lambda(args.lr_scheduler_type, args.warmup_steps, max(total_steps, 1)))
+            optimizer = build_adamw(params, args)
+        scheduler = build_lr_scheduler(optimizer, args, total_steps)
         self.model, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config)
         self.model.train()
@@ -114,38 +99,55 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
         return self.model.module
 
     def train_step(self, batch: DataProto, loss_fn) -> dict:
-        args = self.config.training_args
-        micro_size, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
-        if len(batch) != micro_size * accumulation:
-            raise ValueError(f"{self.config.name}: a train_step takes per_device_train_batch_size × "
-                             f"gradient_accumulation_steps = {micro_size * accumulation} rows per rank, got {len(batch)}")
+        micros = split_train_batch(self.config, batch)
         history: dict[str, list] = {}
-        for index in range(accumulation):
-            micro = batch[slice(index * micro_size, (index + 1) * micro_size)]
-            logits = self.model(**{k: micro.batch[k].to(self.device) for k in ("input_ids", "attention_mask",
-                                                                                 "position_ids")},
-                                use_cache=False).logits
+        own_norm = None
+        for index, micro in enumerate(micros):
+            logits = self.model(**forward_inputs(micro, self.device), use_cache=False).logits
             loss, metrics = loss_fn(micro.to(self.device), logits)
             self.model.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps itself
+            if index == len(micros) - 1:
+                own_norm = self._unpartitioned_grad_norm()
             self.model.step()          # steps the optimizer only at the accumulation boundary
             for key, value in metrics.items():
                 history.setdefault(key, []).append(value)
-        out = {key: sum(values) / len(values) for key, values in history.items()}
+        out = mean_metrics(history)
         grad_norm = self.model.get_global_grad_norm()
+        grad_norm = own_norm if grad_norm is None else grad_norm
         out["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         out["lr"] = self.scheduler.get_last_lr()[0]
         return out
 
+    @torch.no_grad()
+    def _unpartitioned_grad_norm(self):
+        """Pre-clipping gradient norm without ZeRO in fp32: DeepSpeed clips there but keeps no norm
+        (get_global_grad_norm() stays None). The gradients are already averaged over ranks here."""
+        if zero_stage(self.ds_config) > 0 or self.model.fp16_enabled() or self.model.bfloat16_enabled():
+            return None
+        norms = [p.grad.detach().float().norm() for p in self.module.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(norms)).item() if norms else 0.0
+
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
-        inputs = {k: micro.batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids")}
-        return self.model(**inputs, use_cache=False).logits.cpu()
+        return self.model(**forward_inputs(micro, self.device), use_cache=False).logits.float().cpu()
+
+    def _forward_micro_batches(self, batch: DataProto):
+        if zero_stage(self.ds_config) == 3:  # weights are gathered inside each forward: same count on every rank
+            return aligned_micro_batches(batch, self.config.infer_batch_size)
+        return super()._forward_micro_batches(batch)
 
     @torch.no_grad()
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_log_probs, batch)
+
+    @torch.no_grad()
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_values, batch)
+
+    def _in_eval_mode(self, fn, batch):
         was_training = self.model.training
         self.model.eval()
         try:
-            return super().compute_log_probs(batch)
+            return fn(batch)
         finally:
             self.model.train(was_training)
 
@@ -160,13 +162,8 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
             return iter(gathered)
         return ((name, p.detach()) for name, p in params)
 
-    @torch.no_grad()
     def state_checksum(self) -> float:
-        total = 0.0
-        for _, p in self.named_hf_parameters():
-            p = p.double()
-            total += p.sum().item() + (p * p).sum().item()
-        return total
+        return checksum(self.named_hf_parameters())
 
     def save_checkpoint(self, path: str) -> None:
         """Engine state (weights, optimizer, LR schedule) plus an HF copy users can load directly."""
@@ -174,11 +171,105 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
         weights = dict(self.named_hf_parameters())
         if self.rank == 0:
             self.module.save_pretrained(str(Path(path) / "hf"), state_dict=weights)
+            save_tokenizer(self.config.model_args.model_name_or_path, Path(path) / "hf", self.logger)
 
     def load_checkpoint(self, path: str) -> None:
         if not (Path(path) / "engine").is_dir():
             raise FileNotFoundError(f"{self.config.name}: {path} has no DeepSpeed 'engine' checkpoint")
         self.model.load_checkpoint(path, tag="engine", load_optimizer_states=True, load_lr_scheduler_states=True)
+
+    # --- memory ---------------------------------------------------------------------------------------
+    def offload(self) -> None:
+        """Parameters, gradients and optimizer state to host memory between phases (colocated roles).
+        ZeRO 1-3 use DeepSpeed's own `offload_states` (also run on CPU, where it copies into fresh host
+        buffers and re-links them; the test suite checks training is unchanged). ZeRO-0 moves the module
+        and the AdamW state on GPU (not verified here) and has nothing to move on CPU."""
+        if self._engine_offloads_states():
+            if zero_stage(self.ds_config) == 3:
+                self._offload_zero3(torch.device("cpu"))
+            else:
+                self.model.offload_states()
+        elif torch.cuda.is_available():
+            self.model.module.to("cpu")
+            self._move_optimizer_state(torch.device("cpu"))
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        else:
+            self._log_nothing_to_move()
+
+    def reload(self) -> None:
+        if self._engine_offloads_states():
+            self.model.reload_states()
+            if zero_stage(self.ds_config) == 3:
+                self._move_zero3_master_and_adam(self.device)
+        elif torch.cuda.is_available():
+            self.model.module.to(self.device)
+            self._move_optimizer_state(self.device)
+        else:
+            self._log_nothing_to_move()
+
+    def _engine_offloads_states(self) -> bool:
+        """DeepSpeed's offload_states needs a ZeRO optimizer and refuses offloaded parameters (they live on
+        the host already)."""
+        zero = self.ds_config.get("zero_optimization", {})
+        params_offloaded = zero.get("offload_param", {}).get("device", "none") not in (None, "none")
+        return zero_stage(self.ds_config) > 0 and not params_offloaded
+
+    def _offload_zero3(self, device: torch.device) -> None:
+        """ZeRO-3's offload_states moves float32 master weights and Adam moments only for DeepSpeed's
+        FusedAdam (a CUDA op; roll uses torch AdamW so CPU and GPU train alike). DeepSpeed moves the
+        low-precision weights, gradient partitions and buckets; the master partitions and the AdamW state
+        are moved here the way DeepSpeed's own non-pinned path does it (`.data` swaps keep the tensors the
+        optimizer is keyed by)."""
+        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
+
+        self.model.offload_states(include=[OffloadStateTypeEnum.lp_params, OffloadStateTypeEnum.lp_grads,
+                                           OffloadStateTypeEnum.contiguous_grad_buffer])
+        self._move_zero3_master_and_adam(device)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    def _move_zero3_master_and_adam(self, device: torch.device) -> None:
+        zero_optimizer = self.model.optimizer
+        for flat in zero_optimizer.fp32_partitioned_groups_flat:
+            flat.data = flat.data.to(device)
+        for state in zero_optimizer.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    value.data = value.data.to(device)
+
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)
+
+    def _log_nothing_to_move(self) -> None:
+        if not getattr(self, "_said_nothing_to_move", False):
+            self.logger.info("deepspeed_train (ZeRO-0): offload/reload are no-ops on a CPU-only machine")
+            self._said_nothing_to_move = True
+
+
+def resolve_ds_infer_config(strategy_config: dict, world_size: int, dtype: str) -> dict:
+    """A forward-only engine: one row per micro-batch, no accumulation or clipping; the shipped configs'
+    "auto" keys resolved (DeepSpeed itself does not accept "auto")."""
+    config = copy.deepcopy(dict(strategy_config or {}))
+    for section in ("optimizer", "scheduler"):
+        if section in config:
+            raise ValueError(f"strategy_config.{section}: deepspeed_infer does not train; remove the {section!r} section")
+    micro = config.get("train_micro_batch_size_per_gpu", "auto")
+    config["train_micro_batch_size_per_gpu"] = 1 if micro == "auto" else micro
+    config["gradient_accumulation_steps"] = 1
+    config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * world_size
+    config["gradient_clipping"] = 0.0
+    for precision, wanted in (("bf16", dtype == "bfloat16"), ("fp16", dtype == "float16")):
+        section = dict(config.get(precision, {}))
+        if section.get("enabled", "auto") == "auto":
+            section["enabled"] = wanted
+        config[precision] = section
+    config.setdefault("steps_per_print", 10**9)
+    return config
 
 
 class DeepSpeedInferStrategy(InferenceStrategy):
@@ -186,20 +277,49 @@ class DeepSpeedInferStrategy(InferenceStrategy):
     keep a full copy per rank, so a plain module is enough."""
 
     def initialize(self, total_steps: int = 0) -> None:
-        config = dict(self.config.strategy_args.strategy_config)
-        if zero_stage(config) != 3:
+        self.ds_config = resolve_ds_infer_config(self.config.strategy_args.strategy_config, self.world_size,
+                                                 self.config.model_args.dtype)
+        if zero_stage(self.ds_config) != 3:
             super().initialize(total_steps)
             return
         import deepspeed
 
         _init_deepspeed_distributed()
-        config.setdefault("train_micro_batch_size_per_gpu", 1)
-        config["train_batch_size"] = config["train_micro_batch_size_per_gpu"] * self.world_size
-        config.pop("gradient_accumulation_steps", None)
-        self.model, *_ = deepspeed.initialize(model=self.load_model(), config=config)
+        self.model, *_ = deepspeed.initialize(model=self.load_model(), config=self.ds_config)
         self.model.eval()
 
     @property
     def module(self) -> torch.nn.Module:
         return getattr(self.model, "module", self.model)
 
+    def _forward_micro_batches(self, batch: DataProto):
+        if zero_stage(self.ds_config) == 3:  # weights are gathered inside each forward: same count on every rank
+            return aligned_micro_batches(batch, self.config.infer_batch_size)
+        return super()._forward_micro_batches(batch)
+
+    def named_hf_parameters(self):
+        """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""
+        return DeepSpeedTrainStrategy.named_hf_parameters(self)
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors) -> None:
+        """Full HF-named tensors on every rank. Under ZeRO-3 (collective) each parameter is gathered, set
+        from rank 0's copy and re-partitioned."""
+        if zero_stage(self.ds_config) != 3:
+            super().load_weights(named_tensors)
+            return
+        import deepspeed
+
+        params = dict(self.module.named_parameters())
+        weights = dict(named_tensors)
+        unknown, missing = sorted(set(weights) - set(params)), sorted(set(params) - set(weights))
+        if unknown or missing:
+            raise KeyError(f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, "
+                           f"missing {missing[:3]}")
+        for name, param in params.items():
+            with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+                if self.rank == 0:
+                    param.copy_(weights[name].to(param.device, param.dtype))
+
+    def state_checksum(self) -> float:
+        return checksum(self.named_hf_parameters())

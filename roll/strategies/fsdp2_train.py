@@ -1,0 +1,309 @@
+"""`fsdp2_train` / `fsdp2_infer`: torch FSDP2 (`torch.distributed.fsdp.fully_shard`) over all ranks of
+the role (gloo on CPU, NCCL on GPU).
+
+Every rank loads the HF folder, then each module class in `wrap_modules` (default: the model's
+`_no_split_modules`, i.e. its decoder layers) and finally the root are sharded over a 1-D device mesh
+of `world_size` ranks. Parameters become DTensors sharded on dim 0; the optimizer (AdamW from
+training_args) holds only this rank's shards.
+
+`strategy_config` keys (all optional; an unknown key is an error naming the valid ones):
+    reshard_after_forward  true (default): free gathered weights after each forward (ZeRO-3-like);
+                           false: keep them until backward (ZeRO-2-like, more memory, fewer all-gathers)
+    cpu_offload            false (default); true: FSDP2's CPUOffloadPolicy — sharded parameters, gradients
+                           and the optimizer step live in host memory (GPU only; ignored on CPU)
+    param_dtype            "auto" (default) = model_args.dtype; the dtype forward/backward compute in.
+                           Master weights and optimizer state are always float32: with bfloat16 this is
+                           FSDP2 mixed precision, the same split DeepSpeed's bf16 mode makes.
+    reduce_dtype           "float32" (default): the dtype gradients are reduce-scattered in
+    wrap_modules           null (default) = model._no_split_modules; or a list of module class names
+                           sharded as their own units
+
+Gradient accumulation: each micro-batch's loss is divided by gradient_accumulation_steps before
+backward; FSDP2 reduce-scatters (averages over ranks) after every backward and accumulates the sharded
+gradients; then one clip (training_args.max_grad_norm) and one AdamW + LR-scheduler step per train_step.
+
+Checkpoints (`save_checkpoint(path)`): `path/fsdp2/` is a torch.distributed.checkpoint (sharded, one
+file per rank, reshardable to another world size) of model and optimizer state, plus the LR scheduler
+in `path/fsdp2/scheduler.pt`; `path/hf/` is a full HF copy (weights gathered to rank 0, tokenizer).
+"""
+from pathlib import Path
+
+import torch
+
+from roll.distributed.data_proto import DataProto
+from roll.strategies.base import DTYPES, InferenceStrategy
+from roll.strategies.train_common import (aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
+                                          forward_inputs, gradient_clip_value, mean_metrics, save_tokenizer,
+                                          split_train_batch)
+
+FSDP2_DEFAULTS = {"reshard_after_forward": True, "cpu_offload": False, "param_dtype": "auto",
+                  "reduce_dtype": "float32", "wrap_modules": None}
+CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
+
+
+def resolve_fsdp2_config(strategy_config, model_dtype: str) -> dict:
+    """strategy_config with defaults filled in; unknown keys and bad values are errors."""
+    given = dict(strategy_config or {})
+    unknown = sorted(set(given) - set(FSDP2_DEFAULTS))
+    if unknown:
+        raise ValueError(f"fsdp2 strategy_config has unknown keys {unknown}; valid: {sorted(FSDP2_DEFAULTS)} "
+                         f"(a DeepSpeed config such as ${{deepspeed_zero2}} does not apply to fsdp2: set "
+                         f"strategy_config to null or to these keys)")
+    config = {**FSDP2_DEFAULTS, **given}
+    for key in ("reshard_after_forward", "cpu_offload"):
+        if not isinstance(config[key], bool):
+            raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}: expected true or false")
+    if config["param_dtype"] == "auto":
+        config["param_dtype"] = model_dtype
+    for key in ("param_dtype", "reduce_dtype"):
+        if config[key] not in DTYPES:
+            raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}; valid: {sorted(DTYPES)} "
+                             f"(param_dtype also 'auto' = model_args.dtype)")
+    wrap = config["wrap_modules"]
+    if wrap is not None and (isinstance(wrap, str) or not all(isinstance(name, str) for name in wrap)):
+        raise ValueError(f"fsdp2 strategy_config.wrap_modules={wrap!r}: expected a list of module class names")
+    return config
+
+
+def init_process_group() -> None:
+    """The default process group from the RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT env the Worker sets."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def _device() -> torch.device:
+    if torch.cuda.is_available():
+        import os
+
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def shard_model(model: torch.nn.Module, world_size: int, fsdp_config: dict, device: torch.device,
+                logger) -> torch.nn.Module:
+    """fully_shard each `wrap_modules` unit, then the root (which takes the remaining parameters:
+    embeddings, final norm, output layer). Module and parameter names stay the HF ones."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    mesh = init_device_mesh(device.type, (world_size,))
+    param_dtype, reduce_dtype = DTYPES[fsdp_config["param_dtype"]], DTYPES[fsdp_config["reduce_dtype"]]
+    stored_dtype = next(model.parameters()).dtype
+    mp_policy = MixedPrecisionPolicy(param_dtype=None if param_dtype == stored_dtype else param_dtype,
+                                     reduce_dtype=None if reduce_dtype == stored_dtype else reduce_dtype)
+    offload_policy = OffloadPolicy()
+    if fsdp_config["cpu_offload"]:
+        if device.type == "cpu":
+            logger.info("fsdp2: cpu_offload=true has nothing to do on a CPU-only machine (everything is in host "
+                        "memory already); ignored")
+        else:
+            offload_policy = CPUOffloadPolicy(pin_memory=True)
+    unit_names = fsdp_config["wrap_modules"]
+    if unit_names is None:
+        unit_names = list(getattr(model, "_no_split_modules", None) or [])
+    units = [m for m in model.modules() if type(m).__name__ in set(unit_names)]
+    if unit_names and not units:
+        raise ValueError(f"fsdp2 strategy_config.wrap_modules={unit_names}: no module of {type(model).__name__} "
+                         f"has one of these class names")
+    kwargs = {"mesh": mesh, "reshard_after_forward": fsdp_config["reshard_after_forward"],
+              "mp_policy": mp_policy, "offload_policy": offload_policy}
+    for unit in units:
+        fully_shard(unit, **kwargs)
+    fully_shard(model, **kwargs)
+    logger.info("fsdp2: %d %s units + root sharded over %d ranks (%s)", len(units), "/".join(unit_names) or "no",
+                world_size, ", ".join(f"{k}={fsdp_config[k]}" for k in ("reshard_after_forward", "param_dtype",
+                                                                        "reduce_dtype", "cpu_offload")))
+    return model
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor on every rank (a collective for a sharded DTensor: every rank must call it)."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+class FSDP2InferStrategy(InferenceStrategy):
+    """Forward only (reference log-probs, values): weights sharded, gathered layer by layer per forward."""
+
+    def initialize(self, total_steps: int = 0) -> None:
+        init_process_group()
+        self.device = _device()
+        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config,
+                                                self.config.model_args.dtype)
+        model = self.load_model(dtype=self._stored_dtype())
+        self.model = shard_model(model.to(self.device) if not self.fsdp_config["cpu_offload"] else model,
+                                 self.world_size, self.fsdp_config, self.device, self.logger)
+        self.model.eval()
+        self._said_nothing_to_move = False
+
+    def _stored_dtype(self) -> torch.dtype:
+        """Forward only: keep the weights in the compute dtype (no master copy needed)."""
+        return DTYPES[self.fsdp_config["param_dtype"]]
+
+    def _forward_micro_batches(self, batch: DataProto):
+        return aligned_micro_batches(batch, self.config.infer_batch_size)
+
+    def forward_logits(self, micro: DataProto) -> torch.Tensor:
+        return self.model(**forward_inputs(micro, self.device), use_cache=False).logits.float().cpu()
+
+    # --- weights --------------------------------------------------------------------------------------
+    def named_hf_parameters(self):
+        """Full (gathered) weights with HF names, one tensor at a time: a collective per parameter, so every
+        rank must consume the whole iterator, in the same order."""
+        for name, param in self.model.named_parameters():
+            yield name, full_tensor(param.detach())
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors) -> None:
+        """Full HF-named tensors (every rank gets all of them); each rank keeps its own shards."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        state = {name: tensor for name, tensor in named_tensors}
+        known = {name for name, _ in self.model.named_parameters()}
+        unknown, missing = sorted(set(state) - known), sorted(known - set(state))
+        if unknown or missing:
+            raise KeyError(f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, "
+                           f"missing {missing[:3]}")
+        set_model_state_dict(self.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+
+    def state_checksum(self) -> float:
+        """Collective: every rank must call it."""
+        return checksum(self.named_hf_parameters())
+
+    # --- memory ---------------------------------------------------------------------------------------
+    def offload(self) -> None:
+        self._move_state(torch.device("cpu"))
+
+    def reload(self) -> None:
+        self._move_state(self.device)
+
+    def _move_state(self, device: torch.device) -> None:
+        """GPU path (not verified here): `module.to` moves FSDP2's sharded parameters (and any gradients);
+        the optimizer state follows in the training strategy. With cpu_offload the weights stay in host
+        memory anyway. On a CPU-only machine there is nothing to move: logged once, then skipped."""
+        if self.device.type == "cpu":
+            if not self._said_nothing_to_move:
+                self.logger.info("%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
+                                 "optimizer state are in host memory already)", type(self).__name__)
+                self._said_nothing_to_move = True
+            return
+        if not self.fsdp_config["cpu_offload"]:
+            self.model.to(device)
+        self._move_optimizer_state(device)
+        if device.type == "cpu":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        pass
+
+
+class FSDP2TrainStrategy(FSDP2InferStrategy):
+    def initialize(self, total_steps: int = 0) -> None:
+        init_process_group()
+        self.device = _device()
+        args = self.config.training_args
+        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config,
+                                                self.config.model_args.dtype)
+        model = self.load_model(dtype=self._stored_dtype())
+        if not self.config.model_args.disable_gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model = shard_model(model.to(self.device) if not self.fsdp_config["cpu_offload"] else model,
+                                 self.world_size, self.fsdp_config, self.device, self.logger)
+        self.optimizer = build_adamw([p for p in self.model.parameters() if p.requires_grad], args)
+        self.scheduler = build_lr_scheduler(self.optimizer, args, total_steps)
+        self.model.train()
+        self._said_nothing_to_move = False
+
+    def _stored_dtype(self) -> torch.dtype:
+        """float32 master weights and optimizer state; param_dtype (if lower) is FSDP2 mixed precision."""
+        return torch.float32
+
+    # --- training -------------------------------------------------------------------------------------
+    def train_step(self, batch: DataProto, loss_fn) -> dict:
+        micros = split_train_batch(self.config, batch)
+        history: dict[str, list] = {}
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in micros:
+            logits = self.model(**forward_inputs(micro, self.device), use_cache=False).logits
+            loss, metrics = loss_fn(micro.to(self.device), logits)
+            (loss / len(micros)).backward()  # FSDP2 averages the gradients over ranks in its reduce-scatter
+            for key, value in metrics.items():
+                history.setdefault(key, []).append(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), gradient_clip_value(self.config.training_args.max_grad_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = mean_metrics(history)
+        out["grad_norm"] = float(full_tensor(grad_norm))  # before clipping, as DeepSpeed reports it
+        out["lr"] = self.scheduler.get_last_lr()[0]
+        return out
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_log_probs, batch)
+
+    @torch.no_grad()
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_values, batch)
+
+    def _in_eval_mode(self, fn, batch):
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return fn(batch)
+        finally:
+            self.model.train(was_training)
+
+    # --- checkpoints ----------------------------------------------------------------------------------
+    def save_checkpoint(self, path: str) -> None:
+        """Collective. Sharded model + optimizer state (torch.distributed.checkpoint), the LR schedule, and a
+        full HF copy in `path/hf` (gathered to rank 0)."""
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+
+        engine_dir = Path(path) / CHECKPOINT_DIR
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(engine_dir))
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.rank == 0:
+            torch.save({"scheduler": self.scheduler.state_dict(), "world_size": self.world_size},
+                       engine_dir / SCHEDULER_FILE)
+            self.module.save_pretrained(str(Path(path) / "hf"), state_dict=full)
+            save_tokenizer(self.config.model_args.model_name_or_path, Path(path) / "hf", self.logger)
+        dist.barrier()
+
+    def load_checkpoint(self, path: str) -> None:
+        """Collective. Restores weights, AdamW state and the LR schedule exactly (any world size: the
+        sharded checkpoint is resharded on load)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        engine_dir = Path(path) / CHECKPOINT_DIR
+        if not (engine_dir / SCHEDULER_FILE).is_file():
+            raise FileNotFoundError(f"{self.config.name}: {path} has no complete fsdp2 checkpoint "
+                                    f"({CHECKPOINT_DIR}/{SCHEDULER_FILE} missing)")
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=str(engine_dir))
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        extra = torch.load(engine_dir / SCHEDULER_FILE, weights_only=False)
+        self.scheduler.load_state_dict(extra["scheduler"])
+
+    # --- memory ---------------------------------------------------------------------------------------
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        """AdamW moments (DTensor shards) follow the parameters; the `step` counters stay where they are."""
+        if self.fsdp_config["cpu_offload"]:
+            return  # the optimizer steps on the host already
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)

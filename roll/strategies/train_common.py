@@ -1,0 +1,108 @@
+"""Pieces every training strategy shares, so `deepspeed_train` and `fsdp2_train` cannot drift apart:
+the AdamW + LR-schedule construction from training_args, the micro-batch split of a train_step,
+metric averaging, the HF copy saved next to engine checkpoints, the parameter checksum and the
+forward-count alignment sharded engines need (every rank must run the same number of forwards)."""
+import math
+from pathlib import Path
+
+import torch
+
+from roll.distributed.data_proto import DataProto
+
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
+    """LR factor per optimizer step: linear warm-up over `warmup_steps`, then constant, linear or cosine
+    decay to 0 at `total_steps`."""
+    valid = ("constant", "linear", "cosine")
+    if kind not in valid:
+        raise ValueError(f"training_args.lr_scheduler_type={kind!r}; valid: {valid}")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        if kind == "constant" or total_steps <= warmup_steps:
+            return 1.0
+        progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
+        return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def build_adamw(params, training_args) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=training_args.learning_rate,
+                             betas=(training_args.adam_beta1, training_args.adam_beta2),
+                             eps=training_args.adam_epsilon, weight_decay=training_args.weight_decay)
+
+
+def build_lr_scheduler(optimizer, training_args, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(training_args.lr_scheduler_type, training_args.warmup_steps, max(total_steps, 1)))
+
+
+def split_train_batch(config, batch: DataProto) -> list[DataProto]:
+    """The micro-batches of one optimizer step; the batch must hold exactly micro × accumulation rows."""
+    args = config.training_args
+    micro_size, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    if len(batch) != micro_size * accumulation:
+        raise ValueError(f"{config.name}: a train_step takes per_device_train_batch_size × "
+                         f"gradient_accumulation_steps = {micro_size * accumulation} rows per rank, got {len(batch)}")
+    return [batch[slice(index * micro_size, (index + 1) * micro_size)] for index in range(accumulation)]
+
+
+def forward_inputs(micro: DataProto, device) -> dict:
+    return {key: micro.batch[key].to(device) for key in FORWARD_KEYS}
+
+
+def mean_metrics(history: dict) -> dict:
+    return {key: sum(values) / len(values) for key, values in history.items()}
+
+
+def gradient_clip_value(max_grad_norm) -> float:
+    """`max_grad_norm` ≤ 0 (or None) switches clipping off, as DeepSpeed's `gradient_clipping: 0` does."""
+    return float(max_grad_norm) if max_grad_norm and max_grad_norm > 0 else float("inf")
+
+
+@torch.no_grad()
+def checksum(named_tensors) -> float:
+    """Σ over tensors of (Σp + Σp²) in float64: any lost or stale tensor changes it."""
+    total = 0.0
+    for _, tensor in named_tensors:
+        p = tensor.detach().double()
+        total += p.sum().item() + (p * p).sum().item()
+    return total
+
+
+def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
+    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    except (OSError, ValueError) as error:
+        logger.warning("checkpoint %s: no tokenizer copied (%s)", directory, error)
+        return
+    tokenizer.save_pretrained(str(directory))
+
+
+def aligned_micro_batches(batch: DataProto, size: int) -> list[tuple[DataProto, bool]]:
+    """Micro-batches of `size` rows, padded with repeats of the last one (flagged False = discard) so
+    every rank runs the same number of forwards. Sharded engines (FSDP2, ZeRO-3) gather weights inside
+    each forward: a rank with one forward fewer would leave the others waiting forever."""
+    parts = [batch[slice(start, start + size)] for start in range(0, len(batch), size)]
+    count = len(parts)
+    if torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1:
+        counts = torch.tensor([count], dtype=torch.long)
+        if torch.distributed.get_backend() == "nccl":
+            counts = counts.cuda()
+        torch.distributed.all_reduce(counts, op=torch.distributed.ReduceOp.MAX)
+        count = int(counts.item())
+    out = [(part, True) for part in parts]
+    if count > len(parts):
+        filler = parts[-1] if parts else batch  # an empty shard still has to join the collectives
+        if len(filler) == 0:
+            raise ValueError("a rank received no rows at all; a sharded forward needs at least one row per rank")
+        out += [(filler, False)] * (count - len(parts))
+    return out

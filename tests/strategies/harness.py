@@ -1,0 +1,306 @@
+"""Runs training strategies the way the ActorWorker does, in 2 real processes (gloo), without Ray.
+
+`StandInWorker` is a test double for roll.distributed.worker.Worker: it carries exactly what a strategy
+reads (rank, world_size, worker_config) — the config itself is the real roll.configs WorkerConfig, and
+`loss_fn` is the real ActorWorker._policy_loss (vanilla PPO + KL loss + entropy via roll.algorithms).
+
+The parent builds a tiny HF checkpoint and N training batches (`prepare`), the plain single-process
+PyTorch reference runs in the parent (`plain_reference`), and `launch` spawns 2 ranks that run every
+scenario in one go (imports and the gloo rendezvous are the slow part on this machine) and write their
+results to a file. Each rank takes its contiguous half of every batch, as Dispatch.DP_MP_COMPUTE does.
+"""
+import os
+import shutil
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+
+transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars, once per load and rank
+
+from roll.algorithms import PolicyLossConfig
+from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
+from roll.distributed.data_proto import DataProto
+from roll.utils.functional import compute_position_ids
+
+WORLD_SIZE = 2
+STEPS = 3
+ROWS_PER_RANK = 8
+PROMPT_LENGTH, RESPONSE_LENGTH = 8, 8
+# loss settings exactly as the pipeline puts them in meta_info["loss"]. seq-mean-token-mean is the
+# aggregation under which equal-size micro-batches, accumulation and data-parallel averaging give
+# the same gradient as one big batch (token-mean normalises per micro-batch: see the report/docs).
+LOSS = {"temperature": 1.0, "policy_loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-mean",
+        "policy_loss_config": PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2,
+                                               clip_ratio_c=3.0),
+        "use_kl_loss": True, "kl_loss_type": "low_var_kl", "kl_loss_coef": 0.05, "entropy_loss_coef": 0.01}
+TRAINING = dict(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="linear",
+                warmup_steps=1)
+DS = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+      "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
+
+
+def ds_config(stage: int) -> dict:
+    return {**DS, "zero_optimization": {"stage": stage}}
+
+
+@dataclass
+class StandInWorker:  # test double for roll.distributed.worker.Worker: what strategies read
+    worker_config: WorkerConfig
+    rank: int
+    world_size: int
+    model_kind: str = "causal_lm"
+
+
+def make_worker_config(model_dir, strategy_name, strategy_config, micro, accumulation, world_size,
+                       gradient_checkpointing=False) -> WorkerConfig:
+    return WorkerConfig(
+        name="actor_train",
+        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32",
+                             disable_gradient_checkpointing=not gradient_checkpointing),
+        training_args=TrainingArgs(per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation,
+                                   **TRAINING),
+        strategy_args=StrategyArgs(strategy_name=strategy_name, strategy_config=strategy_config),
+        world_size=world_size, infer_batch_size=3)  # 3: uneven micro-batches for compute_log_probs
+
+
+def loss_fn(micro: DataProto, logits: torch.Tensor):
+    from roll.workers.actor_worker import ActorWorker
+
+    return ActorWorker._policy_loss(None, micro, logits)  # the production loss; it uses no worker state
+
+
+# --- data and reference (parent process) ---------------------------------------------------------------
+def prepare(directory: Path) -> tuple[Path, Path]:
+    """A tiny Qwen2 checkpoint (hidden 64, 2 layers) and STEPS batches of WORLD_SIZE × ROWS_PER_RANK rows."""
+    from transformers import AutoModelForCausalLM
+
+    from roll.models.tiny import build_tiny_model
+    from roll.utils.functional import response_log_probs, slice_response_logits
+
+    words = [f"w{i}" for i in range(150)] + ["the answer is", "\\boxed{7}", "add", "two", "numbers"]
+    model_dir = build_tiny_model(str(directory / "model"), words, hidden_size=64, num_layers=2, num_heads=2, seed=3)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    rows = WORLD_SIZE * ROWS_PER_RANK
+    for _ in range(STEPS):
+        prompt_len = torch.randint(3, PROMPT_LENGTH + 1, (rows,), generator=generator)
+        prompt_mask = (torch.arange(PROMPT_LENGTH) >= PROMPT_LENGTH - prompt_len[:, None]).long()  # left padded
+        prompts = torch.randint(4, vocab, (rows, PROMPT_LENGTH), generator=generator) * prompt_mask
+        response_len = torch.randint(1, RESPONSE_LENGTH + 1, (rows,), generator=generator)
+        response_mask = (torch.arange(RESPONSE_LENGTH) < response_len[:, None]).float()
+        responses = torch.randint(4, vocab, (rows, RESPONSE_LENGTH), generator=generator) * response_mask.long()
+        attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
+        batch = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+                 "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
+                 "response_mask": response_mask}
+        with torch.no_grad():
+            logits = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+            current = response_log_probs(slice_response_logits(logits, RESPONSE_LENGTH), responses)
+        # old policy ≠ current one, so the PPO ratio moves off 1 and some tokens clip
+        batch["old_log_probs"] = (current + 0.3 * torch.randn(current.shape, generator=generator)) * response_mask
+        batch["ref_log_probs"] = (current + 0.1 * torch.randn(current.shape, generator=generator)) * response_mask
+        batch["advantages"] = torch.randn(rows, 1, generator=generator).expand(-1, RESPONSE_LENGTH) * response_mask
+        batches.append(batch)
+    data_file = directory / "batches.pt"
+    torch.save(batches, data_file)
+    return Path(model_dir), data_file
+
+
+def as_proto(tensors: dict, rows: slice | None = None) -> DataProto:
+    tensors = {k: v[rows] if rows is not None else v for k, v in tensors.items()}
+    return DataProto.from_dict(tensors=tensors, meta_info={"loss": LOSS, "temperature": 1.0})
+
+
+def plain_reference(model_dir: Path, data_file: Path, micro: int = 4) -> dict:
+    """Single process, plain PyTorch: HF model, AdamW, the same LR schedule and clipping; the whole global
+    batch per step in micro-batches of `micro` rows, loss / accumulation, one optimizer step."""
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.train_common import build_adamw, build_lr_scheduler
+
+    batches = torch.load(data_file)
+    args = TrainingArgs(per_device_train_batch_size=micro,
+                        gradient_accumulation_steps=WORLD_SIZE * ROWS_PER_RANK // micro, **TRAINING)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    optimizer = build_adamw(model.parameters(), args)
+    scheduler = build_lr_scheduler(optimizer, args, STEPS)
+    steps = []
+    for tensors in batches:
+        batch = as_proto(tensors)
+        history = {}
+        accumulation = args.gradient_accumulation_steps
+        for index in range(accumulation):
+            part = batch[slice(index * micro, (index + 1) * micro)]
+            logits = model(**{k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")},
+                           use_cache=False).logits
+            loss, metrics = loss_fn(part, logits)
+            (loss / accumulation).backward()
+            for key, value in metrics.items():
+                history.setdefault(key, []).append(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        metrics = {key: sum(values) / len(values) for key, values in history.items()}
+        metrics.update(grad_norm=grad_norm.item(), lr=scheduler.get_last_lr()[0])
+        steps.append(metrics)
+    return {"steps": steps, "params": {name: p.detach().clone() for name, p in model.named_parameters()}}
+
+
+# --- the 2-rank side ---------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Path, timeout: float = 600) -> dict:
+    """Runs `scenarios` in WORLD_SIZE spawned ranks; returns {scenario name: result} written by rank 0."""
+    import torch.multiprocessing as mp
+
+    port = _free_port()
+    context = mp.start_processes(_rank_main, args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
+                                 nprocs=WORLD_SIZE, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                raise TimeoutError(f"strategy scenarios did not finish within {timeout} s")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException, TimeoutError) as error:
+        progress = {rank: (workdir / f"progress-{rank}.txt").read_text().splitlines()[-3:]
+                    if (workdir / f"progress-{rank}.txt").exists() else [] for rank in range(WORLD_SIZE)}
+        raise RuntimeError(f"{error}\nlast progress per rank: {progress}") from error
+    return torch.load(workdir / "results.pt", weights_only=False)
+
+
+def _rank_main(rank: int, port: int, scenarios, model_dir, data_file, workdir) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(WORLD_SIZE),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    import warnings
+
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # gloo collective renames, once per call
+
+    dist.init_process_group("gloo")
+    batches = torch.load(data_file)
+    results = {}
+    progress = open(Path(workdir) / f"progress-{rank}.txt", "a", buffering=1)
+    for scenario in scenarios:
+        started = time.monotonic()
+        progress.write(f"start {scenario['name']}\n")
+        try:
+            result = run_scenario(scenario, rank, Path(model_dir), batches, Path(workdir))
+        except Exception:  # noqa: BLE001 — reported per scenario, the other ranks may hang otherwise
+            result = {"error": traceback.format_exc()}
+            print(f"[rank {rank}] scenario {scenario['name']} failed:\n{result['error']}", flush=True)
+            raise
+        result["seconds"] = time.monotonic() - started
+        progress.write(f"done {scenario['name']} in {result['seconds']:.1f} s\n")
+        results[scenario["name"]] = result
+        if rank == 0:
+            print(f"scenario {scenario['name']}: {result['seconds']:.1f} s", flush=True)
+    if rank == 0:
+        torch.save(results, Path(workdir) / "results.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _gathered_metrics(metrics: dict) -> dict:
+    """Mean over ranks of each rank's micro-batch-averaged metrics (= the global mean here)."""
+    import torch.distributed as dist
+
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, metrics)
+    return {key: sum(m[key] for m in everyone) / len(everyone) for key in metrics}
+
+
+def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
+    """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
+    [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
+    run the remaining steps), [offload] (offload + reload + a scoring forward before every step)."""
+    from roll.strategies import create_strategy
+
+    if scenario["strategy"].endswith("_infer"):
+        return run_infer_scenario(scenario, rank, model_dir, batches)
+    config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], scenario["micro"],
+                                scenario["accumulation"], WORLD_SIZE, scenario.get("gradient_checkpointing", False))
+    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
+    strategy.initialize(total_steps=STEPS)
+    first_step = 0
+    if scenario.get("resume_from"):
+        source = workdir / scenario["resume_from"]
+        first_step = int((source / "steps").read_text())
+        strategy.load_checkpoint(str(source))
+    own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
+    steps, scored = [], []
+    for step in range(first_step, STEPS):
+        batch = as_proto(batches[step], own_rows)
+        if scenario.get("offload"):
+            strategy.offload()
+            strategy.reload()
+            scored.append(strategy.compute_log_probs(batch))  # the pipeline scores between phases
+        steps.append(_gathered_metrics(strategy.train_step(batch, loss_fn)))
+        if scenario.get("save_after") == step + 1:
+            target = workdir / scenario["name"]
+            if rank == 0 and target.exists():
+                shutil.rmtree(target)
+            torch.distributed.barrier()
+            strategy.save_checkpoint(str(target))
+            torch.distributed.barrier()
+            if rank == 0:
+                (target / "steps").write_text(str(step + 1))
+    params = {name: tensor.detach().cpu().clone() for name, tensor in strategy.named_hf_parameters()}
+    # log-probs of the final model on rows 0-9 of batch 0, split 3 / 7 over the ranks: 1 vs 3 forwards of
+    # infer_batch_size=3 rows, so sharded engines must pad rank 0's forwards to stay in step
+    log_probs = strategy.compute_log_probs(as_proto(batches[0], _uneven_rows(rank)))
+    everyone = [None] * WORLD_SIZE
+    torch.distributed.all_gather_object(everyone, log_probs)
+    checksum = strategy.state_checksum()
+    result = {"first_step": first_step, "steps": steps, "params": params, "log_probs": everyone,
+              "checksum": checksum}
+    if scenario.get("save_after"):
+        hf_dir = workdir / scenario["name"] / "hf"
+        result["hf_files"] = sorted(p.name for p in hf_dir.iterdir()) if hf_dir.is_dir() else []
+    del strategy
+    return result
+
+
+def _uneven_rows(rank: int) -> slice:
+    return slice(0, 3) if rank == 0 else slice(3, 10)
+
+
+def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
+    """Forward-only strategies: log-probs of the saved model, checksum, then a weight load (as a weight
+    sync would send) and the state it leaves."""
+    import torch.distributed as dist
+
+    from roll.strategies import create_strategy
+
+    config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, WORLD_SIZE)
+    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
+    strategy.initialize()
+
+    def gathered_log_probs():
+        everyone = [None] * WORLD_SIZE
+        dist.all_gather_object(everyone, strategy.compute_log_probs(as_proto(batches[0], _uneven_rows(rank))))
+        return everyone
+
+    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum()}
+    if scenario.get("load_weights"):
+        shifted = [(name, tensor.detach().cpu().clone() + 0.01) for name, tensor in strategy.named_hf_parameters()]
+        strategy.load_weights(shifted)
+        result.update(shifted_checksum=strategy.state_checksum(), shifted_log_probs=gathered_log_probs(),
+                      params={name: t.detach().cpu().clone() for name, t in strategy.named_hf_parameters()})
+    return result

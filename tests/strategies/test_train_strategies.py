@@ -1,0 +1,188 @@
+"""Training strategies give the same training: DeepSpeed ZeRO-0/1/2/3 and FSDP2 (2 ranks, gloo) against a
+plain single-process PyTorch loop, from the same tiny checkpoint and data, 3 optimizer steps of the
+production PPO loss (ActorWorker._policy_loss: vanilla clip + low-var KL loss + entropy bonus, AdamW with
+weight decay, linear LR schedule with warm-up, gradient clipping that binds).
+
+Also: micro-batch 1 × accumulation 8 = micro-batch 8 × accumulation 1; save → load → continue = the
+uninterrupted run; offload + reload between steps changes nothing; forward-only strategies score like HF.
+
+All scenarios run in one pair of spawned processes (see harness.py); each test checks one of them.
+
+Tolerances (float32): per-step losses and grad norms rtol 1e-5 (atol 1e-6); final parameters atol 2e-5
+(max |Δ| observed ≈ 1e-6: summation order differs between engines — reduce-scatter vs all-reduce,
+bucketed flat buffers — and Adam's first steps amplify near-zero gradient differences); resume and
+offload against their own strategy's uninterrupted run: bit-identical expected, checked at atol 1e-7.
+"""
+import pytest
+import torch
+
+from tests.strategies import harness as h
+
+LOSS_RTOL, LOSS_ATOL, PARAM_ATOL, SAME_RUN_ATOL = 1e-5, 1e-6, 2e-5, 1e-7
+FSDP2 = {"reshard_after_forward": True}
+
+EQUIVALENCE = {  # name: (strategy, strategy_config, gradient checkpointing)
+    "ds_zero0": ("deepspeed_train", h.ds_config(0), False),
+    "ds_zero1": ("deepspeed_train", h.ds_config(1), False),
+    "ds_zero2": ("deepspeed_train", h.ds_config(2), False),
+    "ds_zero3": ("deepspeed_train", h.ds_config(3), True),
+    "fsdp2": ("fsdp2_train", FSDP2, True),
+    "fsdp2_no_reshard": ("fsdp2_train", {"reshard_after_forward": False}, False),
+}
+RESUMED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
+INVARIANCE = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
+OFFLOADED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
+INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_infer", h.ds_config(3))}
+
+
+def scenarios() -> list[dict]:
+    out = []
+    for name, (strategy, config, checkpointing) in EQUIVALENCE.items():
+        out.append(dict(name=name, strategy=strategy, config=config, micro=4, accumulation=2,
+                        gradient_checkpointing=checkpointing, save_after=1 if name in RESUMED else None))
+    for name in RESUMED:
+        strategy, config, checkpointing = EQUIVALENCE[name]
+        out.append(dict(name=f"{name}/resumed", strategy=strategy, config=config, micro=4, accumulation=2,
+                        gradient_checkpointing=checkpointing, resume_from=name))
+    for name in INVARIANCE:
+        strategy, config, _ = EQUIVALENCE[name]
+        out.append(dict(name=f"{name}/micro1_acc8", strategy=strategy, config=config, micro=1, accumulation=8))
+        out.append(dict(name=f"{name}/micro8_acc1", strategy=strategy, config=config, micro=8, accumulation=1))
+    for name in OFFLOADED:
+        strategy, config, checkpointing = EQUIVALENCE[name]
+        out.append(dict(name=f"{name}/offload", strategy=strategy, config=config, micro=4, accumulation=2,
+                        gradient_checkpointing=checkpointing, offload=True))
+    out.append(dict(name="fsdp2/bf16_compute", strategy="fsdp2_train", config={"param_dtype": "bfloat16"},
+                    micro=4, accumulation=2))
+    for name, (strategy, config) in INFER.items():
+        out.append(dict(name=name, strategy=strategy, config=config, load_weights=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("strategies")
+    model_dir, data_file = h.prepare(workdir)
+    reference = h.plain_reference(model_dir, data_file)
+    results = h.launch(scenarios(), model_dir, data_file, workdir)
+    failed = {name: r["error"] for name, r in results.items() if "error" in r}
+    assert not failed, failed
+    return {"reference": reference, "results": results, "model_dir": model_dir, "data_file": data_file}
+
+
+def _assert_steps_close(steps, expected, keys, rtol=LOSS_RTOL, atol=LOSS_ATOL):
+    assert len(steps) == len(expected)
+    for index, (got, want) in enumerate(zip(steps, expected)):
+        for key in keys:
+            assert got[key] == pytest.approx(want[key], rel=rtol, abs=atol), (index, key, got[key], want[key])
+
+
+def _max_param_diff(params, expected) -> float:
+    assert sorted(params) == sorted(expected), set(params) ^ set(expected)
+    return max((params[name] - expected[name]).abs().max().item() for name in expected)
+
+
+LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/ppo_kl", "grad_norm", "lr")
+
+
+def test_reference_exercises_clipping_and_schedule(runs):
+    steps = runs["reference"]["steps"]
+    assert all(step["grad_norm"] > h.TRAINING["max_grad_norm"] for step in steps)  # clipping binds every step
+    assert [step["lr"] for step in steps] == pytest.approx([1e-3, 5e-4, 0.0])     # warm-up then linear decay
+    assert any(step["actor/pg_clipfrac"] > 0 for step in steps)                  # PPO clip is active
+
+
+@pytest.mark.parametrize("name", list(EQUIVALENCE))
+def test_equivalent_to_plain_pytorch(runs, name):
+    result, reference = runs["results"][name], runs["reference"]
+    _assert_steps_close(result["steps"], reference["steps"], LOSS_KEYS + ("actor/pg_clipfrac",))
+    assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
+
+
+@pytest.mark.parametrize("name", list(EQUIVALENCE))
+def test_log_probs_and_checksum_of_trained_model(runs, name):
+    """compute_log_probs on uneven shards (3 and 7 rows, micro-batches of 3) and the checksum of the
+    gathered weights agree with the reference model after the same training."""
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.train_common import checksum
+
+    result, reference = runs["results"][name], runs["reference"]
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    model.load_state_dict(reference["params"])
+    expected = _log_probs(model, torch.load(runs["data_file"])[0])
+    got = torch.cat(result["log_probs"])
+    assert got.shape == expected.shape
+    assert torch.allclose(got, expected, atol=1e-4)
+    assert result["checksum"] == pytest.approx(checksum(reference["params"].items()), rel=1e-6)
+
+
+def _log_probs(model, tensors):
+    from roll.utils.functional import response_log_probs, slice_response_logits
+
+    batch = h.as_proto(tensors, slice(0, 10))
+    with torch.no_grad():
+        logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+    responses = batch.batch["responses"]
+    return response_log_probs(slice_response_logits(logits, responses.shape[1]), responses) \
+        * batch.batch["response_mask"]
+
+
+@pytest.mark.parametrize("name", RESUMED)
+def test_save_load_continue_equals_uninterrupted(runs, name):
+    uninterrupted, resumed = runs["results"][name], runs["results"][f"{name}/resumed"]
+    assert resumed["first_step"] == 1 and len(resumed["steps"]) == h.STEPS - 1
+    _assert_steps_close(resumed["steps"], uninterrupted["steps"][1:], LOSS_KEYS, rtol=0, atol=SAME_RUN_ATOL)
+    assert _max_param_diff(resumed["params"], uninterrupted["params"]) <= SAME_RUN_ATOL
+    # the checkpoint also holds a plain HF copy with the tokenizer
+    assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(uninterrupted["hf_files"])
+
+
+@pytest.mark.parametrize("name", INVARIANCE)
+def test_micro_batch_1_x_8_equals_8_x_1(runs, name):
+    small, large = runs["results"][f"{name}/micro1_acc8"], runs["results"][f"{name}/micro8_acc1"]
+    keys = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr")
+    _assert_steps_close(small["steps"], large["steps"], keys)
+    assert _max_param_diff(small["params"], large["params"]) < PARAM_ATOL
+    _assert_steps_close(large["steps"], runs["reference"]["steps"], keys)  # and both equal the reference
+    assert _max_param_diff(large["params"], runs["reference"]["params"]) < PARAM_ATOL
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_reload_leaves_training_unchanged(runs, name):
+    plain, offloaded = runs["results"][name], runs["results"][f"{name}/offload"]
+    _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=SAME_RUN_ATOL)
+    assert _max_param_diff(offloaded["params"], plain["params"]) <= SAME_RUN_ATOL
+
+
+def test_fsdp2_bf16_mixed_precision_trains_close_to_float32(runs):
+    """param_dtype=bfloat16: compute in bf16, float32 master weights and AdamW state (bf16 tolerance)."""
+    result, reference = runs["results"]["fsdp2/bf16_compute"], runs["reference"]
+    _assert_steps_close(result["steps"], reference["steps"], ("actor/pg_loss", "actor/kl_loss", "lr"),
+                        rtol=0.05, atol=5e-3)
+    assert all(p.dtype == torch.float32 for p in result["params"].values())
+    from transformers import AutoModelForCausalLM
+
+    initial = dict(AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).named_parameters())
+    update = torch.cat([(result["params"][n] - initial[n]).flatten() for n in initial])
+    expected = torch.cat([(reference["params"][n] - initial[n]).flatten() for n in initial])
+    assert torch.nn.functional.cosine_similarity(update, expected, dim=0) > 0.95
+
+
+@pytest.mark.parametrize("name", list(INFER))
+def test_forward_only_strategies_score_like_hf_and_load_weights(runs, name):
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.train_common import checksum
+
+    result = runs["results"][name]
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    batch0 = torch.load(runs["data_file"])[0]
+    assert torch.allclose(torch.cat(result["log_probs"]), _log_probs(model, batch0), atol=1e-5)
+    assert result["checksum"] == pytest.approx(checksum(model.named_parameters()), rel=1e-9)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.01)
+    assert result["shifted_checksum"] == pytest.approx(checksum(model.named_parameters()), rel=1e-9)
+    assert _max_param_diff(result["params"], dict(model.named_parameters())) < 1e-6
+    assert torch.allclose(torch.cat(result["shifted_log_probs"]), _log_probs(model, batch0), atol=1e-5)
