@@ -17,11 +17,12 @@ from tests.pipeline.helpers import make_config  # noqa: E402
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory) -> Path:
-    """Tiny model + data, warm-started for a few steps only (the tests check mechanics, not learning)."""
+    """Tiny model + data, briefly warm-started (40 steps, ~3 s): sampled replies are mostly well-formed
+    `\\boxed{n}` with near-chance answers, so GRPO groups have reward variance."""
     from roll.models.demo import DemoSettings, prepare_demo
 
     directory = tmp_path_factory.mktemp("demo")
-    prepare_demo(directory, DemoSettings(warm_start_steps=5), log=lambda *_: None)
+    prepare_demo(directory, DemoSettings(warm_start_steps=40), log=lambda *_: None)
     return directory
 
 
