@@ -52,8 +52,9 @@ def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
 
 def build_tiny_model(output_dir: str, texts: list[str], hidden_size: int = 64, num_layers: int = 2,
                      num_heads: int = 2, seed: int = 0, intermediate_size: int | None = None,
-                     max_position_embeddings: int = 256) -> Path:
-    """Writes an HF folder (config, weights, tokenizer) loadable by Auto* classes; returns its path."""
+                     max_position_embeddings: int = 256, tie_word_embeddings: bool = False) -> Path:
+    """Writes an HF folder (config, weights, tokenizer) loadable by Auto* classes; returns its path.
+    `tie_word_embeddings=True` shares the output layer with the embeddings (tests of the vLLM reload trap)."""
     import torch
 
     if hidden_size // num_heads < 32:
@@ -62,7 +63,7 @@ def build_tiny_model(output_dir: str, texts: list[str], hidden_size: int = 64, n
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size,
                          intermediate_size=intermediate_size or hidden_size * 4,
                          num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=False,
+                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                          bos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(seed)

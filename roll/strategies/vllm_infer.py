@@ -1,0 +1,362 @@
+"""`vllm`: rollouts with vLLM's offline engine (`vllm.LLM`), run inside the worker's own process.
+
+Same batch layout as `hf_infer` (docs/contracts.md). Per-token rollout log-probs come from vLLM's
+sampler in `processed_logprobs` mode: the log-softmax of the temperature-scaled (and top-k/top-p
+filtered) logits the token was sampled from, exactly what `hf_infer` reports.
+
+`strategy_config` keys (anything else is an error that lists these):
+  engine (passed to `vllm.LLM`): max_model_len, gpu_memory_utilization, block_size, load_format,
+    tensor_parallel_size, enforce_eager, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
+    enable_chunked_prefill, kv_cache_memory_bytes, seed
+  roll: model_update_buffer_size_mb (tensors converted per bucket during a weight update, default 512)
+
+Weight updates use `collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=True)`
+with the trainer's HF-named tensors; the engine is in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set
+here unless the environment says otherwise), so the tensors stream into it bucket by bucket. After a
+reload, layers that share a weight with another layer (tied input/output embeddings) are re-processed:
+vLLM's reload leaves their kernel-side copy (the packed CPU GEMM weight of the output layer) stale,
+and generation would silently keep the old output layer. `state_checksum` reads the weights the
+engine computes with — for packed CPU GEMM layers, through the kernel itself — so a stale layer
+shows up as a checksum mismatch in the pipeline's sync verification.
+
+Seeds: `meta_info["seed"]` gives every prompt its own `SamplingParams.seed` (vLLM adds the sample index
+for n > 1), so a batch is reproducible. vLLM-CPU cannot rewind a seeded generator after a partial
+prefill, so on CPU chunked prefill is off by default (max_num_batched_tokens ≥ the model length); if
+it is turned on there, the process RNG is seeded instead (reproducible for the same batch).
+
+On CPU (`vllm-cpu`) the environment defaults of `engine_env_defaults` are set unless already present;
+sleep mode is not available there, so offload()/reload() log one line and keep the engine resident.
+"""
+import os
+import time
+
+import torch
+
+from roll.distributed.data_proto import DataProto
+from roll.strategies.base import InferenceStrategy
+from roll.utils.functional import compute_position_ids
+
+# strategy_config keys passed through to vllm.LLM, with the type each must have
+ENGINE_KEYS = {"max_model_len": int, "gpu_memory_utilization": float, "block_size": int, "load_format": str,
+               "tensor_parallel_size": int, "enforce_eager": bool, "max_num_seqs": int,
+               "max_num_batched_tokens": int, "enable_prefix_caching": bool, "enable_chunked_prefill": bool,
+               "kv_cache_memory_bytes": int, "seed": int}
+ROLL_KEYS = {"model_update_buffer_size_mb": float}
+DEFAULT_BUFFER_MB = 512.0
+# generation_config keys the pipeline may send, on top of generating_args
+GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
+SEED_STRIDE = 2 ** 20  # per-request seeds: base + prompt_index * n (+ sample index, added by vLLM)
+
+
+def engine_env_defaults(on_cpu: bool) -> dict:
+    """Environment for an in-process engine; on CPU the settings that make vllm-cpu usable on a small host."""
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING"}
+    if on_cpu:
+        cores = sorted(os.sched_getaffinity(0))
+        contiguous = cores == list(range(cores[0], cores[-1] + 1))
+        env.update(VLLM_CPU_OMP_THREADS_BIND=f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores)),
+                   VLLM_CPU_NUM_OF_RESERVED_CPU="0", VLLM_CPU_KVCACHE_SPACE="1")
+    return env
+
+
+def validate_strategy_config(config: dict | None, on_cpu: bool) -> tuple[dict, dict]:
+    """(engine kwargs, roll settings) from strategy_config; an unknown key or a wrong type is an error."""
+    config = dict(config or {})
+    valid = {**ENGINE_KEYS, **ROLL_KEYS}
+    unknown = sorted(set(config) - set(valid))
+    if unknown:
+        raise ValueError(f"vllm: unknown strategy_config keys {unknown}; valid keys: {sorted(valid)}")
+    for key, value in config.items():
+        expected = valid[key]
+        ok = (isinstance(value, bool) if expected is bool else
+              isinstance(value, (int, float)) and not isinstance(value, bool) if expected is float else
+              isinstance(value, expected) and not isinstance(value, bool))
+        if not ok:
+            raise ValueError(f"vllm: strategy_config.{key} = {value!r} must be of type {expected.__name__}")
+    if on_cpu and config.get("block_size", 32) % 32:
+        raise ValueError(f"vllm: strategy_config.block_size = {config['block_size']}: vLLM's CPU attention "
+                         f"backend needs a multiple of 32")
+    roll = {"model_update_buffer_size_mb": float(config.pop("model_update_buffer_size_mb", DEFAULT_BUFFER_MB))}
+    if roll["model_update_buffer_size_mb"] <= 0:
+        raise ValueError("vllm: strategy_config.model_update_buffer_size_mb must be > 0")
+    return config, roll
+
+
+def buckets(named_tensors, limit_bytes: float):
+    """Consecutive groups of (name, tensor) of at most `limit_bytes` each (a larger tensor goes alone)."""
+    bucket, size = [], 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > limit_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+# --- functions run inside the engine (collective_rpc: `worker` is vLLM's worker object) -------------------
+def _kernel_weight(module) -> torch.Tensor:
+    """The weight a packed CPU GEMM layer multiplies by, read back through its own kernel (transposed)."""
+    from vllm.model_executor.layers.linear import LinearBase
+
+    in_features = module.input_size_per_partition if isinstance(module, LinearBase) else module.weight.shape[1]
+    dtype = module.weight.dtype
+    return module.cpu_linear(torch.eye(in_features, dtype=dtype), module.weight, None)
+
+
+def _uses_kernel_copy(module) -> bool:
+    from vllm.model_executor.layers.linear import LinearBase
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    return hasattr(module, "cpu_linear") and isinstance(module, (LinearBase, ParallelLMHead))
+
+
+@torch.no_grad()
+def engine_checksum(worker) -> float:
+    """Σ (Σp + Σp²) in float64 over the weights this engine rank computes with. A tensor used in two
+    places (tied embeddings: the embedding lookup and the output layer's kernel copy) counts as the mean
+    of both, so a stale copy moves the sum. Replicated tensors count on TP rank 0 only, so the sum over
+    TP ranks is the full model's — comparable with the trainer's checksum of its HF parameters."""
+    from vllm.distributed import get_tensor_model_parallel_rank
+
+    tp_rank = get_tensor_model_parallel_rank()
+    per_tensor: dict[int, tuple[bool, list[float]]] = {}
+    for module in worker.model_runner.model.modules():
+        for name, param in module._parameters.items():
+            if param is None:
+                continue
+            value = _kernel_weight(module) if name == "weight" and _uses_kernel_copy(module) else param
+            value = value.detach().double()
+            sharded = getattr(param, "output_dim", None) is not None or getattr(param, "input_dim", None) is not None
+            per_tensor.setdefault(id(param), (sharded, []))[1].append((value.sum() + (value * value).sum()).item())
+    return sum(sum(values) / len(values) for sharded, values in per_tensor.values() if sharded or tp_rank == 0)
+
+
+@torch.no_grad()
+def refresh_shared_weight_layers(worker) -> int:
+    """Re-run post-load processing of every layer whose weight tensor another layer shares (tied
+    embeddings): the reload processed the layer that received the tensor, not its partner."""
+    owners: dict[int, list] = {}
+    for module in worker.model_runner.model.modules():
+        weight = module._parameters.get("weight")
+        if weight is not None:
+            owners.setdefault(id(weight), []).append(module)
+    refreshed = 0
+    for modules in owners.values():
+        if len(modules) < 2:
+            continue
+        for module in modules:
+            method = getattr(module, "quant_method", None)
+            if method is not None and hasattr(method, "process_weights_after_loading"):
+                method.process_weights_after_loading(module)
+                refreshed += 1
+    return refreshed
+
+
+class VLLMInferStrategy(InferenceStrategy):
+    def initialize(self, total_steps: int = 0) -> None:
+        on_cpu = not torch.cuda.is_available()
+        strategy_args = self.config.strategy_args
+        engine_kwargs, self.settings = validate_strategy_config(strategy_args.strategy_config, on_cpu)
+        for key, value in engine_env_defaults(on_cpu).items():
+            os.environ.setdefault(key, value)
+        if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
+            raise RuntimeError("vllm: the strategy drives an in-process engine (weights are handed over in memory); "
+                               "unset VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0")
+        from transformers import GenerationConfig
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        path = self.config.model_args.model_name_or_path
+        gen = GenerationConfig.from_pretrained(path)
+        eos = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
+        self.eos_token_id = eos[0]
+        self.stop_token_ids = [int(t) for t in eos if t is not None]
+        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+        self.sleep_supported = bool(current_platform.is_sleep_mode_available())
+        engine_kwargs.setdefault("enforce_eager", on_cpu)  # torch.compile warm-up costs minutes on CPU
+        engine_kwargs.setdefault("seed", 0)
+        if on_cpu and "enable_chunked_prefill" not in engine_kwargs:
+            # vLLM-CPU cannot rewind a seeded request's generator after a partial (chunked) prefill
+            # ("CPU Generator does not use offset"); whole-prompt prefills keep per-request seeds usable.
+            from transformers import AutoConfig
+
+            model_len = engine_kwargs.get("max_model_len") or AutoConfig.from_pretrained(path).max_position_embeddings
+            engine_kwargs["enable_chunked_prefill"] = False
+            engine_kwargs.setdefault("max_num_batched_tokens", max(4096, int(model_len)))
+        # per-request seeds (SamplingParams.seed) where the engine supports them, else the process RNG
+        self.request_seeds = not (on_cpu and engine_kwargs.get("enable_chunked_prefill", True))
+        self.load_format = engine_kwargs.get("load_format", "auto")
+        started = time.perf_counter()
+        self.llm = LLM(model=path, dtype=self.config.model_args.dtype, logprobs_mode="processed_logprobs",
+                       enable_sleep_mode=self.sleep_supported, **engine_kwargs)
+        self.weights_loaded = self.load_format != "dummy"
+        self.sleeping = False
+        self.logger.info("vLLM engine (%s) up in %.1f s: %s%s", current_platform.device_type,
+                         time.perf_counter() - started, engine_kwargs,
+                         "; load_format=dummy: random weights until the first load_weights"
+                         if not self.weights_loaded else "")
+
+    @property
+    def module(self) -> torch.nn.Module:
+        raise NotImplementedError("vllm: the model lives inside the engine; use load_weights / state_checksum")
+
+    # --- generation -------------------------------------------------------------------------------
+    def _sampling_settings(self, generation_config: dict) -> dict:
+        args = self.config.generating_args
+        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                  "top_k": args.top_k, "do_sample": args.do_sample,
+                  "num_return_sequences": args.num_return_sequences}
+        unknown = set(generation_config) - set(GENERATION_KEYS) - {"seed"}
+        if unknown:
+            raise ValueError(f"vllm: unknown generation settings {sorted(unknown)}; valid: {sorted(GENERATION_KEYS)}")
+        merged.update({k: v for k, v in generation_config.items() if k != "seed"})
+        return merged
+
+    def _sampling_params(self, settings: dict, seed):
+        from vllm import SamplingParams
+
+        greedy = not settings["do_sample"]
+        return SamplingParams(
+            n=settings["num_return_sequences"], max_tokens=settings["max_new_tokens"],
+            temperature=0.0 if greedy else settings["temperature"], top_p=1.0 if greedy else settings["top_p"],
+            top_k=0 if greedy else (settings["top_k"] or 0), logprobs=0, seed=seed,
+            stop_token_ids=self.stop_token_ids, detokenize=False)
+
+    def _check_ready(self) -> None:
+        if not self.weights_loaded:
+            raise RuntimeError("vllm: load_format=dummy and no load_weights yet: the engine holds random weights "
+                               "(the pipeline syncs the trainer's weights before the first rollout)")
+        if self.sleeping:
+            raise RuntimeError("vllm: the engine is asleep (offload() without reload())")
+
+    @staticmethod
+    def _prompt_token_lists(prompts: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+        return [row[keep.bool()].tolist() for row, keep in zip(prompts, mask)]
+
+    @torch.no_grad()
+    def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
+        self._check_ready()
+        settings = self._sampling_settings(generation_config)
+        n, response_length = settings["num_return_sequences"], settings["max_new_tokens"]
+        prompts = batch.batch["prompts"]
+        prompt_mask = batch.batch["attention_mask"][:, :prompts.shape[1]]
+        seed = batch.meta_info.get("seed")
+        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE
+        if base is not None and not self.request_seeds:
+            torch.manual_seed(base)  # the in-process engine samples unseeded requests from the process RNG
+            base = None
+        params = [self._sampling_params(settings, None if base is None else base + i * n) for i in range(len(prompts))]
+        requests = [{"prompt_token_ids": ids} for ids in self._prompt_token_lists(prompts, prompt_mask)]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        rows = len(prompts) * n
+        responses = torch.full((rows, response_length), self.pad_token_id, dtype=torch.long)
+        response_mask = torch.zeros(rows, response_length)
+        log_probs = torch.zeros(rows, response_length)
+        for i, output in enumerate(outputs):
+            if len(output.outputs) != n:
+                raise RuntimeError(f"vllm: prompt {i} returned {len(output.outputs)} samples, expected {n}")
+            for j, completion in enumerate(output.outputs):
+                row, ids = i * n + j, list(completion.token_ids)[:response_length]
+                responses[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+                response_mask[row, :len(ids)] = 1.0
+                log_probs[row, :len(ids)] = torch.tensor(
+                    [completion.logprobs[k][token].logprob for k, token in enumerate(ids)])
+        prompts = prompts.repeat_interleave(n, dim=0)
+        attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0).long(), response_mask.long()], dim=1)
+        out = DataProto.from_dict(tensors={
+            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
+            "response_mask": response_mask, "rollout_log_probs": log_probs})
+        for key, values in batch.non_tensor_batch.items():
+            out.non_tensor_batch[key] = values.repeat(n)
+        out.meta_info = dict(batch.meta_info)
+        return out
+
+    # --- scoring ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        """log-probs of `responses` from the engine's prompt log-probs (one prefill per row). vLLM computes
+        prompt log-probs from unscaled logits, so only temperature 1.0 is exact; others are refused."""
+        from vllm import SamplingParams
+
+        self._check_ready()
+        temperature = batch.meta_info.get("temperature", 1.0)
+        if temperature != 1.0:
+            raise ValueError(f"vllm: compute_log_probs at temperature {temperature}: vLLM's prompt log-probs are "
+                             f"not temperature-scaled; score with hf_infer / deepspeed_infer, or use temperature 1.0")
+        responses, response_mask = batch.batch["responses"], batch.batch["response_mask"]
+        prompt_width = batch.batch["input_ids"].shape[1] - responses.shape[1]
+        mask = batch.batch["attention_mask"]
+        sequences = self._prompt_token_lists(batch.batch["input_ids"], mask)
+        prompt_lengths = mask[:, :prompt_width].sum(dim=1).tolist()
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in sequences], params, use_tqdm=False)
+        log_probs = torch.zeros(responses.shape)
+        for row, (output, ids, start) in enumerate(zip(outputs, sequences, prompt_lengths)):
+            for k in range(len(ids) - start):
+                log_probs[row, k] = output.prompt_logprobs[start + k][ids[start + k]].logprob
+        return log_probs * response_mask
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        raise NotImplementedError("vllm cannot compute critic values; use a training strategy for the critic")
+
+    # --- weights ----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def load_weights(self, named_tensors) -> None:
+        if self.sleeping:
+            raise RuntimeError("vllm: load_weights while the engine is asleep; call reload() first")
+        started = time.perf_counter()
+        limit = self.settings["model_update_buffer_size_mb"] * 2 ** 20
+        dtype = getattr(torch, self.config.model_args.dtype)
+        stats = {"tensors": 0, "bytes": 0, "buckets": 0}
+
+        def stream():
+            for bucket in buckets(named_tensors, limit):
+                stats["buckets"] += 1
+                converted = [(name, tensor.detach().to(dtype).contiguous()) for name, tensor in bucket]
+                for name, tensor in converted:
+                    stats["tensors"] += 1
+                    stats["bytes"] += tensor.numel() * tensor.element_size()
+                    yield name, tensor
+
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream(), "is_checkpoint_format": True})
+        refreshed = self._refresh_tied_layers()
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.weights_loaded = True
+        self.logger.info("loaded %d tensors (%.1f MB) in %d buckets in %.2f s; re-processed %d tied layers",
+                         stats["tensors"], stats["bytes"] / 2 ** 20, stats["buckets"], time.perf_counter() - started,
+                         refreshed)
+
+    def _refresh_tied_layers(self) -> int:
+        return sum(self.llm.collective_rpc(refresh_shared_weight_layers))
+
+    def state_checksum(self) -> float:
+        return float(sum(self.llm.collective_rpc(engine_checksum)))
+
+    # --- memory -------------------------------------------------------------------------------------
+    def offload(self) -> None:
+        """Sleep level 1: weights to host memory, KV cache dropped — where the platform has sleep mode."""
+        if not self.sleep_supported:
+            self._log_no_sleep()
+            return
+        self.llm.sleep(level=1)
+        self.sleeping = True
+
+    def reload(self) -> None:
+        if not self.sleep_supported:
+            self._log_no_sleep()
+            return
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def _log_no_sleep(self) -> None:
+        if not getattr(self, "_no_sleep_logged", False):
+            from vllm.platforms import current_platform
+
+            self.logger.info("vllm: sleep mode is not available on platform %r; offload()/reload() keep the "
+                             "weights and KV cache resident", current_platform.device_type)
+            self._no_sleep_logged = True
