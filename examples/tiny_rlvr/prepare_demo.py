@@ -27,7 +27,9 @@ def main() -> None:
           f"(held-out phrasings never occur in training), vocab {s['vocab_size']}, "
           f"model {s['parameters'] / 1e3:.0f}k parameters, longest prompt {s['max_prompt_tokens']} tokens")
     if s["warm_start_loss_first"] is not None:
-        print(f"format-only warm start ({settings.warm_start_steps} steps, random answers): "
+        what = ("one-number sentences read back, no sums" if settings.warm_start == "reading"
+                else "task prompts with random answers")
+        print(f"warm start ({settings.warm_start_steps} steps; {what}): "
               f"loss {s['warm_start_loss_first']:.2f} -> {s['warm_start_loss_last']:.2f}")
     print(f"held-out greedy accuracy of the warm-started model (math-verify): {100 * s['heldout_accuracy']:.1f}% "
           f"(well-formed replies {100 * s['heldout_format_ok']:.0f}%, answers given: {s['heldout_answer_counts']})"

@@ -1,10 +1,11 @@
 """The demo's verifiable task: small word problems whose answer is a sum of two numbers.
 
-"Tom has 3 apples and finds 4 more . How many apples now ?" → "\\boxed{7}". Operands are 0..4, so
-there are 25 arithmetic facts behind ~2,400 phrasings (name × object × template × numbers).
+"Tom has 3 apples and finds 4 more . How many apples now ?" → "\\boxed{7}". Operands are 1..4, so
+there are 16 arithmetic facts (sums 2..8) behind ~1,550 problems (name × object × template × numbers).
+Zero is left out on purpose: with a zero operand, repeating one number back would already be right.
 
 The held-out split is by PHRASING: a phrasing is a (template, name, object) triple, and every problem
-of a held-out phrasing (all 25 facts) is held out, so no held-out sentence frame — with any numbers —
+of a held-out phrasing (all 16 facts) is held out, so no held-out sentence frame — with any numbers —
 occurs in training. The facts are shared, so held-out accuracy measures whether the model learned to
 read the two numbers and add them, not whether it generalises arithmetic to new numbers.
 """
@@ -20,7 +21,14 @@ TEMPLATES = [
     "{name} buys {a} {obj} then {b} {obj} . How many {obj} in total ?",
     "What is {a} plus {b} ?",
 ]
-MAX_OPERAND = 4
+MIN_OPERAND, MAX_OPERAND = 1, 4
+# One-quantity sentences for the warm start: reading a count back, no arithmetic. They use the task's
+# names and objects but none of its templates, and their numbers span every possible answer (0..8).
+READING_TEMPLATES = [
+    "{name} has {a} {obj} . How many {obj} does {name} have ?",
+    "There are {a} {obj} . How many {obj} are there ?",
+    "{name} sees {a} {obj} on the table . How many {obj} ?",
+]
 TAG = "math"
 COLUMNS = ("prompt", "ground_truth", "tag")
 
@@ -37,8 +45,8 @@ def answer_pool() -> list[str]:
 
 def all_problems() -> list[dict]:
     problems = []
-    for t, name, obj, a, b in itertools.product(range(len(TEMPLATES)), NAMES, OBJECTS, range(MAX_OPERAND + 1),
-                                                range(MAX_OPERAND + 1)):
+    operands = range(MIN_OPERAND, MAX_OPERAND + 1)
+    for t, name, obj, a, b in itertools.product(range(len(TEMPLATES)), NAMES, OBJECTS, operands, operands):
         template = TEMPLATES[t]
         if "{name}" not in template and (name, obj) != (NAMES[0], OBJECTS[0]):
             continue  # templates without a name/object exist once per fact
@@ -48,9 +56,9 @@ def all_problems() -> list[dict]:
     return problems
 
 
-def split_problems(seed: int = 0, heldout_phrasings: int = 8) -> tuple[list[dict], list[dict]]:
+def split_problems(seed: int = 0, heldout_phrasings: int = 12) -> tuple[list[dict], list[dict]]:
     """(train, heldout): `heldout_phrasings` random (template, name, object) phrasings with all their
-    25 facts go to heldout (8 → 200 problems, each fact 8 times); both lists are shuffled."""
+    16 facts go to heldout (12 → 192 problems, each fact 12 times); both lists are shuffled."""
     problems = all_problems()
     rng = random.Random(seed)
     named = sorted({p["phrasing"] for p in problems if "|" in p["phrasing"]})
@@ -62,9 +70,21 @@ def split_problems(seed: int = 0, heldout_phrasings: int = 8) -> tuple[list[dict
     return train, heldout
 
 
+def reading_problems() -> list[dict]:
+    """Warm-start material: "Tom has 6 pens . How many pens does Tom have ?" → 6. Teaches the reply
+    format and reading a number back; never two numbers, never a sum."""
+    rows = []
+    for template, name, obj, a in itertools.product(READING_TEMPLATES, NAMES, OBJECTS, range(2 * MAX_OPERAND + 1)):
+        if "{name}" not in template and name != NAMES[0]:
+            continue
+        rows.append({"prompt": template.format(name=name, obj=obj, a=a), "ground_truth": str(a), "tag": TAG})
+    return rows
+
+
 def tokenizer_corpus() -> list[str]:
-    """Texts the demo tokenizer is trained on: every prompt and every possible reply."""
-    return [p["prompt"] for p in all_problems()] + [answer_text(v) for v in answer_pool()]
+    """Texts the demo tokenizer is trained on: every prompt, warm-start prompt and possible reply."""
+    return ([p["prompt"] for p in all_problems()] + [p["prompt"] for p in reading_problems()]
+            + [answer_text(v) for v in answer_pool()])
 
 
 def write_jsonl(rows: list[dict], path: Path) -> None:

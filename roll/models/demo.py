@@ -21,7 +21,7 @@ from roll.models.tiny import build_tiny_model
 from roll.models.warm_start import format_only_examples, warm_start
 
 MARKER = "prepared.json"
-FORMAT_VERSION = 2  # bump when the files' meaning changes (tokenizer, task, split)
+FORMAT_VERSION = 3  # bump when the files' meaning changes (tokenizer, task, split)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +30,8 @@ class DemoSettings:
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 2
-    heldout_phrasings: int = 8
+    heldout_phrasings: int = 12
+    warm_start: str = "reading"  # "reading": one-number sentences read back; "random": task prompts, random answers
     warm_start_steps: int = 60
     warm_start_batch_size: int = 32
     warm_start_lr: float = 3e-3
@@ -75,8 +76,7 @@ def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: boo
     demo_task.write_jsonl(heldout, out / "heldout.jsonl")
     build_tiny_model(str(model_dir), demo_task.tokenizer_corpus(), hidden_size=settings.hidden_size,
                      num_layers=settings.num_layers, num_heads=settings.num_heads, seed=settings.seed)
-    conversations = format_only_examples([p["prompt"] for p in train], demo_task.answer_pool(), settings.seed,
-                                         answer_format=demo_task.answer_text)
+    conversations = warm_start_conversations(settings, train)
     losses = warm_start(str(model_dir), conversations, steps=settings.warm_start_steps,
                         batch_size=settings.warm_start_batch_size, lr=settings.warm_start_lr, seed=settings.seed)
     model, tokenizer = load_model(model_dir)
@@ -93,6 +93,17 @@ def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: boo
     }
     (out / MARKER).write_text(json.dumps(dict(_marker_payload(settings), summary=summary), indent=1))
     return dict(summary, skipped=False)
+
+
+def warm_start_conversations(settings: DemoSettings, train: list[dict]) -> list[list[dict]]:
+    if settings.warm_start == "random":
+        return format_only_examples([p["prompt"] for p in train], demo_task.answer_pool(), settings.seed,
+                                    answer_format=demo_task.answer_text)
+    if settings.warm_start == "reading":
+        return [[{"role": "user", "content": r["prompt"]},
+                 {"role": "assistant", "content": demo_task.answer_text(r["ground_truth"])}]
+                for r in demo_task.reading_problems()]
+    raise ValueError(f"warm_start must be 'reading' or 'random', got {settings.warm_start!r}")
 
 
 # ---- shared by preparation, the learnability probe and tests -----------------------------------------
