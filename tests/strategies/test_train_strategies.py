@@ -8,17 +8,19 @@ uninterrupted run; offload + reload between steps changes nothing; forward-only 
 
 All scenarios run in one pair of spawned processes (see harness.py); each test checks one of them.
 
-Tolerances (float32): per-step losses and grad norms rtol 1e-5 (atol 1e-6); final parameters atol 2e-5
-(max |Δ| observed ≈ 1e-6: summation order differs between engines — reduce-scatter vs all-reduce,
-bucketed flat buffers — and Adam's first steps amplify near-zero gradient differences); resume and
-offload against their own strategy's uninterrupted run: bit-identical expected, checked at atol 1e-7.
+Tolerances (float32): per-step losses and grad norms rtol 1e-5 (atol 1e-6; observed ≤ 3e-6 relative);
+final parameters max |Δ| < 2e-5 (observed ≤ 2.1e-6: summation order differs between engines —
+reduce-scatter vs all-reduce, bucketed flat buffers, micro-batch order — and Adam's first steps amplify
+near-zero gradient differences). Resume and offload against the same strategy's uninterrupted run:
+bit-identical (atol 0). bf16 compute (FSDP2 mixed precision): losses within 5 %, update direction
+cosine > 0.95.
 """
 import pytest
 import torch
 
 from tests.strategies import harness as h
 
-LOSS_RTOL, LOSS_ATOL, PARAM_ATOL, SAME_RUN_ATOL = 1e-5, 1e-6, 2e-5, 1e-7
+LOSS_RTOL, LOSS_ATOL, PARAM_ATOL, SAME_RUN_ATOL = 1e-5, 1e-6, 2e-5, 0.0
 FSDP2 = {"reshard_after_forward": True}
 
 EQUIVALENCE = {  # name: (strategy, strategy_config, gradient checkpointing)
