@@ -189,6 +189,7 @@ class VLLMInferStrategy(InferenceStrategy):
         # per-request seeds (SamplingParams.seed) where the engine supports them, else the process RNG
         self.request_seeds = not (on_cpu and engine_kwargs.get("enable_chunked_prefill", True))
         self.load_format = engine_kwargs.get("load_format", "auto")
+        self.single_process = engine_kwargs.get("tensor_parallel_size", 1) == 1
         started = time.perf_counter()
         self.llm = LLM(model=path, dtype=self.config.model_args.dtype, logprobs_mode="processed_logprobs",
                        enable_sleep_mode=self.sleep_supported, **engine_kwargs)
@@ -322,7 +323,10 @@ class VLLMInferStrategy(InferenceStrategy):
                     stats["bytes"] += tensor.numel() * tensor.element_size()
                     yield name, tensor
 
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream(), "is_checkpoint_format": True})
+        # in-process workers take the generator itself (one bucket converted at a time); worker processes
+        # (tensor_parallel_size > 1) need the tensors serialised: one list (not verified on this project's CI)
+        weights = stream() if self.single_process else list(stream())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         refreshed = self._refresh_tied_layers()
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self.weights_loaded = True
