@@ -5,7 +5,7 @@ strategies generate and score; training strategies also take optimizer steps, ex
 save checkpoints. Everything here is engine-independent; subclasses bring the engine.
 """
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from roll.distributed.data_proto import DataProto
 from roll.utils.functional import response_log_probs, slice_response_logits
@@ -38,7 +38,11 @@ class InferenceStrategy:
             self.logger.warning("model_args.dtype=%s on a CPU-only machine: expect it to be several times "
                                 "slower than float32", args.dtype)
         if getattr(self.worker, "model_kind", "causal_lm") == "value":
-            return AutoModelForTokenClassification.from_pretrained(args.model_name_or_path, num_labels=1,
+            # No dropout before the value head (HF's default is 0.1): value targets are regressed exactly,
+            # as in verl, and a resumed run does not depend on the worker's dropout RNG stream.
+            config = AutoConfig.from_pretrained(args.model_name_or_path, num_labels=1)
+            config.classifier_dropout = 0.0
+            return AutoModelForTokenClassification.from_pretrained(args.model_name_or_path, config=config,
                                                                    dtype=dtype)
         return AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype)
 

@@ -15,9 +15,10 @@ from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
 from roll.strategies import create_strategy
 from roll.utils.functional import response_log_probs, slice_response_logits
+from roll.workers.checkpointing import CheckpointMixin
 
 
-class ActorWorker(Worker):
+class ActorWorker(CheckpointMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         self.strategy = create_strategy(self.worker_config.strategy_args.strategy_name, self)
@@ -80,15 +81,3 @@ class ActorWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_weights(self, weights: dict) -> None:
         self.strategy.load_weights(weights.items())
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def state_checksum(self) -> float:
-        return self.strategy.state_checksum()
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        self.strategy.save_checkpoint(path)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        self.strategy.load_checkpoint(path)

@@ -3,7 +3,8 @@
 (a) adv_estimator: gae with a critic role (CriticWorker, deepspeed_train);
 (b) use_kl_loss + add_token_level_kl with the reference on deepspeed_infer (ZeRO stage 0);
 (c) rollout importance sampling (rollout_is_threshold 2.0, rollout_is: true);
-(d) actor_train with 2 data-parallel ZeRO-2 workers colocated with a 2-worker actor_infer on devices 0-1.
+(d) actor_train with 2 data-parallel ZeRO-2 workers colocated with a 2-worker actor_infer on devices 0-1;
+(e) a second pipeline resumes that run from its step-1 checkpoint (by path) and reproduces step 2.
 """
 import math
 
@@ -38,13 +39,22 @@ def _inspect(pipeline) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run(rlvr_config, tmp_path_factory):
-    config = rlvr_config(tmp_path_factory.mktemp("variants") / "out", OVERRIDES, blocks=CRITIC)
+def runs(rlvr_config, tmp_path_factory):
+    root = tmp_path_factory.mktemp("variants")
+    config = rlvr_config(root / "out", [*OVERRIDES, "save_steps=1"], blocks=CRITIC)
     assert config.reference.strategy_args.strategy_config["zero_optimization"]["stage"] == 0
     assert config.actor_train.strategy_args.strategy_config["zero_optimization"]["stage"] == 2
     history = run_pipeline(config, inspect=_inspect)
     assert sorted(history["steps"]) == list(range(STEPS))
-    return config, history
+    checkpoint = root / "out" / "checkpoints" / "step-1"
+    resumed = run_pipeline(rlvr_config(root / "resumed", [*OVERRIDES, f"resume_from_checkpoint={checkpoint}"],
+                                       blocks=CRITIC))
+    return {"config": config, "history": history, "checkpoint": checkpoint, "resumed": resumed}
+
+
+@pytest.fixture(scope="module")
+def run(runs):
+    return runs["config"], runs["history"]
 
 
 def _all_steps(history, key) -> list[float]:
@@ -93,3 +103,16 @@ def test_d_two_zero2_trainers_colocated_with_two_rollout_workers(run):
     assert infer == [train[0]] * 2  # both rollout workers got the trained weights
     assert all(v > 0 for v in _all_steps(history, "actor/grad_norm"))  # ZeRO-2 reports its norm
     assert all(v == 0 for v in _all_steps(history, "weight_sync/probe_max_abs_diff"))
+
+
+def test_e_resume_by_path_with_critic_and_zero2_reproduces_the_next_step(runs):
+    checkpoint, history, resumed = runs["checkpoint"], runs["history"], runs["resumed"]
+    engine = sorted(p.name for p in (checkpoint / "actor_train" / "engine").iterdir())
+    assert [name for name in engine if "optim_states" in name] == [  # one ZeRO-2 partition per rank
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+    assert (checkpoint / "critic" / "engine").is_dir() and (checkpoint / "critic" / "hf").is_dir()
+    assert resumed["first_step"] == 1 and sorted(resumed["steps"]) == [1]
+    deterministic = {k: v for k, v in history["steps"][1].items()
+                     if not k.startswith(("timing/", "weight_sync/seconds"))}
+    again = {k: v for k, v in resumed["steps"][1].items() if k in deterministic}
+    assert again == deterministic  # exact: actor, critic, optimizers, sampler and RNG all restored

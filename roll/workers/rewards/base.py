@@ -6,6 +6,7 @@ returned score on each response's last token. A user's class lives in their own 
 by dotted path in `rewards.<domain>.worker_cls`.
 """
 import math
+from numbers import Real
 
 import torch
 
@@ -27,8 +28,8 @@ class RewardWorker(Worker):
         scores = list(self.score(batch))
         if len(scores) != len(batch):
             raise ValueError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
-        for row, value in enumerate(scores):
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+        for row, value in enumerate(scores):  # Python or numpy numbers; not tensors, strings or None
+            if not isinstance(value, Real) or not math.isfinite(value):
                 raise ValueError(f"{type(self).__name__}.score: row {row} has score {value!r}; "
                                  f"scores must be finite numbers")
-        return DataProto.from_dict(tensors={"scores": torch.tensor(scores, dtype=torch.float32)})
+        return DataProto.from_dict(tensors={"scores": torch.tensor([float(v) for v in scores], dtype=torch.float32)})
