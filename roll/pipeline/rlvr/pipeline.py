@@ -73,13 +73,9 @@ class RLVRPipeline:
         init_ray(num_devices=config.num_devices, env_vars=config.system_envs)
         self.resource_manager = ResourceManager(num_nodes=config.num_nodes,
                                                 num_gpus_per_node=config.num_gpus_per_node)
-        role_configs = {"actor_train": config.actor_train, "actor_infer": config.actor_infer,
-                        "reference": config.reference, "critic": config.critic,
-                        **{f"rewards.{domain}": reward for domain, reward in config.rewards.items()}}
-        for name, worker_config in role_configs.items():
-            if worker_config is not None:
-                self.clusters[name] = Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
-                                              resource_manager=self.resource_manager, worker_config=worker_config)
+        for name, worker_config in self._role_configs().items():
+            self.clusters[name] = Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
+                                          resource_manager=self.resource_manager, worker_config=worker_config)
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in config.rewards}
@@ -90,6 +86,18 @@ class RLVRPipeline:
             call.result()
         logger.info("started %d roles (%d workers) in %.1f s", len(self.clusters),
                     sum(c.world_size for c in self.clusters.values()), time.perf_counter() - started)
+
+    def _role_configs(self) -> dict:
+        """The roles to start. A reference nothing reads (both KL options off) is not started, as in verl."""
+        config = self.config
+        roles = {"actor_train": config.actor_train, "actor_infer": config.actor_infer, "critic": config.critic,
+                 **{f"rewards.{domain}": reward for domain, reward in config.rewards.items()}}
+        if config.reference is not None and (config.use_kl_loss or config.add_token_level_kl):
+            roles["reference"] = config.reference
+        elif config.reference is not None:
+            logger.info("reference role not started: use_kl_loss and add_token_level_kl are both off, so "
+                        "nothing reads reference log-probs")
+        return {name: worker_config for name, worker_config in roles.items() if worker_config is not None}
 
     def close(self) -> None:
         """Stop every role's workers and release the devices; the Ray session stays up."""
