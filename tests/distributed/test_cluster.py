@@ -107,3 +107,18 @@ def test_timeout_and_remote_error_name_role_and_method(resources):
     slow_free = Cluster("reward2", EchoWorker, resources, StandInWorkerConfig("reward2", None))
     with pytest.raises(RuntimeError, match=r"reward2\.fail failed on rank 0(.|\n)*boom"):
         slow_free.fail()
+
+
+def test_an_undecorated_override_keeps_the_dispatch_mode_of_the_method_it_overrides():
+    from roll.distributed.cluster import dispatch_mode
+
+    class UserWorker(EchoWorker):  # e.g. a custom reward overriding initialize without @register
+        def double(self, batch):
+            return super().double(batch)
+
+        def helper(self):
+            return 1
+
+    assert dispatch_mode(UserWorker, "double") is Dispatch.DP_MP_COMPUTE
+    assert dispatch_mode(UserWorker, "rank") is Dispatch.RANK0
+    assert dispatch_mode(UserWorker, "helper") is None
