@@ -60,8 +60,9 @@ class GeneratingArgs:
 
 @dataclass
 class StrategyArgs:
-    strategy_name: str = field_help(help="engine: hf_infer, deepspeed_train, deepspeed_infer (vllm, sglang, "
-                                         "fsdp2_*, megatron_* are planned; see docs/strategies.md)")
+    strategy_name: str = field_help(help="engine: deepspeed_train, fsdp2_train (training roles); hf_infer, vllm "
+                                         "(rollout); hf_infer, deepspeed_infer, fsdp2_infer (reference); "
+                                         "what runs where: docs/strategies.md")
     strategy_config: Optional[dict[str, Any]] = field_help(
         None, "engine settings, e.g. a DeepSpeed config via `${deepspeed_zero2}` (see examples/config/)")
 
