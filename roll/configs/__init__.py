@@ -122,6 +122,9 @@ def describe_config(config: RLVRConfig) -> str:
                       if w.strategy_args is not None and w.strategy_args.strategy_name not in IMPLEMENTED})
     parts = ["resolved config:", OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(),
              batch_plan(config).describe(), format_plan(placement_plan(roles(config)), config.num_devices)]
+    if config.reference is not None and not (config.use_kl_loss or config.add_token_level_kl):
+        parts.append("note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
+                     "reads its log-probs: it will not be started")
     if planned:
         parts.append(f"note: strategies {planned} are not implemented in this version of roll; this config can be "
                      f"validated (--dry_run) but not run")

@@ -20,6 +20,8 @@ class PipelineConfig:
     save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
     eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
     logging_steps: int = field_help(1, "print the progress line every N steps")
+    sample_log_steps: int = field_help(
+        0, "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl; 0 = off")
     resume_from_checkpoint: Union[bool, str] = field_help(
         False, "true: continue from the newest checkpoint in output_dir (fresh start if none); "
                "a path: continue from that step directory")

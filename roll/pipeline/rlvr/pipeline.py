@@ -17,6 +17,7 @@ from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager
 from roll.pipeline.rlvr import advantages as step_maths
+from roll.pipeline.rlvr.callbacks import SampleLogger
 from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
 from roll.pipeline.rlvr.metrics import batch_metrics, fmt, mean_of_ranks, progress
 from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
@@ -285,5 +286,8 @@ def _kl_ctrl_settings(config) -> dict:
 
 def run_pipeline(config) -> dict:
     """Entry point used by examples/start_rlvr_pipeline.py."""
-    with RLVRPipeline(config) as pipeline:
+    callbacks = []
+    if config.sample_log_steps:
+        callbacks.append(SampleLogger(f"{config.output_dir.rstrip('/')}/samples", every=config.sample_log_steps))
+    with RLVRPipeline(config, callbacks=callbacks) as pipeline:
         return pipeline.run()
