@@ -20,9 +20,8 @@ ROLLOUT_LOGPROBS = ("hf_infer", "vllm", "sglang")
 FORWARD = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer", "vllm", "sglang") + TRAIN
 ROLE_STRATEGIES = {"actor_train": TRAIN, "critic": TRAIN, "actor_infer": GENERATE,
                    "reference": ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer")}
-# Estimators whose extra inputs the RLVR loop does not produce yet: refused at start-up, not mid-run.
-NOT_IN_PIPELINE = {"remax": "greedy-rollout reward baselines (reward_baselines)",
-                   "optimal_token_baseline": "per-token Σπ² from the trainer (sum_pi_squared)"}
+# Training strategies that can return Σπ² per token (the optimal-token-baseline estimator's input).
+SUM_PI_SQUARED = ("deepspeed_train", "fsdp2_train")
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
 # Model-parallel degrees that divide a Megatron role's workers before data parallelism.
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
@@ -136,10 +135,10 @@ def check_algorithm(config) -> None:
             lookup(getattr(config, key))
         except (KeyError, ValueError) as error:
             raise ConfigError(f"'{key}' = {getattr(config, key)!r}: {error}") from None
-    if config.adv_estimator in NOT_IN_PIPELINE:
-        raise ConfigError(f"adv_estimator {config.adv_estimator!r} needs {NOT_IN_PIPELINE[config.adv_estimator]}, "
-                          f"which the RLVR pipeline does not produce yet; the function is available in "
-                          f"roll.algorithms for your own loop")
+    train_strategy = config.actor_train.strategy_args.strategy_name
+    if config.adv_estimator == "optimal_token_baseline" and train_strategy not in SUM_PI_SQUARED:
+        raise ConfigError(f"adv_estimator optimal_token_baseline needs per-token Σπ² from actor_train, which "
+                          f"{train_strategy!r} does not compute; use one of {list(SUM_PI_SQUARED)}")
     kl_names = list(KL_ESTIMATORS) + [f"{name}+" for name in KL_ESTIMATORS]
     for key in ("kl_loss_type", "kl_penalty"):
         value = getattr(config, key)

@@ -79,6 +79,19 @@ class InferenceStrategy:
         return torch.cat(parts)
 
     @torch.no_grad()
+    def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
+        """Σ_v π_v² at every response position (B, R), at the sampling temperature; 0 on padding.
+        The optimal-token-baseline estimator weighs tokens by 1 − 2π(token) + Σπ²."""
+        temperature = batch.meta_info.get("temperature", 1.0)
+        parts = []
+        for micro, keep in self._forward_micro_batches(batch):
+            logits = slice_response_logits(self.forward_logits(micro), micro.batch["responses"].shape[1])
+            if keep:
+                probs = (logits.float() / temperature).softmax(dim=-1)
+                parts.append(probs.square().sum(dim=-1) * micro.batch["response_mask"])
+        return torch.cat(parts)
+
+    @torch.no_grad()
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         parts = []
         for micro, keep in self._forward_micro_batches(batch):

@@ -32,9 +32,9 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy
-from roll.strategies.train_common import (aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
-                                          forward_inputs, gradient_clip_value, mean_metrics, save_tokenizer,
-                                          split_train_batch)
+from roll.strategies.train_common import (aligned_micro_batches, broadcast_parameters, build_adamw,
+                                          build_lr_scheduler, checksum, forward_inputs, gradient_clip_value,
+                                          mean_metrics, save_tokenizer, split_train_batch)
 
 FSDP2_DEFAULTS = {"reshard_after_forward": True, "cpu_offload": False, "param_dtype": "auto",
                   "reduce_dtype": "float32", "wrap_modules": None}
@@ -105,6 +105,7 @@ def shard_model(model: torch.nn.Module, world_size: int, fsdp_config: dict, devi
     unit_names = fsdp_config["wrap_modules"]
     if unit_names is None:
         unit_names = list(getattr(model, "_no_split_modules", None) or [])
+    broadcast_parameters(model, device if not fsdp_config["cpu_offload"] else torch.device("cpu"))
     units = [m for m in model.modules() if type(m).__name__ in set(unit_names)]
     if unit_names and not units:
         raise ValueError(f"fsdp2 strategy_config.wrap_modules={unit_names}: no module of {type(model).__name__} "
@@ -248,6 +249,10 @@ class FSDP2TrainStrategy(FSDP2InferStrategy):
     @torch.no_grad()
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         return self._in_eval_mode(super().compute_log_probs, batch)
+
+    @torch.no_grad()
+    def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_sum_pi_squared, batch)
 
     @torch.no_grad()
     def compute_values(self, batch: DataProto) -> torch.Tensor:

@@ -33,6 +33,10 @@ class ActorWorker(CheckpointMixin, Worker):
         return DataProto.from_dict(tensors={"log_probs": self.strategy.compute_log_probs(batch)})
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def compute_sum_pi_squared(self, batch: DataProto) -> DataProto:
+        return DataProto.from_dict(tensors={"sum_pi_squared": self.strategy.compute_sum_pi_squared(batch)})
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train_step(self, batch: DataProto) -> dict:
         """PPO update: `ppo_epochs` passes over this rank's rows in mini-batches, one optimizer step each."""
         settings = batch.meta_info["loss"]

@@ -54,6 +54,8 @@ def compute_advantages(batch: DataProto, config) -> None:
         "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo,
         "reward_baselines": data.get("reward_baselines"),
         "old_log_probs": data.get("old_log_probs"),
+        "sum_pi_squared": data.get("sum_pi_squared"),
+        "rollout_is_weights": data.get("rollout_is_weights"),
         "config": OmegaConf.create({"gamma": config.gamma, "lam": config.lambd,
                                     "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}),
     }
@@ -63,7 +65,7 @@ def compute_advantages(batch: DataProto, config) -> None:
     missing = [p for p in required if available.get(p) is None]
     if missing:
         raise ValueError(f"adv_estimator={name!r} needs {missing}, which this pipeline step did not produce "
-                         f"(gae needs a critic role; remax needs greedy baselines)")
+                         f"(gae needs a critic role)")
     kwargs = {p: available[p] for p in params if p in available and available[p] is not None}
     advantages, returns = fn(**kwargs)
     data["advantages"], data["returns"] = advantages, returns

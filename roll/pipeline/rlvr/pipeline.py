@@ -121,15 +121,19 @@ class RLVRPipeline:
         return collate_prompts(rows, self.config.prompt_length, self.pad_token_id)
 
     # ---- one step, phase by phase ---------------------------------------------------------------
-    def generate(self, rows: list[dict], step: int, validation: bool = False) -> DataProto:
+    def generate(self, rows: list[dict], step: int, mode: str = "train") -> DataProto:
+        """mode: "train" (the group's samples), "validation" (validation.generating_args) or "greedy"
+        (one greedy answer per prompt, ReMax's baseline)."""
         config = self.config
         batch = collate_prompts(rows, config.prompt_length, self.pad_token_id)
         batch.non_tensor_batch["domain"] = np.array([row["domain"] for row in rows], dtype=object)
         batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(rows))], dtype=object)
-        if validation:
+        if mode == "validation":
             args = config.validation.generating_args
             generation = {"num_return_sequences": args.num_return_sequences, "do_sample": args.do_sample,
                           "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+        elif mode == "greedy":
+            generation = {"num_return_sequences": 1, "do_sample": False}
         else:
             generation = {"num_return_sequences": config.num_return_sequences_in_group}
         n = generation["num_return_sequences"]
@@ -157,12 +161,16 @@ class RLVRPipeline:
         return batch
 
     def forward_log_probs(self, cluster: Cluster, batch: DataProto, key: str) -> None:
+        """`key` ← a per-token forward quantity of the responses: log-probs, or Σπ² for key "sum_pi_squared"."""
         view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses",
                                         "response_mask"])
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
         view, pad = pad_to_multiple(view, cluster.world_size)
-        log_probs = cluster.compute_log_probs(view).batch["log_probs"]
-        batch.batch[key] = log_probs[: len(batch)]
+        if key == "sum_pi_squared":
+            values = cluster.compute_sum_pi_squared(view).batch[key]
+        else:
+            values = cluster.compute_log_probs(view).batch["log_probs"]
+        batch.batch[key] = values[: len(batch)]
 
     def compute_values(self, batch: DataProto) -> None:
         view, pad = pad_to_multiple(batch.select(batch_keys=["input_ids", "attention_mask", "position_ids",
@@ -189,10 +197,14 @@ class RLVRPipeline:
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
         metrics: dict = {}
+        rows = self.sampler.next_rows(config.rollout_batch_size)
         with timer.phase("generate"):
-            batch = self.generate(self.sampler.next_rows(config.rollout_batch_size), step)
+            batch = self.generate(rows, step)
         with timer.phase("reward"):
             self.compute_rewards(batch)
+        if config.adv_estimator == "remax":
+            with timer.phase("remax_baseline"):
+                self.remax_baselines(batch, rows, step)
         self._forward_passes(batch, timer)
         with timer.phase("advantages"):
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
@@ -208,10 +220,19 @@ class RLVRPipeline:
             callback.on_step_end(step, batch, metrics)
         return metrics
 
+    def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> None:
+        """ReMax: each sample's baseline is the reward of its prompt's greedy answer."""
+        greedy = self.compute_rewards(self.generate(rows, step, mode="greedy"))
+        n = self.config.num_return_sequences_in_group
+        batch.batch["reward_baselines"] = greedy.batch["scores"].repeat_interleave(n)
+
     def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:
         """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""
         with timer.phase("old_log_probs"):
             self.forward_log_probs(self.actor_train, batch, "old_log_probs")
+        if self.config.adv_estimator == "optimal_token_baseline":
+            with timer.phase("sum_pi_squared"):
+                self.forward_log_probs(self.actor_train, batch, "sum_pi_squared")
         if self.reference is not None:
             with timer.phase("ref_log_probs"):
                 self.forward_log_probs(self.reference, batch, "ref_log_probs")
@@ -225,7 +246,7 @@ class RLVRPipeline:
         if not self.val_rows:
             return {}
         size = self.config.val_batch_size
-        parts = [self.compute_rewards(self.generate(self.val_rows[i:i + size], step, validation=True))
+        parts = [self.compute_rewards(self.generate(self.val_rows[i:i + size], step, mode="validation"))
                  for i in range(0, len(self.val_rows), size)]
         batch = DataProto.concat(parts)
         scores = batch.batch["scores"].numpy()
