@@ -4,6 +4,9 @@ A strategy belongs to one worker (one process) and is built from its worker_conf
 strategies generate and score; training strategies also take optimizer steps, export weights and
 save checkpoints. Everything here is engine-independent; subclasses bring the engine.
 """
+import threading
+from dataclasses import dataclass, field
+
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -13,6 +16,17 @@ from roll.utils.logging import get_logger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
+# sampling settings a single request may override (generating_args give the defaults; one sample per request)
+REQUEST_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "seed")
+
+
+@dataclass
+class RequestResult:
+    """One request's completion (request-level generation: dynamic sampling, async rollout)."""
+    request_id: str
+    token_ids: list[int] = field(default_factory=list)  # generated ids; ends with the EOS id if finish_reason == "stop"
+    log_probs: list[float] = field(default_factory=list)  # log-prob of each generated token, as rollout_log_probs
+    finish_reason: str = "length"  # "stop" (EOS), "length" (max_new_tokens) or "abort" (tokens generated so far)
 
 
 class InferenceStrategy:
@@ -23,6 +37,8 @@ class InferenceStrategy:
         self.logger = get_logger(f"{self.config.name}[{self.rank}].{type(self).__name__}")
         self.model = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self._request_lock = threading.Lock()  # request-level generation: in-flight ids → aborted?
+        self._in_flight: dict[str, bool] = {}
 
     # --- set-up --------------------------------------------------------------------------------
     def initialize(self, total_steps: int = 0) -> None:
@@ -102,7 +118,57 @@ class InferenceStrategy:
 
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
         raise NotImplementedError(f"strategy {self.config.strategy_args.strategy_name!r} cannot generate; "
-                                  f"use hf_infer or vllm for actor_infer")
+                                  f"use hf_infer, vllm or sglang for actor_infer")
+
+    # --- request-level generation and abort (same semantics for hf_infer, vllm, sglang) ------------
+    def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
+        """Generate ONE sample for one prompt (unpadded token ids), blocking until it finishes or is aborted.
+        `sampling` overrides generating_args with keys from REQUEST_SAMPLING_KEYS (`seed` makes it
+        reproducible). An id already in flight is an error."""
+        raise NotImplementedError(f"strategy {self.config.strategy_args.strategy_name!r} has no request-level "
+                                  f"generation; use hf_infer, vllm or sglang")
+
+    def abort_request(self, request_id: str) -> bool:
+        """Stop an in-flight request: its generate_request returns the tokens so far with finish_reason
+        "abort". Returns True if the request was in flight; an unknown or already finished id is a no-op
+        that returns False. May be called from another thread."""
+        with self._request_lock:
+            if request_id not in self._in_flight:
+                return False
+            self._in_flight[request_id] = True
+        self._abort_in_engine(request_id)
+        return True
+
+    def _abort_in_engine(self, request_id: str) -> None:
+        """Engine-side abort, called by abort_request (from the caller's thread) after marking the request."""
+
+    def _begin_request(self, request_id: str) -> None:
+        with self._request_lock:
+            if request_id in self._in_flight:
+                raise ValueError(f"{self.config.name}: request {request_id!r} is already in flight")
+            self._in_flight[request_id] = False  # aborted?
+
+    def _is_aborted(self, request_id: str) -> bool:
+        with self._request_lock:
+            return bool(self._in_flight.get(request_id, False))
+
+    def _end_request(self, request_id: str) -> bool:
+        """Forget the request; returns whether it was aborted."""
+        with self._request_lock:
+            return bool(self._in_flight.pop(request_id, False))
+
+    def request_settings(self, sampling: dict | None) -> dict:
+        """generating_args merged with one request's overrides (one sample); unknown keys are an error."""
+        args = self.config.generating_args
+        sampling = dict(sampling or {})
+        unknown = sorted(set(sampling) - set(REQUEST_SAMPLING_KEYS))
+        if unknown:
+            raise ValueError(f"{self.config.strategy_args.strategy_name}: unknown request sampling keys {unknown}; "
+                             f"valid: {list(REQUEST_SAMPLING_KEYS)}")
+        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                  "top_k": args.top_k, "do_sample": args.do_sample, "seed": None}
+        merged.update(sampling)
+        return merged
 
     # --- weights ------------------------------------------------------------------------------------
     @torch.no_grad()

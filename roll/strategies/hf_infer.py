@@ -6,9 +6,10 @@ temperature without filtering, so keep top_k=0 and top_p=1.0 for exact on-policy
 (the defaults); filtering shows up as mismatch in the `mismatch/*` metrics.
 """
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import InferenceStrategy
+from roll.strategies.base import InferenceStrategy, RequestResult
 from roll.utils.functional import compute_position_ids
 
 
@@ -76,3 +77,41 @@ class HFInferStrategy(InferenceStrategy):
             "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
             "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
             "response_mask": response_mask, "rollout_log_probs": log_probs * response_mask})
+
+    # --- request-level generation (synchronous; abort from another thread stops at the next token) ---------
+    @torch.no_grad()
+    def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
+        """One sample for one prompt with `generate`. abort_request(request_id) from another thread (or from
+        a callback during generation) stops it after the current token; aborting an unknown or finished id
+        is a no-op returning False (see InferenceStrategy.abort_request)."""
+        settings = self.request_settings(sampling)
+        seed = settings.pop("seed")
+        kwargs = self._sampling_kwargs({**settings, "num_return_sequences": 1})
+        self._begin_request(request_id)
+        try:
+            if seed is not None:
+                torch.manual_seed(int(seed))
+            prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
+            stop = StoppingCriteriaList([_AbortCriterion(lambda: self._is_aborted(request_id))])
+            output = self.model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                                         eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
+                                         output_scores=True, return_dict_in_generate=True, use_cache=True,
+                                         stopping_criteria=stop, **kwargs)
+        finally:
+            aborted = self._end_request(request_id)
+        generated = output.sequences[0, prompt.shape[1]:].cpu().tolist()
+        log_probs = [torch.log_softmax(score[0].float(), -1)[token].item() for score, token in zip(output.scores, generated)]
+        if self.eos_token_id in generated:
+            end = generated.index(self.eos_token_id) + 1
+            return RequestResult(request_id, generated[:end], log_probs[:end], "stop")
+        return RequestResult(request_id, generated, log_probs, "abort" if aborted else "length")
+
+
+class _AbortCriterion(StoppingCriteria):
+    """Stops `generate` once the request is marked aborted (checked after every generated token)."""
+
+    def __init__(self, aborted):
+        self.aborted = aborted
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return torch.full((input_ids.shape[0],), self.aborted(), dtype=torch.bool, device=input_ids.device)

@@ -33,7 +33,7 @@ import time
 import torch
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import InferenceStrategy
+from roll.strategies.base import InferenceStrategy, RequestResult
 from roll.utils.functional import compute_position_ids
 
 # strategy_config keys passed through to vllm.LLM, with the type each must have
@@ -275,6 +275,48 @@ class VLLMInferStrategy(InferenceStrategy):
             out.non_tensor_batch[key] = values.repeat(n)
         out.meta_info = dict(batch.meta_info)
         return out
+
+    # --- request-level generation (vLLM's LLMEngine.add_request / step / abort_request) -------------------
+    @torch.no_grad()
+    def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
+        """One sample through `llm.llm_engine` (vllm 0.32.0: add_request(request_id, prompt, params), step(),
+        abort_request(request_ids)), stepping the engine in this thread. abort_request(request_id) marks the
+        request; the stepping loop then calls the engine's abort_request itself (the engine is not
+        thread-safe) and returns the tokens so far with finish_reason "abort"."""
+        self._check_ready()
+        settings = self.request_settings(sampling)
+        seed = settings.pop("seed")
+        settings["num_return_sequences"] = 1
+        params = self._sampling_params(settings, None if seed is None or not self.request_seeds else int(seed))
+        if seed is not None and not self.request_seeds:
+            torch.manual_seed(int(seed))
+        engine = self.llm.llm_engine
+        self._begin_request(request_id)
+        last, aborted = None, False
+        try:
+            engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
+            while not (last is not None and last.finished):
+                if self._is_aborted(request_id):
+                    engine.abort_request([request_id])
+                    aborted = True
+                    break
+                if not engine.has_unfinished_requests():
+                    raise RuntimeError(f"vllm: request {request_id!r} left the engine without a final output")
+                for output in engine.step():
+                    if output.request_id == request_id:
+                        last = output
+        finally:
+            aborted = self._end_request(request_id) or aborted
+        if last is None or not last.outputs:
+            return RequestResult(request_id, [], [], "abort" if aborted else "length")
+        completion = last.outputs[0]
+        ids = list(completion.token_ids)
+        log_probs = [completion.logprobs[k][token].logprob for k, token in enumerate(ids)] if completion.logprobs else []
+        if ids and ids[-1] in self.stop_token_ids and completion.finish_reason == "stop":
+            reason = "stop"
+        else:
+            reason = "abort" if aborted else "length"
+        return RequestResult(request_id, ids, log_probs, reason)
 
     # --- scoring ----------------------------------------------------------------------------------
     @torch.no_grad()
