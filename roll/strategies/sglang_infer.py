@@ -314,6 +314,10 @@ class SGLangInferStrategy(InferenceStrategy):
         through update_weights_from_tensor; the KV/radix cache is flushed with the last bucket."""
         if self.released:
             raise RuntimeError("sglang: load_weights while the engine's memory is released; call reload() first")
+        if self.settings["weight_update_mode"] != "tensor":
+            raise RuntimeError("sglang: weight_update_mode=distributed: weights arrive through "
+                               "init_weight_update_group / update_weights_from_distributed, which the pipeline does "
+                               "not drive yet; use weight_update_mode=tensor (the default)")
         started = time.perf_counter()
         dtype = getattr(torch, self.config.model_args.dtype)
         limit = self.settings["model_update_buffer_size_mb"] * 2 ** 20
@@ -349,6 +353,9 @@ class SGLangInferStrategy(InferenceStrategy):
         broadcast order, bucket by bucket (the trainer must broadcast with the same bucketing)."""
         if self.released:
             raise RuntimeError("sglang: weight update while the engine's memory is released; call reload() first")
+        if self.settings["weight_update_mode"] != "distributed" or getattr(self, "group_name", None) is None:
+            raise RuntimeError("sglang: update_weights_from_distributed needs weight_update_mode=distributed and "
+                               "init_weight_update_group first")
         limit = self.settings["model_update_buffer_size_mb"] * 2 ** 20
         metas = list(metas)
         groups, group, size = [], [], 0

@@ -359,6 +359,10 @@ def test_offload_reload_release_and_resume_memory(models, make, monkeypatch):
 def test_distributed_weight_update_calls(models, make):
     engine = make(models[0], config={"weight_update_mode": "distributed", "model_update_buffer_size_mb": 0.001})
     fake = make.engines[0]
+    with pytest.raises(RuntimeError, match="init_weight_update_group first"):
+        engine.update_weights_from_distributed([("a", "float32", (2,))])
+    with pytest.raises(RuntimeError, match="pipeline does not drive yet"):
+        engine.load_weights([])
     engine.init_weight_update_group("10.0.0.1", 29600, rank_offset=1, world_size=3, group_name="g")
     assert fake.calls[-1] == ("init_weights_update_group", "10.0.0.1", 29600, 1, 3, "g", "nccl")
     metas = [("a", "float32", (16, 16)), ("b", "bfloat16", (8,)), ("c", "float32", (4, 4))]  # 1024, 16, 64 bytes
