@@ -1,0 +1,1 @@
+"""Platform compatibility layers (engines that assume hardware this machine may not have)."""

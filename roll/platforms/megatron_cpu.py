@@ -1,0 +1,154 @@
+"""megatron-core on a CPU-only machine: a compatibility layer pinned to megatron-core 0.16.1.
+
+megatron-core hard-codes CUDA in places that have nothing to do with the maths: `device='cuda'` literals
+(clip-grad norms, grad scaler, pipeline-schedule token counters, gradient buffers),
+`torch.cuda.current_device()` as an allocation device (layers, p2p shape exchange, gradient buffers),
+the CUDA RNG tracker (`tensor_parallel.random`: get/set of the CUDA generator state), and
+`param.type() == 'torch.cuda.FloatTensor'` assertions (clip-grad, distributed optimizer).
+
+`apply()` — a no-op when CUDA is available — redirects exactly those to the CPU:
+  * every loaded `megatron.core.*` module that did `import torch` sees a proxy of torch whose tensor
+    factories turn a `device="cuda"` into the CPU and whose `torch.cuda` answers `current_device()` with
+    "cpu" and get/set_rng_state with the CPU generator's state (so the model-parallel RNG tracker forks
+    the CPU generator, as it forks the CUDA one on a GPU);
+  * `random._set_cuda_rng_state` sets the CPU generator's state;
+  * the two functions that assert `torch.cuda.FloatTensor` run with float32 CPU tensors reporting that
+    type name, for the duration of the call only.
+Nothing outside megatron.core is touched. Any other megatron-core version is refused: the list of call
+sites above was read from 0.16.1's source and must be re-checked for another release.
+TransformerEngine, fused kernels and CUDA graphs are not made to work; use the local (non-TE) spec with
+fusions off.
+"""
+import functools
+import sys
+import types
+
+import torch
+
+PINNED_VERSION = "0.16.1"
+_FACTORIES = ("tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand", "zeros_like",
+              "ones_like", "empty_like")
+_applied = False
+
+
+def _cpu_device(device):
+    if device is None:
+        return None
+    if isinstance(device, int) or (isinstance(device, str) and device.startswith("cuda")) or \
+            (isinstance(device, torch.device) and device.type == "cuda"):
+        return torch.device("cpu")
+    return device
+
+
+class _CpuCuda(types.ModuleType):
+    """torch.cuda as megatron-core sees it on CPU."""
+
+    def __init__(self):
+        super().__init__("torch.cuda")
+        self.random = self
+
+    def __getattr__(self, name):
+        return getattr(torch.cuda, name)
+
+    @staticmethod
+    def current_device():
+        return "cpu"
+
+    @staticmethod
+    def get_rng_state(device=None):
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state, device=None):
+        torch.set_rng_state(state)
+
+    @staticmethod
+    def manual_seed(seed):
+        torch.manual_seed(seed)
+
+    @staticmethod
+    def synchronize(device=None):
+        return None
+
+    @staticmethod
+    def is_available():
+        return False
+
+
+class _CpuTorch(types.ModuleType):
+    """torch as megatron-core sees it on CPU: factories never allocate on 'cuda'."""
+
+    def __init__(self):
+        super().__init__("torch")
+        self.cuda = _CpuCuda()
+        for name in _FACTORIES:
+            setattr(self, name, self._wrap(getattr(torch, name)))
+
+    @staticmethod
+    def _wrap(factory):
+        @functools.wraps(factory)
+        def wrapper(*args, **kwargs):
+            if "device" in kwargs:
+                kwargs["device"] = _cpu_device(kwargs["device"])
+            return factory(*args, **kwargs)
+        return wrapper
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def _reports_cuda_float_type(fn):
+    """Run `fn` with float32 CPU tensors answering `.type()` as 'torch.cuda.FloatTensor'."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        original = torch.Tensor.type
+
+        def type_(self, *a, **k):
+            name = original(self, *a, **k)
+            return "torch.cuda.FloatTensor" if not a and not k and name == "torch.FloatTensor" else name
+
+        torch.Tensor.type = type_
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.Tensor.type = original
+    return wrapper
+
+
+def apply() -> bool:
+    """Install the layer (idempotent). Returns True if it is active (no CUDA), False on a CUDA machine."""
+    global _applied
+    if torch.cuda.is_available():
+        return False
+    import megatron.core
+    from megatron.core import package_info
+
+    if package_info.__version__ != PINNED_VERSION:
+        raise RuntimeError(f"roll.platforms.megatron_cpu is pinned to megatron-core {PINNED_VERSION} (its CUDA call "
+                           f"sites were read from that release); found {package_info.__version__}. Install "
+                           f"megatron-core=={PINNED_VERSION} (the `megatron` extra) or re-check the shim.")
+    if _applied:
+        return True
+    # import every module with a redirected call site before swapping their `torch`
+    import megatron.core.distributed  # noqa: F401
+    import megatron.core.models.gpt  # noqa: F401
+    import megatron.core.optimizer  # noqa: F401
+    import megatron.core.pipeline_parallel.p2p_communication  # noqa: F401
+    import megatron.core.pipeline_parallel.schedules  # noqa: F401
+    from megatron.core.optimizer import clip_grads, distrib_optimizer, optimizer
+    from megatron.core.tensor_parallel import random
+
+    proxy = _CpuTorch()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("megatron.core") and getattr(module, "torch", None) is torch:
+            module.torch = proxy
+    random._set_cuda_rng_state = lambda new_state, device=-1, graph_safe=False: torch.set_rng_state(new_state)
+    random._get_cuda_rng_state = lambda device="cuda", clone=False, graph_safe=False: torch.get_rng_state()
+    wrapped = _reports_cuda_float_type(clip_grads.clip_grad_by_total_norm_fp32)
+    clip_grads.clip_grad_by_total_norm_fp32 = wrapped
+    optimizer.clip_grad_by_total_norm_fp32 = wrapped
+    builder = distrib_optimizer.DistributedOptimizer.__dict__["_build_model_and_main_param_groups"].__func__
+    distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = \
+        classmethod(_reports_cuda_float_type(builder))
+    _applied = True
+    return True

@@ -1,0 +1,118 @@
+"""megatron-core GPTModel (local, non-TransformerEngine spec) built from an HF config, and its forward.
+
+Needs `megatron.core.parallel_state` initialised. Fusions are off and initialisation is on the CPU so
+the same code runs without CUDA (with roll.platforms.megatron_cpu applied).
+"""
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from roll.strategies.megatron import convert
+
+
+def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32):
+    from megatron.core.transformer import TransformerConfig
+
+    convert.check_supported(hf_config)
+    on_gpu = torch.cuda.is_available()
+    recompute = parallel.get("recompute_granularity")
+    kwargs = dict(
+        num_layers=hf_config.num_hidden_layers, hidden_size=hf_config.hidden_size,
+        num_attention_heads=hf_config.num_attention_heads, num_query_groups=convert.num_kv_heads(hf_config),
+        kv_channels=convert.head_dim(hf_config), ffn_hidden_size=hf_config.intermediate_size,
+        normalization="RMSNorm", layernorm_epsilon=hf_config.rms_norm_eps, gated_linear_unit=True,
+        activation_func=F.silu, add_bias_linear=False, add_qkv_bias=convert.has_qkv_bias(hf_config),
+        hidden_dropout=0.0, attention_dropout=0.0, init_method_std=getattr(hf_config, "initializer_range", 0.02),
+        tensor_model_parallel_size=parallel.get("tensor_model_parallel_size", 1),
+        pipeline_model_parallel_size=parallel.get("pipeline_model_parallel_size", 1),
+        sequence_parallel=parallel.get("sequence_parallel", False),
+        params_dtype=params_dtype, pipeline_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16, fp16=params_dtype == torch.float16,
+        attention_softmax_in_fp32=True, use_cpu_initialization=not on_gpu, perform_initialization=False,
+        # fused kernels are CUDA-only
+        gradient_accumulation_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
+        masked_softmax_fusion=False, persist_layer_norm=False, apply_rope_fusion=False,
+        recompute_granularity=recompute,
+        recompute_method="uniform" if recompute == "full" else None,
+        recompute_num_layers=1 if recompute == "full" else None,
+    )
+    return TransformerConfig(**kwargs)
+
+
+def build_gpt_model(hf_config, config, tp_size: int, pre_process: bool = True, post_process: bool = True):
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    rope = getattr(hf_config, "rope_theta", None)
+    if rope is None:
+        rope = (getattr(hf_config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    scaling = getattr(hf_config, "rope_scaling", None)
+    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+        raise ValueError(f"megatron conversion: rope_scaling {scaling} is not supported")
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+                    vocab_size=convert.padded_vocab_size(hf_config, tp_size),
+                    max_sequence_length=hf_config.max_position_embeddings, pre_process=pre_process,
+                    post_process=post_process, parallel_output=False,
+                    share_embeddings_and_output_weights=convert.tied(hf_config),
+                    position_embedding_type="rope", rotary_base=int(rope))
+    mark_tensor_parallel(model)
+    return model
+
+
+def mark_tensor_parallel(model) -> None:
+    """With perform_initialization=False (weights come from the converter) megatron-core 0.16.1 skips the
+    call that tags TP-sharded weights (`tensor_model_parallel`, `partition_dim`): untagged, they count as
+    TP duplicates and the clip-grad norm leaves them out. Tag them from the converter's layout."""
+    from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+
+    for name, param in model.named_parameters():
+        dim = convert.tp_split_dim(name)
+        if dim is not None and not getattr(param, "tensor_model_parallel", False):
+            set_tensor_model_parallel_attributes(param, True, dim, 1)
+
+
+def attention_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) 1/0 padding mask → megatron's boolean (B, 1, S, S) mask, True = not attended (causal +
+    padded keys). Padded query rows attend nowhere; their outputs are never read."""
+    length = mask.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
+    allowed = causal[None] & mask.bool()[:, None, :]
+    return ~allowed[:, None]
+
+
+def load_into(model, state: dict) -> None:
+    """Copy a (TP/PP-local) Megatron state dict into the model; every parameter must be covered."""
+    own = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+    unknown, missing = sorted(set(state) - set(own)), sorted(set(own) - set(state))
+    if unknown or missing:
+        raise KeyError(f"megatron weights do not match the model: unknown {unknown[:4]}, missing {missing[:4]}")
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if own[name].shape != tensor.shape:
+                raise ValueError(f"{name}: model shape {tuple(own[name].shape)} ≠ weights {tuple(tensor.shape)}")
+            own[name].copy_(tensor)
+
+
+def init_megatron(parallel: dict) -> None:
+    """Process group (gloo on CPU), the CPU compatibility layer, megatron's model-parallel groups and RNG."""
+    from roll.platforms import megatron_cpu
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    megatron_cpu.apply()
+    from megatron.core import parallel_state, tensor_parallel
+
+    shape = (parallel["tensor_model_parallel_size"], parallel["pipeline_model_parallel_size"])
+    if parallel_state.model_parallel_is_initialized():
+        current = (parallel_state.get_tensor_model_parallel_world_size(),
+                   parallel_state.get_pipeline_model_parallel_world_size())
+        if current != shape:
+            raise RuntimeError(f"megatron parallel state already initialised as TP×PP={current}, asked for {shape}: "
+                               f"one parallel layout per process")
+    else:
+        parallel_state.initialize_model_parallel(*shape)
+    tensor_parallel.model_parallel_cuda_manual_seed(parallel["seed"])
