@@ -12,9 +12,9 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy
-from roll.strategies.train_common import (aligned_micro_batches, broadcast_parameters, build_adamw,
-                                          build_lr_scheduler, checksum, forward_inputs, lr_lambda, mean_metrics,
-                                          save_tokenizer, split_train_batch)
+from roll.strategies.train_common import (aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
+                                          forward_inputs, lr_lambda, mean_metrics, save_tokenizer,
+                                          split_train_batch)
 
 __all__ = ["DeepSpeedTrainStrategy", "DeepSpeedInferStrategy", "resolve_ds_config", "zero_stage", "lr_lambda"]
 
@@ -77,9 +77,7 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
         args = self.config.training_args
         self.ds_config = resolve_ds_config(self.config.strategy_args.strategy_config, args, self.world_size,
                                            self.config.model_args.dtype)
-        model = self.load_model()
-        if zero_stage(self.ds_config) == 3:  # ZeRO 0-2 broadcast rank 0's weights in deepspeed.initialize
-            broadcast_parameters(model, self._comm_device())
+        model = self.load_model()  # deepspeed.initialize broadcasts rank 0's weights (ZeRO-3: while partitioning)
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         offload = self.ds_config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
@@ -99,12 +97,6 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
     @property
     def module(self) -> torch.nn.Module:
         return self.model.module
-
-    @staticmethod
-    def _comm_device() -> torch.device:
-        from deepspeed.accelerator import get_accelerator
-
-        return torch.device(get_accelerator().current_device_name())
 
     def train_step(self, batch: DataProto, loss_fn) -> dict:
         micros = split_train_batch(self.config, batch)
@@ -297,9 +289,7 @@ class DeepSpeedInferStrategy(InferenceStrategy):
         import deepspeed
 
         _init_deepspeed_distributed()
-        model = self.load_model()
-        broadcast_parameters(model, DeepSpeedTrainStrategy._comm_device())
-        self.model, *_ = deepspeed.initialize(model=model, config=self.ds_config)
+        self.model, *_ = deepspeed.initialize(model=self.load_model(), config=self.ds_config)
         self.model.eval()
 
     @property

@@ -106,3 +106,21 @@ def aligned_micro_batches(batch: DataProto, size: int) -> list[tuple[DataProto, 
             raise ValueError("a rank received no rows at all; a sharded forward needs at least one row per rank")
         out += [(filler, False)] * (count - len(parts))
     return out
+
+
+@torch.no_grad()
+def broadcast_parameters(module: torch.nn.Module, device: torch.device) -> None:
+    """Every rank gets rank 0's weights before FSDP2 slices them. Weights the checkpoint does not hold
+    (a value head, any partially saved model) are initialised randomly on each rank, and fully_shard
+    keeps each rank's own slice of its own tensor (FSDP1's sync_module_states has no FSDP2 counterpart).
+    DeepSpeed broadcasts in deepspeed.initialize itself (ZeRO-3 while partitioning)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
+            or torch.distributed.get_world_size() == 1:
+        return
+    for param in module.parameters():
+        if param.device == device:
+            torch.distributed.broadcast(param.data, src=0)
+        else:  # e.g. NCCL needs device tensors while the model still sits in host memory
+            staged = param.data.to(device)
+            torch.distributed.broadcast(staged, src=0)
+            param.data.copy_(staged)

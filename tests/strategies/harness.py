@@ -37,7 +37,9 @@ PROMPT_LENGTH, RESPONSE_LENGTH = 8, 8
 LOSS = {"temperature": 1.0, "policy_loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-mean",
         "policy_loss_config": PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2,
                                                clip_ratio_c=3.0),
-        "use_kl_loss": True, "kl_loss_type": "low_var_kl", "kl_loss_coef": 0.05, "entropy_loss_coef": 0.01}
+        "use_kl_loss": True, "kl_loss_type": "low_var_kl", "kl_loss_coef": 0.05, "entropy_loss_coef": 0.01,
+        "value_clip": 0.5}  # the critic's clipped value loss (CriticWorker._value_loss)
+CRITIC_SEED = 1234  # rank r initialises the untrained value head with CRITIC_SEED + r: engines must use rank 0's
 TRAINING = dict(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="linear",
                 warmup_steps=1)
 DS = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -74,6 +76,21 @@ def loss_fn(micro: DataProto, logits: torch.Tensor):
     return ActorWorker._policy_loss(None, micro, logits)  # the production loss; it uses no worker state
 
 
+def value_loss_fn(micro: DataProto, logits: torch.Tensor):
+    from roll.workers.critic_worker import CriticWorker
+
+    return CriticWorker._value_loss(None, micro, logits)  # the production critic loss (no worker state)
+
+
+def load_value_model(model_dir):
+    """The critic's model as InferenceStrategy.load_model builds it (one-output head, no dropout)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    config = AutoConfig.from_pretrained(model_dir, num_labels=1)
+    config.classifier_dropout = 0.0
+    return AutoModelForTokenClassification.from_pretrained(model_dir, config=config, dtype=torch.float32)
+
+
 # --- data and reference (parent process) ---------------------------------------------------------------
 def prepare(directory: Path) -> tuple[Path, Path]:
     """A tiny Qwen2 checkpoint (hidden 64, 2 layers) and STEPS batches of WORLD_SIZE × ROWS_PER_RANK rows."""
@@ -107,6 +124,8 @@ def prepare(directory: Path) -> tuple[Path, Path]:
         batch["old_log_probs"] = (current + 0.3 * torch.randn(current.shape, generator=generator)) * response_mask
         batch["ref_log_probs"] = (current + 0.1 * torch.randn(current.shape, generator=generator)) * response_mask
         batch["advantages"] = torch.randn(rows, 1, generator=generator).expand(-1, RESPONSE_LENGTH) * response_mask
+        batch["values"] = 0.5 * torch.randn(current.shape, generator=generator) * response_mask
+        batch["returns"] = torch.randn(current.shape, generator=generator) * response_mask
         batches.append(batch)
     data_file = directory / "batches.pt"
     torch.save(batches, data_file)
@@ -118,9 +137,22 @@ def as_proto(tensors: dict, rows: slice | None = None) -> DataProto:
     return DataProto.from_dict(tensors=tensors, meta_info={"loss": LOSS, "temperature": 1.0})
 
 
-def plain_reference(model_dir: Path, data_file: Path, micro: int = 4) -> dict:
+def partial_checkpoint(model_dir: Path, directory: Path) -> Path:
+    """The same model saved without lm_head.weight: from_pretrained initialises it randomly."""
+    from safetensors.torch import load_file, save_file
+
+    out = directory / "model_without_lm_head"
+    shutil.copytree(model_dir, out)
+    weights = load_file(out / "model.safetensors")
+    del weights["lm_head.weight"]
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def plain_reference(model_dir: Path, data_file: Path, micro: int = 4, critic: bool = False) -> dict:
     """Single process, plain PyTorch: HF model, AdamW, the same LR schedule and clipping; the whole global
-    batch per step in micro-batches of `micro` rows, loss / accumulation, one optimizer step."""
+    batch per step in micro-batches of `micro` rows, loss / accumulation, one optimizer step. `critic`:
+    the value model (head initialised as rank 0 does) and the value loss."""
     from transformers import AutoModelForCausalLM
 
     from roll.strategies.train_common import build_adamw, build_lr_scheduler
@@ -128,7 +160,12 @@ def plain_reference(model_dir: Path, data_file: Path, micro: int = 4) -> dict:
     batches = torch.load(data_file)
     args = TrainingArgs(per_device_train_batch_size=micro,
                         gradient_accumulation_steps=WORLD_SIZE * ROWS_PER_RANK // micro, **TRAINING)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if critic:
+        torch.manual_seed(CRITIC_SEED)
+        model = load_value_model(model_dir)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    step_loss = value_loss_fn if critic else loss_fn
     model.train()
     optimizer = build_adamw(model.parameters(), args)
     scheduler = build_lr_scheduler(optimizer, args, STEPS)
@@ -141,7 +178,7 @@ def plain_reference(model_dir: Path, data_file: Path, micro: int = 4) -> dict:
             part = batch[slice(index * micro, (index + 1) * micro)]
             logits = model(**{k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")},
                            use_cache=False).logits
-            loss, metrics = loss_fn(part, logits)
+            loss, metrics = step_loss(part, logits)
             (loss / accumulation).backward()
             for key, value in metrics.items():
                 history.setdefault(key, []).append(value)
@@ -229,14 +266,20 @@ def _gathered_metrics(metrics: dict) -> dict:
 def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
     """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
-    run the remaining steps), [offload] (offload + reload + a scoring forward before every step)."""
+    run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
+    [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS)."""
     from roll.strategies import create_strategy
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
-    config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], scenario["micro"],
-                                scenario["accumulation"], WORLD_SIZE, scenario.get("gradient_checkpointing", False))
-    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
+    config = make_worker_config(workdir / scenario["model"] if scenario.get("model") else model_dir,
+                                scenario["strategy"], scenario["config"], scenario["micro"], scenario["accumulation"],
+                                WORLD_SIZE, scenario.get("gradient_checkpointing", False))
+    critic = scenario.get("critic", False)
+    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE,
+                                                                   "value" if critic else "causal_lm"))
+    if critic or scenario.get("model"):
+        torch.manual_seed(CRITIC_SEED + rank)  # weights missing from the checkpoint differ per rank until synced
     strategy.initialize(total_steps=STEPS)
     first_step = 0
     if scenario.get("resume_from"):
@@ -245,13 +288,13 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         strategy.load_checkpoint(str(source))
     own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
     steps, scored = [], []
-    for step in range(first_step, STEPS):
+    for step in range(first_step, scenario.get("steps", STEPS)):
         batch = as_proto(batches[step], own_rows)
         if scenario.get("offload"):
             strategy.offload()
             strategy.reload()
             scored.append(strategy.compute_log_probs(batch))  # the pipeline scores between phases
-        steps.append(_gathered_metrics(strategy.train_step(batch, loss_fn)))
+        steps.append(_gathered_metrics(strategy.train_step(batch, value_loss_fn if critic else loss_fn)))
         if scenario.get("save_after") == step + 1:
             target = workdir / scenario["name"]
             if rank == 0 and target.exists():
@@ -264,9 +307,9 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     params = {name: tensor.detach().cpu().clone() for name, tensor in strategy.named_hf_parameters()}
     # log-probs of the final model on rows 0-9 of batch 0, split 3 / 7 over the ranks: 1 vs 3 forwards of
     # infer_batch_size=3 rows, so sharded engines must pad rank 0's forwards to stay in step
-    log_probs = strategy.compute_log_probs(as_proto(batches[0], _uneven_rows(rank)))
+    scoring = strategy.compute_values if critic else strategy.compute_log_probs
     everyone = [None] * WORLD_SIZE
-    torch.distributed.all_gather_object(everyone, log_probs)
+    torch.distributed.all_gather_object(everyone, scoring(as_proto(batches[0], _uneven_rows(rank))))
     checksum = strategy.state_checksum()
     result = {"first_step": first_step, "steps": steps, "params": params, "log_probs": everyone,
               "checksum": checksum}

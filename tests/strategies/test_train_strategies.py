@@ -35,6 +35,7 @@ RESUMED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INVARIANCE = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 OFFLOADED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_infer", h.ds_config(3))}
+CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on the sharded engines and one that is not
 
 
 def scenarios() -> list[dict]:
@@ -54,6 +55,14 @@ def scenarios() -> list[dict]:
         strategy, config, checkpointing = EQUIVALENCE[name]
         out.append(dict(name=f"{name}/offload", strategy=strategy, config=config, micro=4, accumulation=2,
                         gradient_checkpointing=checkpointing, offload=True))
+    for name in CRITIC:
+        strategy, config, _ = EQUIVALENCE[name]
+        out.append(dict(name=f"{name}/critic", strategy=strategy, config=config, micro=4, accumulation=2,
+                        critic=True))
+    for name in ("ds_zero3", "fsdp2"):
+        strategy, config, _ = EQUIVALENCE[name]
+        out.append(dict(name=f"{name}/partial_checkpoint", strategy=strategy, config=config, micro=4,
+                        accumulation=2, model="model_without_lm_head", steps=0))
     out.append(dict(name="fsdp2/bf16_compute", strategy="fsdp2_train", config={"param_dtype": "bfloat16"},
                     micro=4, accumulation=2))
     for name, (strategy, config) in INFER.items():
@@ -65,11 +74,14 @@ def scenarios() -> list[dict]:
 def runs(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("strategies")
     model_dir, data_file = h.prepare(workdir)
+    h.partial_checkpoint(model_dir, workdir)
     reference = h.plain_reference(model_dir, data_file)
+    critic_reference = h.plain_reference(model_dir, data_file, critic=True)
     results = h.launch(scenarios(), model_dir, data_file, workdir)
     failed = {name: r["error"] for name, r in results.items() if "error" in r}
     assert not failed, failed
-    return {"reference": reference, "results": results, "model_dir": model_dir, "data_file": data_file}
+    return {"reference": reference, "critic_reference": critic_reference, "results": results,
+            "model_dir": model_dir, "data_file": data_file}
 
 
 def _assert_steps_close(steps, expected, keys, rtol=LOSS_RTOL, atol=LOSS_ATOL):
@@ -155,6 +167,35 @@ def test_offload_reload_leaves_training_unchanged(runs, name):
     plain, offloaded = runs["results"][name], runs["results"][f"{name}/offload"]
     _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=SAME_RUN_ATOL)
     assert _max_param_diff(offloaded["params"], plain["params"]) <= SAME_RUN_ATOL
+
+
+@pytest.mark.parametrize("name", CRITIC)
+def test_critic_equivalent_to_plain_pytorch(runs, name):
+    """Value model: the head is not in the checkpoint and each rank initialises it differently; every
+    engine must train rank 0's (= the reference's) head, and compute_values must match."""
+    result, reference = runs["results"][f"{name}/critic"], runs["critic_reference"]
+    _assert_steps_close(result["steps"], reference["steps"], ("critic/vf_loss", "grad_norm", "lr"))
+    assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
+    model = h.load_value_model(runs["model_dir"]).eval()
+    model.load_state_dict(reference["params"])
+    batch = h.as_proto(torch.load(runs["data_file"])[0], slice(0, 10))
+    with torch.no_grad():
+        logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+    expected = logits[:, -h.RESPONSE_LENGTH - 1:-1].squeeze(-1)
+    assert torch.allclose(torch.cat(result["log_probs"]), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ("ds_zero3", "fsdp2"))
+def test_weights_missing_from_checkpoint_are_rank_0s(runs, name):
+    """lm_head.weight is not in the checkpoint and each rank initialises it with another seed: the sharded
+    engine must hold rank 0's tensor (= the one the same seed gives in one process), not a mix of slices."""
+    from transformers import AutoModelForCausalLM
+
+    result = runs["results"][f"{name}/partial_checkpoint"]
+    torch.manual_seed(h.CRITIC_SEED)
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"].parent / "model_without_lm_head",
+                                                 dtype=torch.float32)
+    assert _max_param_diff(result["params"], dict(model.named_parameters())) == 0
 
 
 def test_fsdp2_bf16_mixed_precision_trains_close_to_float32(runs):
