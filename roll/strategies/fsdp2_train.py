@@ -105,7 +105,7 @@ def shard_model(model: torch.nn.Module, world_size: int, fsdp_config: dict, devi
     unit_names = fsdp_config["wrap_modules"]
     if unit_names is None:
         unit_names = list(getattr(model, "_no_split_modules", None) or [])
-    broadcast_parameters(model, device if not fsdp_config["cpu_offload"] else torch.device("cpu"))
+    broadcast_parameters(model, device)
     units = [m for m in model.modules() if type(m).__name__ in set(unit_names)]
     if unit_names and not units:
         raise ValueError(f"fsdp2 strategy_config.wrap_modules={unit_names}: no module of {type(model).__name__} "
@@ -136,9 +136,9 @@ class FSDP2InferStrategy(InferenceStrategy):
         self.device = _device()
         self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config,
                                                 self.config.model_args.dtype)
-        model = self.load_model(dtype=self._stored_dtype())
-        self.model = shard_model(model.to(self.device) if not self.fsdp_config["cpu_offload"] else model,
-                                 self.world_size, self.fsdp_config, self.device, self.logger)
+        # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
+        self.model = shard_model(self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config,
+                                 self.device, self.logger)
         self.model.eval()
         self._said_nothing_to_move = False
 
@@ -157,7 +157,10 @@ class FSDP2InferStrategy(InferenceStrategy):
         """Full (gathered) weights with HF names, one tensor at a time: a collective per parameter, so every
         rank must consume the whole iterator, in the same order."""
         for name, param in self.model.named_parameters():
-            yield name, full_tensor(param.detach())
+            param = param.detach()
+            if param.device != self.device:  # cpu_offload on GPU: NCCL gathers device tensors
+                param = param.to(self.device)
+            yield name, full_tensor(param)
 
     @torch.no_grad()
     def load_weights(self, named_tensors) -> None:
@@ -214,8 +217,7 @@ class FSDP2TrainStrategy(FSDP2InferStrategy):
         model = self.load_model(dtype=self._stored_dtype())
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.model = shard_model(model.to(self.device) if not self.fsdp_config["cpu_offload"] else model,
-                                 self.world_size, self.fsdp_config, self.device, self.logger)
+        self.model = shard_model(model, self.world_size, self.fsdp_config, self.device, self.logger)
         self.optimizer = build_adamw([p for p in self.model.parameters() if p.requires_grad], args)
         self.scheduler = build_lr_scheduler(self.optimizer, args, total_steps)
         self.model.train()
