@@ -1,0 +1,422 @@
+"""`megatron_train` / `megatron_infer`: megatron-core GPTModel (local, non-TransformerEngine spec) with
+tensor, pipeline and data parallelism, loaded from an HF checkpoint by roll's own converter
+(roll/strategies/megatron/convert.py) and exported back to HF names for weight sync.
+
+On a machine without CUDA, roll.platforms.megatron_cpu (pinned to megatron-core 0.16.1) redirects
+megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo.
+
+`strategy_config` keys (all optional; an unknown key is an error naming the valid ones):
+    tensor_model_parallel_size       1   Megatron TP (attention heads / MLP / vocab split over ranks)
+    pipeline_model_parallel_size     1   PP: layers split evenly over stages (1F1B schedule)
+    virtual_pipeline_model_parallel_size  null  interleaved PP — not supported here (error if set)
+    context_parallel_size            1   CP — needs TransformerEngine attention: error if > 1
+    expert_model_parallel_size       1   EP — dense Qwen2/Llama only: error if > 1
+    sequence_parallel                false  needs TP > 1 and Apex (megatron-core's torch norm refuses it)
+    recompute_granularity            null | "full" | "selective" (activation recomputation)
+    use_distributed_optimizer        false  ZeRO-1-like sharding of optimizer state over data-parallel ranks
+    overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed)
+    overlap_param_gather             false  with the distributed optimizer
+    moe_router_topk, moe_grouped_gemm, moe_token_dispatcher_type, moe_aux_loss_coeff,
+    moe_router_load_balancing_type   accepted for config compatibility; only their defaults (MoE off) are
+                                     allowed, since the supported model families are dense
+    seed                             1234  the model-parallel RNG seed (dropout is 0 in the converted model)
+
+Data: the worker dispatch gives each rank its own rows; the ranks of one model-parallel group (same
+data-parallel rank) pool their rows in rank order, so a train_step sees its data-parallel rank's
+batch: per_device_train_batch_size × gradient_accumulation_steps rows after pooling. compute_log_probs
+pools, scores, and returns each rank its own rows.
+Optimizer: megatron-core's (torch AdamW without apex/TE) with weight decay on every parameter, as
+train_common.build_adamw; the LR follows train_common.lr_lambda, set on the param groups before each
+step; clipping at training_args.max_grad_norm by megatron's clip_grad (total norm over all TP/PP/DP
+shards), reported grad_norm is the pre-clip norm.
+"""
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from roll.distributed.data_proto import DataProto
+from roll.strategies.base import DTYPES, InferenceStrategy
+from roll.strategies.megatron import convert
+from roll.strategies.megatron.model import init_megatron
+from roll.strategies.train_common import (checksum, gradient_clip_value, lr_lambda, mean_metrics, save_tokenizer,
+                                          split_train_batch)
+from roll.utils.functional import response_log_probs, slice_response_logits
+
+MEGATRON_DEFAULTS = {
+    "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None, "context_parallel_size": 1, "expert_model_parallel_size": 1,
+    "sequence_parallel": False, "recompute_granularity": None, "use_distributed_optimizer": False,
+    "overlap_grad_reduce": False, "overlap_param_gather": False, "seed": 1234,
+    "moe_router_topk": 2, "moe_grouped_gemm": False, "moe_token_dispatcher_type": "allgather",
+    "moe_aux_loss_coeff": 0.0, "moe_router_load_balancing_type": "aux_loss",
+}
+_MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
+CHECKPOINT_DIR = "megatron"
+
+
+def _has_apex() -> bool:
+    try:
+        import apex  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_megatron_config(strategy_config, world_size: int) -> dict:
+    given = dict(strategy_config or {})
+    unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
+    if unknown:
+        raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
+    config = {**MEGATRON_DEFAULTS, **given}
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                "expert_model_parallel_size"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected an integer ≥ 1")
+    for key in ("sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
+                "moe_grouped_gemm"):
+        if not isinstance(config[key], bool):
+            raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected true or false")
+    if config["recompute_granularity"] not in (None, "full", "selective"):
+        raise ValueError(f"megatron strategy_config.recompute_granularity={config['recompute_granularity']!r}; "
+                         f"valid: null, 'full', 'selective'")
+    if config["virtual_pipeline_model_parallel_size"] not in (None, 1):
+        raise ValueError("megatron strategy_config.virtual_pipeline_model_parallel_size > 1 (interleaved pipeline) "
+                         "is not supported by roll's megatron strategy yet; set it to null")
+    if config["context_parallel_size"] > 1:
+        raise ValueError("megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
+                         "which roll's megatron strategy does not use (local spec); set it to 1")
+    if config["expert_model_parallel_size"] > 1 or any(config[k] != MEGATRON_DEFAULTS[k] for k in _MOE_KEYS):
+        raise ValueError(f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
+                         f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense")
+    if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
+        raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
+    if config["sequence_parallel"] and not _has_apex():
+        raise ValueError("megatron strategy_config.sequence_parallel=true needs Apex's fused norms: megatron-core "
+                         "0.16.1's torch RMSNorm (the fallback without Apex/TransformerEngine, e.g. on CPU) refuses "
+                         "sequence parallelism; set it to false")
+    if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
+        raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")
+    model_parallel = config["tensor_model_parallel_size"] * config["pipeline_model_parallel_size"]
+    if world_size % model_parallel:
+        raise ValueError(f"megatron: world_size {world_size} is not divisible by tensor × pipeline parallel size "
+                         f"= {model_parallel}")
+    if not torch.cuda.is_available() and (config["overlap_grad_reduce"] or config["overlap_param_gather"]):
+        raise ValueError("megatron strategy_config.overlap_grad_reduce / overlap_param_gather use CUDA streams; "
+                         "not available on a CPU-only machine — set them to false")
+    return config
+
+
+class MegatronInferStrategy(InferenceStrategy):
+    """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
+    training = False
+
+    def initialize(self, total_steps: int = 0) -> None:
+        from megatron.core import parallel_state as ps
+        from transformers import AutoConfig
+
+        from roll.strategies.megatron import model as mm
+
+        self.parallel = resolve_megatron_config(self.config.strategy_args.strategy_config, self.world_size)
+        init_megatron(self.parallel)
+        self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        if getattr(self.worker, "model_kind", "causal_lm") != "causal_lm":
+            raise ValueError("megatron strategies serve causal LMs only (actor_train / reference), not the critic")
+        self.tp_size, self.tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+        self.pp_size, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
+        self.hf_config = AutoConfig.from_pretrained(self.config.model_args.model_name_or_path)
+        convert.check_supported(self.hf_config)
+        dtype = torch.float32 if self.training else DTYPES[self.config.model_args.dtype]
+        self.tf_config = mm.transformer_config(self.hf_config, self.parallel, params_dtype=dtype)
+        self.model = mm.build_gpt_model(self.hf_config, self.tf_config, self.tp_size,
+                                        pre_process=self.pp_rank == 0, post_process=self.pp_rank == self.pp_size - 1)
+        self.model.to(self.device)
+        self.load_weights(self._hf_state_from_disk())
+        self._said_nothing_to_move = False
+        self._wrap_for_training(total_steps)
+        self.model.train(self.training)
+
+    def _wrap_for_training(self, total_steps: int) -> None:
+        pass
+
+    def _hf_state_from_disk(self):
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(self.config.model_args.model_name_or_path, dtype=torch.float32)
+        return list(model.named_parameters())  # tied lm_head is not a separate parameter
+
+    @property
+    def module(self):
+        """The bare GPTModel (unwrapped from megatron's DDP)."""
+        model = self.model
+        while hasattr(model, "module"):
+            model = model.module
+        return model
+
+    # --- data ---------------------------------------------------------------------------------------------
+    def _pool(self, batch: DataProto) -> tuple[DataProto, slice]:
+        """All rows of this rank's model-parallel group (rank order), and where this rank's own rows sit."""
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_model_parallel_group()
+        size = dist.get_world_size(group)
+        if size == 1:
+            return batch, slice(0, len(batch))
+        everyone = [None] * size
+        dist.all_gather_object(everyone, batch, group=group)
+        me = dist.get_rank(group)
+        start = sum(len(part) for part in everyone[:me])
+        return DataProto.concat(everyone), slice(start, start + len(batch))
+
+    def _schedule(self, micros: list[DataProto], step_fn, forward_only: bool) -> None:
+        """megatron's forward(/backward) schedule over `micros` (all of one size when PP > 1)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        from roll.strategies.megatron import model as mm
+
+        iterator = iter(micros)
+        device = self.device
+
+        def forward_step(data_iterator, model):
+            micro = next(data_iterator)
+            ids = micro.batch["input_ids"].to(device)
+            mask = micro.batch["attention_mask"].to(device)
+            output = model(ids, micro.batch["position_ids"].to(device), mm.attention_mask(mask))
+            return output, lambda output_tensor, *args, **kwargs: step_fn(micro, output_tensor)
+
+        get_forward_backward_func()(
+            forward_step_func=forward_step, data_iterator=iterator, model=[self.model],
+            num_microbatches=len(micros), seq_length=micros[0].batch["input_ids"].shape[1],
+            micro_batch_size=len(micros[0]), forward_only=forward_only)
+
+    def _vocab_logits(self, output: torch.Tensor) -> torch.Tensor:
+        return output[..., : self.hf_config.vocab_size]
+
+    def _broadcast_from_last_stage(self, obj):
+        from megatron.core import parallel_state as ps
+
+        if self.pp_size == 1:
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=ps.get_pipeline_model_parallel_last_rank(),
+                                   group=ps.get_pipeline_model_parallel_group())
+        return holder[0]
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        temperature = batch.meta_info.get("temperature", 1.0)
+        pooled, own = self._pool(batch)
+        size = self.config.infer_batch_size
+        micros = [pooled[slice(s, s + size)] for s in range(0, len(pooled), size)]
+        if self.pp_size > 1 and len(micros[-1]) != size:  # the pipeline's p2p shapes are fixed per schedule
+            last = micros[-1]
+            micros[-1] = DataProto.concat([last] + [last[slice(len(last) - 1, len(last))]] * (size - len(last)))
+            keep_rows = len(last)
+        else:
+            keep_rows = len(micros[-1])
+        parts = []
+
+        def step_fn(micro, output):
+            responses = micro.batch["responses"].to(output.device)
+            logits = slice_response_logits(self._vocab_logits(output), responses.shape[1])
+            parts.append((response_log_probs(logits, responses, temperature)
+                          * micro.batch["response_mask"].to(output.device)).cpu())
+            return output.new_zeros(()), {}
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            self._schedule(micros, step_fn, forward_only=True)
+        finally:
+            self.model.train(was_training)
+        if parts:
+            parts[-1] = parts[-1][:keep_rows]
+        result = self._broadcast_from_last_stage(torch.cat(parts) if parts else None)
+        return result[own]
+
+    # --- weights ------------------------------------------------------------------------------------------
+    def _local_state(self) -> dict:
+        return {k: v for k, v in self.module.state_dict().items() if not k.endswith("_extra_state")}
+
+    @torch.no_grad()
+    def load_weights(self, named_tensors) -> None:
+        """Full HF-named tensors (every rank gets all of them); each rank keeps its TP/PP part."""
+        from roll.strategies.megatron import model as mm
+
+        hf_state = {name: tensor.detach().to("cpu", torch.float32) for name, tensor in named_tensors}
+        expected = convert.hf_parameter_names(self.hf_config)
+        unknown, missing = sorted(set(hf_state) - expected), sorted(expected - set(hf_state))
+        if unknown or missing:
+            raise KeyError(f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, "
+                           f"missing {missing[:3]}")
+        full = convert.hf_to_mcore(hf_state, self.hf_config, self.tp_size)
+        stage = convert.select_pp(full, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank,
+                                  convert.tied(self.hf_config))
+        mm.load_into(self.module, convert.shard_tp(stage, self.tp_size, self.tp_rank))
+
+    @torch.no_grad()
+    def named_hf_parameters(self):
+        """Full HF-named weights on every rank (TP shards all-gathered, pipeline stages exchanged).
+        Collective: every rank must call it."""
+        from megatron.core import parallel_state as ps
+
+        local = {k: v.detach().cpu() for k, v in self._local_state().items()}
+        if self.tp_size > 1:
+            gathered = [{} for _ in range(self.tp_size)]
+            group = ps.get_tensor_model_parallel_group()
+            for name in sorted(local):
+                parts = [torch.empty_like(local[name]) for _ in range(self.tp_size)]
+                dist.all_gather(parts, local[name].contiguous(), group=group)
+                for rank, part in enumerate(parts):
+                    gathered[rank][name] = part
+            local = convert.merge_tp(gathered)
+        stage = convert.globalize_pp(local, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank)
+        if self.pp_size > 1:
+            stages = [None] * self.pp_size
+            dist.all_gather_object(stages, stage, group=ps.get_pipeline_model_parallel_group())
+            stage = {}
+            for part in stages:
+                stage.update(part)
+            if convert.tied(self.hf_config):
+                stage.pop("output_layer.weight", None)
+        yield from convert.mcore_to_hf(stage, self.hf_config).items()
+
+    def state_checksum(self) -> float:
+        """Collective: every rank must call it."""
+        return checksum(self.named_hf_parameters())
+
+    # --- memory -------------------------------------------------------------------------------------------
+    def offload(self) -> None:
+        self._move(torch.device("cpu"))
+
+    def reload(self) -> None:
+        self._move(self.device)
+
+    def _move(self, device: torch.device) -> None:
+        """GPU path (not verified here): parameters (and gradient buffers via module.to), then optimizer
+        state. On a CPU-only machine everything is in host memory already: logged once, skipped."""
+        if self.device.type == "cpu":
+            if not self._said_nothing_to_move:
+                self.logger.info("%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
+                                 "optimizer state are in host memory already)", type(self).__name__)
+                self._said_nothing_to_move = True
+            return
+        self.model.to(device)
+        for state in getattr(getattr(self, "optimizer", None), "state", {}).values() if hasattr(self, "optimizer") \
+                else ():
+            for key, value in state.items():
+                if torch.is_tensor(value) and key != "step":
+                    state[key] = value.to(device, non_blocking=True)
+        if device.type == "cpu":
+            torch.cuda.empty_cache()
+
+
+class MegatronTrainStrategy(MegatronInferStrategy):
+    training = True
+
+    def _wrap_for_training(self, total_steps: int) -> None:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        args = self.config.training_args
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=self.parallel["overlap_grad_reduce"],
+            use_distributed_optimizer=self.parallel["use_distributed_optimizer"],
+            overlap_param_gather=self.parallel["overlap_param_gather"])
+        self.model = DistributedDataParallel(self.tf_config, ddp_config, self.model)
+        from megatron.core.distributed import finalize_model_grads
+
+        # the schedules call this after the last backward: DP gradient all-reduce (or reduce-scatter with the
+        # distributed optimizer), embedding-group and sequence-parallel norm gradient sync
+        self.tf_config.finalize_model_grads_func = finalize_model_grads
+        self.tf_config.no_sync_func = self.model.no_sync
+        clip = gradient_clip_value(args.max_grad_norm)
+        optimizer_config = OptimizerConfig(
+            optimizer="adam", lr=args.learning_rate, min_lr=0.0, weight_decay=args.weight_decay,
+            adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, adam_eps=args.adam_epsilon,
+            clip_grad=0.0 if clip == float("inf") else clip, decoupled_weight_decay=True,
+            use_distributed_optimizer=self.parallel["use_distributed_optimizer"],
+            bf16=False, fp16=False, params_dtype=torch.float32)
+        # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
+        # biases and norms)
+        self.optimizer = get_megatron_optimizer(optimizer_config, [self.model], config_overrides={})
+        self.lr_factor = lr_lambda(args.lr_scheduler_type, args.warmup_steps, max(total_steps, 1))
+        self.steps_done = 0
+
+    def _set_lr(self, step: int) -> float:
+        lr = self.config.training_args.learning_rate * self.lr_factor(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def train_step(self, batch: DataProto, loss_fn) -> dict:
+        pooled, _ = self._pool(batch)
+        micros = split_train_batch(self.config, pooled)
+        history: dict[str, list] = {}
+
+        def step_fn(micro, output):
+            loss, metrics = loss_fn(micro.to(output.device), self._vocab_logits(output))
+            for key, value in metrics.items():
+                history.setdefault(key, []).append(value)
+            return loss, {}  # megatron divides by the number of micro-batches
+
+        self.model.train()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        self._schedule(micros, step_fn, forward_only=False)
+        self._set_lr(self.steps_done)
+        _, grad_norm, _ = self.optimizer.step()
+        self.steps_done += 1
+        out = self._broadcast_from_last_stage(mean_metrics(history) if history else None)
+        out["grad_norm"] = float(grad_norm) if grad_norm is not None else 0.0
+        out["lr"] = self.config.training_args.learning_rate * self.lr_factor(self.steps_done)
+        return out
+
+    # --- checkpoints --------------------------------------------------------------------------------------
+    def _rank_file(self, path: str) -> Path:
+        from megatron.core import parallel_state as ps
+
+        return Path(path) / CHECKPOINT_DIR / (f"tp{self.tp_rank}_pp{self.pp_rank}_"
+                                              f"dp{ps.get_data_parallel_rank()}.pt")
+
+    def save_checkpoint(self, path: str) -> None:
+        """Collective. Per rank: its model shard, its optimizer state (its shard with the distributed
+        optimizer) and the step count; plus a full HF
+        copy in `path/hf` (rank 0). Reload needs the same TP/PP/DP layout."""
+        target = self._rank_file(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # each rank's torch optimizer (AdamW over its parameters, or its shard of them with the distributed
+        # optimizer): exact on reload into the same TP/PP/DP layout
+        optimizer_state = [part.optimizer.state_dict() for part in self._optimizers()]
+        torch.save({"model": self._local_state(), "optimizer": optimizer_state, "steps_done": self.steps_done,
+                    "layout": (self.tp_size, self.pp_size, self.world_size)}, target)
+        hf_state = dict(self.named_hf_parameters())
+        if self.rank == 0:
+            from transformers import AutoModelForCausalLM
+
+            hf_dir = Path(path) / "hf"
+            model = AutoModelForCausalLM.from_config(self.hf_config, dtype=torch.float32)
+            model.load_state_dict(hf_state, strict=not convert.tied(self.hf_config))
+            model.save_pretrained(str(hf_dir))
+            save_tokenizer(self.config.model_args.model_name_or_path, hf_dir, self.logger)
+        dist.barrier()
+
+    def _optimizers(self) -> list:
+        """The optimizers under megatron's ChainedOptimizer (one per parameter group kind)."""
+        return list(getattr(self.optimizer, "chained_optimizers", [self.optimizer]))
+
+    @torch.no_grad()  # the fp32 distributed optimizer's "main params" are views of the model's leaf params
+    def load_checkpoint(self, path: str) -> None:
+        from roll.strategies.megatron import model as mm
+
+        source = self._rank_file(path)
+        if not source.is_file():
+            raise FileNotFoundError(f"{self.config.name}: {path} has no megatron checkpoint for this rank ({source})")
+        saved = torch.load(source, weights_only=False)
+        if tuple(saved["layout"]) != (self.tp_size, self.pp_size, self.world_size):
+            raise ValueError(f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "
+                             f"{(self.tp_size, self.pp_size, self.world_size)}; load its HF copy instead")
+        mm.load_into(self.module, saved["model"])
+        for part, state in zip(self._optimizers(), saved["optimizer"]):
+            part.optimizer.load_state_dict(state)
+        self.steps_done = saved["steps_done"]

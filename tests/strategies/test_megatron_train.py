@@ -1,0 +1,143 @@
+"""`megatron_train` / `megatron_infer` give the same training as plain PyTorch: 2 ranks (gloo) on the CPU
+through roll.platforms.megatron_cpu (megatron-core 0.16.1, the `megatron` extra), from the same tiny
+Qwen2 checkpoint and data as tests/strategies/test_train_strategies.py, 3 optimizer steps of the
+production PPO loss (AdamW + weight decay, linear LR with warm-up, clipping that binds).
+
+Layouts on 2 ranks: TP1 × DP2 (plain and with the distributed optimizer), TP2 (plain, with full
+recomputation), PP2. Sequence parallelism needs Apex norms, which do not exist on CPU: refused with a
+clear error (tested), not verified here. The model-parallel ranks of one data-parallel
+rank pool their rows, so TP2/PP2 take micro 4 × accumulation 4 over the 16 rows of a step and TP1×DP2
+micro 4 × accumulation 2 per rank — the same global batch as the reference (micro 4 × accumulation 4).
+
+Tolerances (float32), as the other strategies' test: per-step losses and grad norms rtol 1e-5 (atol 1e-6),
+final parameters max |Δ| < 2e-5; resume and offload vs the same layout's uninterrupted run: bit-identical.
+Forward-only megatron_infer log-probs vs HF: atol 1e-5.
+"""
+import pytest
+import torch
+
+from tests.strategies import harness as h
+from tests.strategies import megatron_scenarios as ms
+from tests.strategies.test_train_strategies import LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
+
+LOSS_RTOL, LOSS_ATOL, PARAM_ATOL = 1e-5, 1e-6, 2e-5
+TP2 = {"tensor_model_parallel_size": 2}
+LAYOUTS = {  # name: (strategy_config, micro, accumulation)
+    "tp1_dp2": ({}, 4, 2),
+    "tp1_dp2_distopt": ({"use_distributed_optimizer": True}, 4, 2),
+    "tp2": (TP2, 4, 4),
+    "tp2_recompute": ({**TP2, "recompute_granularity": "full"}, 4, 4),
+    "pp2": ({"pipeline_model_parallel_size": 2}, 4, 4),
+}
+RESUMED = ("tp1_dp2_distopt", "tp2", "pp2")
+
+
+def scenarios() -> list[dict]:
+    out = [dict(name=name, strategy="megatron_train", config=config, micro=micro, accumulation=accumulation,
+                save_after=1 if name in RESUMED else None) for name, (config, micro, accumulation) in LAYOUTS.items()]
+    for name in RESUMED:
+        config, micro, accumulation = LAYOUTS[name]
+        out.append(dict(name=f"{name}/resumed", strategy="megatron_train", config=config, micro=micro,
+                        accumulation=accumulation, resume_from=name))
+    out.append(dict(name="tp2/micro1_acc16", strategy="megatron_train", config=TP2, micro=1, accumulation=16))
+    out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
+    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    ms.require_megatron()
+    workdir = tmp_path_factory.mktemp("megatron")
+    model_dir, data_file = h.prepare(workdir)
+    reference = h.plain_reference(model_dir, data_file)
+    results = ms.launch(scenarios(), model_dir, data_file, workdir)
+    return {"reference": reference, "results": results, "model_dir": model_dir, "data_file": data_file}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_equivalent_to_plain_pytorch(runs, name):
+    result, reference = runs["results"][name], runs["reference"]
+    _assert_steps_close(result["steps"], reference["steps"], LOSS_KEYS + ("actor/pg_clipfrac",),
+                        rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
+
+
+def test_micro_batch_1_x_16_equals_reference(runs):
+    """Same training with 16 micro-batches of 1 row (ppo_kl / clipfrac are per-micro-batch means: not compared)."""
+    result, reference = runs["results"]["tp2/micro1_acc16"], runs["reference"]
+    _assert_steps_close(result["steps"], reference["steps"],
+                        ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr"),
+                        rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_log_probs_and_checksum_of_trained_model(runs, name):
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.train_common import checksum
+
+    result, reference = runs["results"][name], runs["reference"]
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    model.load_state_dict(reference["params"])
+    expected = _log_probs(model, torch.load(runs["data_file"])[0])
+    got = torch.cat(result["log_probs"])
+    assert got.shape == expected.shape
+    assert torch.allclose(got, expected, atol=1e-4)
+    assert result["checksum"] == pytest.approx(checksum(reference["params"].items()), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", RESUMED)
+def test_save_load_continue_equals_uninterrupted(runs, name):
+    uninterrupted, resumed = runs["results"][name], runs["results"][f"{name}/resumed"]
+    assert resumed["first_step"] == 1 and len(resumed["steps"]) == h.STEPS - 1
+    _assert_steps_close(resumed["steps"], uninterrupted["steps"][1:], LOSS_KEYS, rtol=0, atol=0)
+    assert _max_param_diff(resumed["params"], uninterrupted["params"]) == 0
+    assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(uninterrupted["hf_files"])
+
+
+def test_offload_reload_leaves_training_unchanged(runs):
+    plain, offloaded = runs["results"]["tp2"], runs["results"]["tp2/offload"]
+    _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=0)
+    assert _max_param_diff(offloaded["params"], plain["params"]) == 0
+
+
+def test_megatron_infer_scores_like_hf_and_loads_weights(runs):
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.train_common import checksum
+
+    result = runs["results"]["infer_tp2"]
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    batch0 = torch.load(runs["data_file"])[0]
+    assert torch.allclose(torch.cat(result["log_probs"]), _log_probs(model, batch0), atol=1e-5)
+    assert result["checksum"] == pytest.approx(checksum(model.named_parameters()), rel=1e-9)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.01)
+    assert result["shifted_checksum"] == pytest.approx(checksum(model.named_parameters()), rel=1e-9)
+    assert _max_param_diff(result["params"], dict(model.named_parameters())) < 1e-6
+    assert torch.allclose(torch.cat(result["shifted_log_probs"]), _log_probs(model, batch0), atol=1e-5)
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"tensor_model_parallel_size": 2, "bogus": 1}, r"unknown keys \['bogus'\]; valid: \["),
+    ({"context_parallel_size": 2}, "TransformerEngine"),
+    ({"expert_model_parallel_size": 2}, "MoE"),
+    ({"moe_router_topk": 4}, "MoE"),
+    ({"virtual_pipeline_model_parallel_size": 2}, "interleaved"),
+    ({"sequence_parallel": True}, "needs tensor_model_parallel_size > 1"),
+    ({**TP2, "sequence_parallel": True}, "Apex"),
+    ({"recompute_granularity": "block"}, "recompute_granularity"),
+    ({"tensor_model_parallel_size": 3}, "not divisible"),
+    ({"overlap_grad_reduce": True}, "CPU-only" if not torch.cuda.is_available() else "__never__"),
+])
+def test_strategy_config_is_validated(config, match):
+    from roll.strategies.megatron_train import resolve_megatron_config
+
+    if match == "__never__":
+        resolve_megatron_config(config, 2)
+        return
+    with pytest.raises(ValueError, match=match):
+        resolve_megatron_config(config, 2)
