@@ -203,24 +203,22 @@ class MegatronInferStrategy(InferenceStrategy):
         return holder[0]
 
     @torch.no_grad()
-    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
-        temperature = batch.meta_info.get("temperature", 1.0)
+    def _score(self, batch: DataProto, fn) -> torch.Tensor:
+        """fn(micro, response-position logits over the real vocabulary) → (rows, R) for every row of this
+        rank, computed on the pooled rows of its model-parallel group (eval mode, infer_batch_size chunks)."""
         pooled, own = self._pool(batch)
         size = self.config.infer_batch_size
         micros = [pooled[slice(s, s + size)] for s in range(0, len(pooled), size)]
-        if self.pp_size > 1 and len(micros[-1]) != size:  # the pipeline's p2p shapes are fixed per schedule
+        keep_rows = len(micros[-1])
+        if self.pp_size > 1 and keep_rows != size:  # the pipeline's p2p shapes are fixed per schedule
             last = micros[-1]
-            micros[-1] = DataProto.concat([last] + [last[slice(len(last) - 1, len(last))]] * (size - len(last)))
-            keep_rows = len(last)
-        else:
-            keep_rows = len(micros[-1])
+            micros[-1] = DataProto.concat([last] + [last[slice(keep_rows - 1, keep_rows)]] * (size - keep_rows))
         parts = []
 
         def step_fn(micro, output):
-            responses = micro.batch["responses"].to(output.device)
+            responses = micro.batch["responses"]
             logits = slice_response_logits(self._vocab_logits(output), responses.shape[1])
-            parts.append((response_log_probs(logits, responses, temperature)
-                          * micro.batch["response_mask"].to(output.device)).cpu())
+            parts.append(fn(micro, logits).cpu())
             return output.new_zeros(()), {}
 
         was_training = self.model.training
@@ -233,6 +231,31 @@ class MegatronInferStrategy(InferenceStrategy):
             parts[-1] = parts[-1][:keep_rows]
         result = self._broadcast_from_last_stage(torch.cat(parts) if parts else None)
         return result[own]
+
+    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        temperature = batch.meta_info.get("temperature", 1.0)
+
+        def fn(micro, logits):
+            mask = micro.batch["response_mask"].to(logits.device)
+            return response_log_probs(logits, micro.batch["responses"].to(logits.device), temperature) * mask
+
+        return self._score(batch, fn)
+
+    def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
+        temperature = batch.meta_info.get("temperature", 1.0)
+
+        def fn(micro, logits):
+            probs = (logits.float() / temperature).softmax(dim=-1)
+            return probs.square().sum(dim=-1) * micro.batch["response_mask"].to(logits.device)
+
+        return self._score(batch, fn)
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        raise NotImplementedError("megatron strategies serve causal LMs only; use deepspeed_train or fsdp2_train "
+                                  "for the critic")
+
+    def forward_logits(self, micro: DataProto) -> torch.Tensor:
+        raise NotImplementedError("megatron strategies score through megatron's schedules (_score), not forward_logits")
 
     # --- weights ------------------------------------------------------------------------------------------
     def _local_state(self) -> dict:

@@ -57,6 +57,8 @@ def _rank_main(rank, port, scenarios, model_dir, data_file, workdir) -> None:
         try:
             if scenario.get("logits"):
                 result = run_logits(scenario, rank)
+            elif scenario.get("sum_pi_squared"):
+                result = run_sum_pi_squared(scenario, rank, Path(model_dir), batches)
             else:
                 result = h.run_scenario(scenario, rank, Path(model_dir), batches, Path(workdir))
         except Exception:  # noqa: BLE001
@@ -72,6 +74,20 @@ def _rank_main(rank, port, scenarios, model_dir, data_file, workdir) -> None:
         torch.save(results, Path(workdir) / "megatron-results.pt")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def run_sum_pi_squared(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
+    """Σπ² (the optimal-token-baseline weights) from megatron_infer on uneven shards, gathered."""
+    import torch.distributed as dist
+
+    from roll.strategies import create_strategy
+
+    config = h.make_worker_config(model_dir, "megatron_infer", scenario["config"], 1, 1, h.WORLD_SIZE)
+    strategy = create_strategy("megatron_infer", h.StandInWorker(config, rank, h.WORLD_SIZE))
+    strategy.initialize()
+    everyone = [None] * h.WORLD_SIZE
+    dist.all_gather_object(everyone, strategy.compute_sum_pi_squared(h.as_proto(batches[0], h._uneven_rows(rank))))
+    return {"sum_pi_squared": everyone}
 
 
 def run_logits(scenario: dict, rank: int) -> dict:

@@ -42,6 +42,7 @@ def scenarios() -> list[dict]:
     out.append(dict(name="tp2/micro1_acc16", strategy="megatron_train", config=TP2, micro=1, accumulation=16))
     out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
     out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
+    out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
     return out
 
 
@@ -141,3 +142,18 @@ def test_strategy_config_is_validated(config, match):
         return
     with pytest.raises(ValueError, match=match):
         resolve_megatron_config(config, 2)
+
+
+def test_megatron_infer_sum_pi_squared_like_hf(runs):
+    """The optimal-token-baseline input Σπ² at PP2 (uneven 3 / 7 rows: padded pipeline micro-batch)."""
+    from transformers import AutoModelForCausalLM
+
+    from roll.utils.functional import slice_response_logits
+
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    batch = h.as_proto(torch.load(runs["data_file"])[0], slice(0, 10))
+    with torch.no_grad():
+        logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+    probs = slice_response_logits(logits, h.RESPONSE_LENGTH).softmax(-1)
+    expected = probs.square().sum(-1) * batch.batch["response_mask"]
+    assert torch.allclose(torch.cat(runs["results"]["sum_pi_squared_pp2"]["sum_pi_squared"]), expected, atol=1e-5)
