@@ -48,7 +48,32 @@ def split_train_batch(config, batch: DataProto) -> list[DataProto]:
     if len(batch) != micro_size * accumulation:
         raise ValueError(f"{config.name}: a train_step takes per_device_train_batch_size × "
                          f"gradient_accumulation_steps = {micro_size * accumulation} rows per rank, got {len(batch)}")
-    return [batch[slice(index * micro_size, (index + 1) * micro_size)] for index in range(accumulation)]
+    micros = [batch[slice(index * micro_size, (index + 1) * micro_size)] for index in range(accumulation)]
+    if "loss" in batch.meta_info:
+        info = global_batch_info(batch, accumulation)
+        for micro in micros:
+            micro.meta_info["loss"] = {**micro.meta_info["loss"], "global_batch_info": info}
+    return micros
+
+
+def global_batch_info(batch: DataProto, micro_batches: int) -> dict:
+    """agg_loss arguments that make each micro-batch's loss its share of the mean over the whole optimizer
+    step on all ranks: valid-token and non-empty-row counts summed over every rank, and dp_size = ranks ×
+    micro-batches (the engines average gradients over both). Without them token-mean would normalise each
+    micro-batch by its own token count, and the result would depend on how the rows are split.
+    Counting over all ranks is right for model-parallel engines too: ranks sharing rows multiply both the
+    counts and dp_size by the same factor."""
+    mask = batch.batch["response_mask"]
+    counts = torch.tensor([float(mask.sum()), float((mask.sum(dim=-1) > 0).sum())], dtype=torch.float64)
+    ranks = 1
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        ranks = torch.distributed.get_world_size()
+        on_gpu = torch.distributed.get_backend() == "nccl"
+        counts = counts.cuda() if on_gpu else counts
+        torch.distributed.all_reduce(counts)
+        counts = counts.cpu()
+    return {"dp_size": ranks * micro_batches, "batch_num_tokens": counts[0].item(),
+            "global_batch_size": counts[1].item()}
 
 
 def forward_inputs(micro: DataProto, device) -> dict:

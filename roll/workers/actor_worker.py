@@ -4,12 +4,13 @@ Which methods a role uses depends on its strategy: an inference strategy generat
 a training strategy also trains and exports weights. Loss settings travel with each training batch
 (`meta_info["loss"]`), so the worker holds no copy of the algorithm config that could go stale.
 """
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
 import torch
 
-from roll.algorithms import agg_loss, compute_entropy_loss, get_policy_loss_fn, kl_penalty
+from roll.algorithms import agg_loss, entropy_from_logits, get_policy_loss_fn, kl_penalty
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
@@ -58,20 +59,24 @@ class ActorWorker(CheckpointMixin, Worker):
         logits = slice_response_logits(logits, responses.shape[1])
         log_probs = response_log_probs(logits, responses, settings["temperature"])
         loss_fn = get_policy_loss_fn(settings["policy_loss_mode"])
+        # the training strategy adds the step's global token/row counts (train_common.global_batch_info)
+        scale = settings.get("global_batch_info") or {}
         pg_loss, metrics = loss_fn(
             old_log_prob=micro.batch["old_log_probs"], log_prob=log_probs, advantages=micro.batch["advantages"],
-            response_mask=mask, loss_agg_mode=settings["loss_agg_mode"], config=settings["policy_loss_config"],
+            response_mask=mask, loss_agg_mode=settings["loss_agg_mode"],
+            config=dataclasses.replace(settings["policy_loss_config"], global_batch_info=scale or None),
             rollout_is_weights=micro.batch.get("rollout_is_weights"))
         metrics = {f"actor/{key}": value for key, value in metrics.items()}
         metrics["actor/pg_loss"] = pg_loss.item()
         loss = pg_loss
         if settings["use_kl_loss"]:
             kl = kl_penalty(log_probs, micro.batch["ref_log_probs"], settings["kl_loss_type"])
-            kl_loss = agg_loss(kl, mask, settings["loss_agg_mode"])
+            kl_loss = agg_loss(kl, mask, settings["loss_agg_mode"], **scale)
             loss = loss + settings["kl_loss_coef"] * kl_loss
             metrics["actor/kl_loss"] = kl_loss.item()
         if settings["entropy_loss_coef"]:
-            entropy = compute_entropy_loss(logits / settings["temperature"], mask, settings["loss_agg_mode"])
+            entropy = agg_loss(entropy_from_logits(logits.float() / settings["temperature"]), mask,
+                               settings["loss_agg_mode"], **scale)
             loss = loss - settings["entropy_loss_coef"] * entropy
             metrics["actor/entropy"] = entropy.item()
         return loss, metrics

@@ -132,9 +132,10 @@ def prepare(directory: Path) -> tuple[Path, Path]:
     return Path(model_dir), data_file
 
 
-def as_proto(tensors: dict, rows: slice | None = None) -> DataProto:
+def as_proto(tensors: dict, rows: slice | None = None, loss_agg_mode: str | None = None) -> DataProto:
     tensors = {k: v[rows] if rows is not None else v for k, v in tensors.items()}
-    return DataProto.from_dict(tensors=tensors, meta_info={"loss": LOSS, "temperature": 1.0})
+    loss = {**LOSS, "loss_agg_mode": loss_agg_mode} if loss_agg_mode else LOSS
+    return DataProto.from_dict(tensors=tensors, meta_info={"loss": loss, "temperature": 1.0})
 
 
 def partial_checkpoint(model_dir: Path, directory: Path) -> Path:
@@ -267,7 +268,8 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
     run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
-    [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS)."""
+    [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
+    [loss_agg_mode] (instead of LOSS's)."""
     from roll.strategies import create_strategy
 
     if scenario["strategy"].endswith("_infer"):
@@ -289,7 +291,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
     steps, scored = [], []
     for step in range(first_step, scenario.get("steps", STEPS)):
-        batch = as_proto(batches[step], own_rows)
+        batch = as_proto(batches[step], own_rows, scenario.get("loss_agg_mode"))
         if scenario.get("offload"):
             strategy.offload()
             strategy.reload()

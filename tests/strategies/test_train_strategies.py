@@ -35,6 +35,8 @@ RESUMED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INVARIANCE = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 OFFLOADED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_infer", h.ds_config(3))}
+# token-mean needs the step's global token count (train_common.global_batch_info) to be split-invariant
+TOKEN_MEAN_INVARIANCE = ("ds_zero2", "fsdp2")
 CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on the sharded engines and one that is not
 
 
@@ -51,6 +53,11 @@ def scenarios() -> list[dict]:
         strategy, config, _ = EQUIVALENCE[name]
         out.append(dict(name=f"{name}/micro1_acc8", strategy=strategy, config=config, micro=1, accumulation=8))
         out.append(dict(name=f"{name}/micro8_acc1", strategy=strategy, config=config, micro=8, accumulation=1))
+    for name in TOKEN_MEAN_INVARIANCE:
+        strategy, config, _ = EQUIVALENCE[name]
+        for micro, accumulation in ((1, 8), (8, 1)):
+            out.append(dict(name=f"{name}/token_mean_micro{micro}_acc{accumulation}", strategy=strategy,
+                            config=config, micro=micro, accumulation=accumulation, loss_agg_mode="token-mean"))
     for name in OFFLOADED:
         strategy, config, checkpointing = EQUIVALENCE[name]
         out.append(dict(name=f"{name}/offload", strategy=strategy, config=config, micro=4, accumulation=2,
@@ -160,6 +167,15 @@ def test_micro_batch_1_x_8_equals_8_x_1(runs, name):
     assert _max_param_diff(small["params"], large["params"]) < PARAM_ATOL
     _assert_steps_close(large["steps"], runs["reference"]["steps"], keys)  # and both equal the reference
     assert _max_param_diff(large["params"], runs["reference"]["params"]) < PARAM_ATOL
+
+
+@pytest.mark.parametrize("name", TOKEN_MEAN_INVARIANCE)
+def test_token_mean_micro_batch_1_x_8_equals_8_x_1(runs, name):
+    """Each rank's micro-batches hold different token counts; the loss is still the global token mean."""
+    small = runs["results"][f"{name}/token_mean_micro1_acc8"]
+    large = runs["results"][f"{name}/token_mean_micro8_acc1"]
+    _assert_steps_close(small["steps"], large["steps"], ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr"))
+    assert _max_param_diff(small["params"], large["params"]) < PARAM_ATOL
 
 
 @pytest.mark.parametrize("name", OFFLOADED)
