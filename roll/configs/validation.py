@@ -21,7 +21,7 @@ FORWARD = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer", "vllm
 ROLE_STRATEGIES = {"actor_train": TRAIN, "critic": TRAIN, "actor_infer": GENERATE,
                    "reference": ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer")}
 # Training strategies that can return Σπ² per token (the optimal-token-baseline estimator's input).
-SUM_PI_SQUARED = ("deepspeed_train", "fsdp2_train")
+SUM_PI_SQUARED = ("deepspeed_train", "fsdp2_train", "megatron_train")
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
 # Model-parallel degrees that divide a Megatron role's workers before data parallelism.
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
