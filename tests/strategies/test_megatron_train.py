@@ -40,6 +40,10 @@ def scenarios() -> list[dict]:
         out.append(dict(name=f"{name}/resumed", strategy="megatron_train", config=config, micro=micro,
                         accumulation=accumulation, resume_from=name))
     out.append(dict(name="tp2/micro1_acc16", strategy="megatron_train", config=TP2, micro=1, accumulation=16))
+    # token-mean: split-invariant through train_common.global_batch_info (counts over all ranks, pooled rows)
+    for name, config, micro, accumulation in (("tp2", TP2, 1, 16), ("tp2", TP2, 16, 1), ("tp1_dp2", {}, 8, 1)):
+        out.append(dict(name=f"{name}/token_mean_micro{micro}_acc{accumulation}", strategy="megatron_train",
+                        config=config, micro=micro, accumulation=accumulation, loss_agg_mode="token-mean"))
     out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
     out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
     out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
@@ -157,3 +161,14 @@ def test_megatron_infer_sum_pi_squared_like_hf(runs):
     probs = slice_response_logits(logits, h.RESPONSE_LENGTH).softmax(-1)
     expected = probs.square().sum(-1) * batch.batch["response_mask"]
     assert torch.allclose(torch.cat(runs["results"]["sum_pi_squared_pp2"]["sum_pi_squared"]), expected, atol=1e-5)
+
+
+def test_token_mean_is_split_and_layout_invariant(runs):
+    """token-mean over the whole step: TP2 micro 1 × 16 = TP2 micro 16 × 1 = TP1×DP2 micro 8 × 1."""
+    keys = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr")
+    small, large = (runs["results"][f"tp2/token_mean_{s}"] for s in ("micro1_acc16", "micro16_acc1"))
+    _assert_steps_close(small["steps"], large["steps"], keys, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert _max_param_diff(small["params"], large["params"]) < PARAM_ATOL
+    data_parallel = runs["results"]["tp1_dp2/token_mean_micro8_acc1"]
+    _assert_steps_close(data_parallel["steps"], large["steps"], ("grad_norm", "lr"), rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert _max_param_diff(data_parallel["params"], large["params"]) < PARAM_ATOL
