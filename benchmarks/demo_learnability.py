@@ -26,8 +26,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from roll.algorithms import (compute_entropy_loss, compute_grpo_outcome_advantage,  # noqa: E402
-                             compute_policy_loss_vanilla)
+from roll.algorithms import (agg_loss, compute_entropy_loss, compute_grpo_outcome_advantage,  # noqa: E402
+                             compute_policy_loss_vanilla, kl_penalty)
 from roll.data.demo_task import read_jsonl  # noqa: E402
 from roll.models.demo import DemoSettings, encode_prompts, greedy_eval, load_model, prepare_demo  # noqa: E402
 from roll.workers.rewards.math_verify_grader import grade  # noqa: E402
@@ -43,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--hidden_size", type=int, default=d.hidden_size)
     p.add_argument("--num_layers", type=int, default=d.num_layers)
     p.add_argument("--num_heads", type=int, default=d.num_heads)
-    p.add_argument("--warm_start", default=d.warm_start, choices=["reading", "random"])
+    p.add_argument("--unbalanced", action="store_true", help="keep the natural (triangular) answer mix")
+    p.add_argument("--warm_start", default=d.warm_start, choices=["reading", "mixed", "random"])
     p.add_argument("--warm_start_steps", type=int, default=d.warm_start_steps)
     p.add_argument("--warm_start_lr", type=float, default=d.warm_start_lr)
     # RL
@@ -58,11 +59,18 @@ def parse_args(argv=None):
     p.add_argument("--gradient_accumulation_steps", type=int, default=1)
     p.add_argument("--clip_ratio", type=float, default=0.2)
     p.add_argument("--max_grad_norm", type=float, default=1.0)
+    p.add_argument("--lr_scheduler_type", default="constant", choices=["constant", "linear", "cosine"])
+    p.add_argument("--warmup_steps", type=int, default=0)
+    p.add_argument("--adam_eps", type=float, default=1e-8)
+    p.add_argument("--adam_beta2", type=float, default=0.999)
+    p.add_argument("--kl_loss_coef", type=float, default=0.0, help="> 0: use_kl_loss against the initial model")
+    p.add_argument("--kl_loss_type", default="low_var_kl")
     p.add_argument("--entropy_loss_coef", type=float, default=0.0)
     p.add_argument("--weight_decay", type=float, default=0.0)
     p.add_argument("--max_steps", type=int, default=40)
     p.add_argument("--eval_steps", type=int, default=10)
     p.add_argument("--max_rl_seconds", type=float, default=None, help="stop early after this much RL time")
+    p.add_argument("--fact_table", action="store_true", help="print each fact's greedy answers at every eval")
     p.add_argument("--json", action="store_true", help="print one JSON result line per seed")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
@@ -70,7 +78,7 @@ def parse_args(argv=None):
 
 def demo_settings(args, seed: int) -> DemoSettings:
     return DemoSettings(seed=seed, hidden_size=args.hidden_size, num_layers=args.num_layers,
-                        num_heads=args.num_heads, warm_start=args.warm_start, warm_start_steps=args.warm_start_steps,
+                        num_heads=args.num_heads, balance_answers=not args.unbalanced, warm_start=args.warm_start, warm_start_steps=args.warm_start_steps,
                         warm_start_lr=args.warm_start_lr, eval_max_new_tokens=args.max_new_tokens)
 
 
@@ -111,7 +119,7 @@ def collate(tokenizer, rows, prompt_length):
     return ids, mask
 
 
-def rl_step(model, tokenizer, optimizer, rows, step, args, eos, pad):
+def rl_step(model, tokenizer, optimizer, scheduler, rows, step, args, eos, pad, reference=None):
     timings = {}
     t0 = time.perf_counter()
     B, n, P, R = len(rows), args.num_return_sequences_in_group, args.prompt_length, args.max_new_tokens
@@ -146,6 +154,11 @@ def rl_step(model, tokenizer, optimizer, rows, step, args, eos, pad):
     with torch.no_grad():
         old_log_probs, _ = response_log_probs(model, input_ids, attention_mask, responses, P, args.temperature)
     timings["old_log_probs"] = time.perf_counter() - t0
+    if reference is not None:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            ref_log_probs, _ = response_log_probs(reference, input_ids, attention_mask, responses, P, args.temperature)
+        timings["ref_log_probs"] = time.perf_counter() - t0
     uids = np.array([f"{step}-{i}" for i in range(B) for _ in range(n)], dtype=object)
     advantages, _ = compute_grpo_outcome_advantage(token_level_rewards=token_scores, response_mask=response_mask,
                                                    index=uids)
@@ -166,6 +179,9 @@ def rl_step(model, tokenizer, optimizer, rows, step, args, eos, pad):
                                                args.temperature)
                 loss, pm = compute_policy_loss_vanilla(old_log_probs[idx], log_probs, advantages[idx],
                                                        response_mask[idx], loss_agg_mode="token-mean")
+                if reference is not None:
+                    kl = kl_penalty(log_probs, ref_log_probs[idx], args.kl_loss_type)
+                    loss = loss + args.kl_loss_coef * agg_loss(kl, response_mask[idx], "token-mean")
                 if args.entropy_loss_coef:
                     loss = loss - args.entropy_loss_coef * compute_entropy_loss(logits, response_mask[idx], "token-mean")
                 (loss / args.gradient_accumulation_steps).backward()
@@ -174,6 +190,7 @@ def rl_step(model, tokenizer, optimizer, rows, step, args, eos, pad):
                 metrics["ppo_kl"].append(pm["ppo_kl"])
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
             optimizer.step()
+            scheduler.step()
             optimizer.zero_grad()
             metrics["grad_norm"].append(float(norm))
     timings["train"] = time.perf_counter() - t0
@@ -183,6 +200,24 @@ def rl_step(model, tokenizer, optimizer, rows, step, args, eos, pad):
     return result
 
 
+def fact_table(rows, replies) -> str:
+    """'a+b=greedy answers' per fact, e.g. '3+4:7' or '3+4:3x9,4x3' when phrasings disagree."""
+    from collections import Counter, defaultdict
+
+    by_fact = defaultdict(Counter)
+    for row, reply in zip(rows, replies):
+        a, b = [w for w in row["prompt"].split() if w.isdigit()]
+        answer = reply.strip()
+        answer = answer[len("\\boxed{"):answer.index("}")] if answer.startswith("\\boxed{") and "}" in answer else "?"
+        by_fact[f"{a}+{b}"][answer] += 1
+    cells = []
+    for fact, counts in sorted(by_fact.items()):
+        right = str(sum(int(x) for x in fact.split("+")))
+        body = ",".join(f"{ans}x{n}" if len(counts) > 1 else ans for ans, n in counts.most_common())
+        cells.append(f"{fact}:{body}{'' if counts.most_common(1)[0][0] == right else '!'}")
+    return " ".join(cells)
+
+
 def run(args, seed: int) -> dict:
     args = argparse.Namespace(**vars(args))
     args.seed = seed
@@ -190,7 +225,7 @@ def run(args, seed: int) -> dict:
     np.random.seed(seed)
     settings = demo_settings(args, seed)
     data_dir = args.data_dir or (f"/tmp/demo_probe/s{seed}_h{args.hidden_size}l{args.num_layers}"
-                                 f"a{args.num_heads}_{args.warm_start}{args.warm_start_steps}_{args.warm_start_lr:g}")
+                                 f"a{args.num_heads}{'_u' if args.unbalanced else ''}_{args.warm_start}{args.warm_start_steps}_{args.warm_start_lr:g}")
     t0 = time.perf_counter()
     summary = prepare_demo(data_dir, settings, log=lambda *_: None)
     prep_seconds = time.perf_counter() - t0
@@ -198,7 +233,19 @@ def run(args, seed: int) -> dict:
     model, tokenizer = load_model(f"{data_dir}/model")
     train_rows, heldout = read_jsonl(f"{data_dir}/train.jsonl"), read_jsonl(f"{data_dir}/heldout.jsonl")
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, eps=args.adam_eps,
+                                  betas=(0.9, args.adam_beta2))
+    from roll.strategies.train_common import lr_lambda  # the trainer's schedule (decays to 0 at the last step)
+
+    optimizer_steps = args.max_steps * args.ppo_epochs * (
+        args.rollout_batch_size * args.num_return_sequences_in_group
+        // (args.per_device_train_batch_size * args.gradient_accumulation_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(args.lr_scheduler_type, args.warmup_steps, optimizer_steps))
+    reference = None
+    if args.kl_loss_coef > 0:
+        reference, _ = load_model(f"{data_dir}/model")
+        reference.eval()
     sampler = Sampler(train_rows, seed)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
 
@@ -210,7 +257,8 @@ def run(args, seed: int) -> dict:
     curve, step_times, rl_seconds, rl_cpu_seconds, step = [(0, before)], [], 0.0, 0.0, 0
     for step in range(args.max_steps):
         t0, c0 = time.perf_counter(), time.process_time()
-        m = rl_step(model, tokenizer, optimizer, sampler.next_rows(args.rollout_batch_size), step, args, eos, pad)
+        m = rl_step(model, tokenizer, optimizer, scheduler, sampler.next_rows(args.rollout_batch_size), step, args, eos, pad,
+                    reference)
         step_times.append(time.perf_counter() - t0)
         rl_seconds += step_times[-1]
         rl_cpu_seconds += time.process_time() - c0
@@ -226,6 +274,9 @@ def run(args, seed: int) -> dict:
             eval_seconds.append(time.perf_counter() - t0)
             curve.append((step + 1, acc))
             line += f" | held-out {100 * acc:.1f}% ({len(ev['answer_counts'])} distinct answers)"
+            if args.fact_table:
+                line += "\n    " + fact_table(heldout, ev["replies"]) + "\n    e.g. " + " | ".join(
+                    repr(r) for r in ev["replies"][:4])
         say(line)
         if last:
             break

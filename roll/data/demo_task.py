@@ -56,15 +56,28 @@ def all_problems() -> list[dict]:
     return problems
 
 
-def split_problems(seed: int = 0, heldout_phrasings: int = 12) -> tuple[list[dict], list[dict]]:
+def split_problems(seed: int = 0, heldout_phrasings: int = 12,
+                   balance_answers: bool = False) -> tuple[list[dict], list[dict]]:
     """(train, heldout): `heldout_phrasings` random (template, name, object) phrasings with all their
-    16 facts go to heldout (12 → 192 problems, each fact 12 times); both lists are shuffled."""
+    16 facts go to heldout (12 → 192 problems, each fact 12 times); both lists are shuffled.
+
+    balance_answers: keep an equal number of training problems per answer (as many as the rarest
+    answer has), so that no answer is more frequent than another in the training prompts. Sums of
+    two numbers are otherwise triangular (5 is four times as common as 2 or 8), and RL on a tiny
+    model then learns "answer a common number" before it learns to add.
+    """
     problems = all_problems()
     rng = random.Random(seed)
     named = sorted({p["phrasing"] for p in problems if "|" in p["phrasing"]})
     held = set(rng.sample(named, heldout_phrasings))
     train = [p for p in problems if p["phrasing"] not in held]
     heldout = [p for p in problems if p["phrasing"] in held]
+    if balance_answers:
+        by_answer: dict[str, list[dict]] = {}
+        for p in train:
+            by_answer.setdefault(p["ground_truth"], []).append(p)
+        per_answer = min(len(v) for v in by_answer.values())
+        train = [p for answer in sorted(by_answer) for p in rng.sample(by_answer[answer], per_answer)]
     rng.shuffle(train)
     rng.shuffle(heldout)
     return train, heldout

@@ -31,6 +31,7 @@ class DemoSettings:
     num_layers: int = 2
     num_heads: int = 2
     heldout_phrasings: int = 12
+    balance_answers: bool = True
     warm_start: str = "reading"  # "reading": one-number sentences read back; "random": task prompts, random answers
     warm_start_steps: int = 60
     warm_start_batch_size: int = 32
@@ -71,7 +72,8 @@ def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: boo
     model_dir = out / "model"
     if model_dir.exists():
         shutil.rmtree(model_dir)
-    train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings)
+    train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings,
+                                                settings.balance_answers)
     demo_task.write_jsonl(train, out / "train.jsonl")
     demo_task.write_jsonl(heldout, out / "heldout.jsonl")
     build_tiny_model(str(model_dir), demo_task.tokenizer_corpus(), hidden_size=settings.hidden_size,
@@ -99,11 +101,16 @@ def warm_start_conversations(settings: DemoSettings, train: list[dict]) -> list[
     if settings.warm_start == "random":
         return format_only_examples([p["prompt"] for p in train], demo_task.answer_pool(), settings.seed,
                                     answer_format=demo_task.answer_text)
+    reading = [[{"role": "user", "content": r["prompt"]},
+                {"role": "assistant", "content": demo_task.answer_text(r["ground_truth"])}]
+               for r in demo_task.reading_problems()]
     if settings.warm_start == "reading":
-        return [[{"role": "user", "content": r["prompt"]},
-                 {"role": "assistant", "content": demo_task.answer_text(r["ground_truth"])}]
-                for r in demo_task.reading_problems()]
-    raise ValueError(f"warm_start must be 'reading' or 'random', got {settings.warm_start!r}")
+        return reading
+    if settings.warm_start == "mixed":  # reading + task prompts with random answers, half and half
+        random_part = format_only_examples([p["prompt"] for p in train[:len(reading)]], demo_task.answer_pool(),
+                                           settings.seed, answer_format=demo_task.answer_text)
+        return reading + random_part
+    raise ValueError(f"warm_start must be 'reading', 'mixed' or 'random', got {settings.warm_start!r}")
 
 
 # ---- shared by preparation, the learnability probe and tests -----------------------------------------
