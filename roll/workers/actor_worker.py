@@ -17,9 +17,10 @@ from roll.distributed.worker import Worker
 from roll.strategies import create_strategy
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
+from roll.workers.memory import MemoryMixin
 
 
-class ActorWorker(CheckpointMixin, Worker):
+class ActorWorker(CheckpointMixin, MemoryMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         self.strategy = create_strategy(self.worker_config.strategy_args.strategy_name, self)

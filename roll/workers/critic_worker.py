@@ -11,9 +11,10 @@ from roll.distributed.worker import Worker
 from roll.strategies import create_strategy
 from roll.utils.functional import slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
+from roll.workers.memory import MemoryMixin
 
 
-class CriticWorker(CheckpointMixin, Worker):
+class CriticWorker(CheckpointMixin, MemoryMixin, Worker):
     model_kind = "value"  # strategies build a one-output token-classification head for this worker
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -30,6 +30,7 @@ class PipelineCheckpointer:
         output_dir = self.pipeline.config.output_dir
         staged = checkpoint.staging_dir(output_dir, completed_steps)
         for name, cluster in self._trained_clusters().items():
+            self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
         state = {"completed_steps": completed_steps, "sampler": self.pipeline.sampler.state_dict(),
                  "rng": get_rng_state(), "kl_coef": self.pipeline.kl_ctrl.value}
@@ -55,6 +56,7 @@ class PipelineCheckpointer:
             logger.warning("checkpoint %s already has %d completed steps, max_steps is %d: nothing to train",
                            path, completed, config.max_steps)
         for name, cluster in self._trained_clusters().items():
+            self.pipeline.memory.use(name)
             cluster.load_checkpoint(str(path / name))
         self.pipeline.sampler.load_state_dict(state["sampler"])
         set_rng_state(state["rng"])

@@ -19,6 +19,7 @@ from roll.distributed.resource_manager import ResourceManager
 from roll.pipeline.rlvr import advantages as step_maths
 from roll.pipeline.rlvr.callbacks import SampleLogger
 from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
+from roll.pipeline.rlvr.colocation import PhaseMemory
 from roll.pipeline.rlvr.metrics import batch_metrics, fmt, mean_of_ranks, progress
 from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
 from roll.pipeline.rlvr.weight_sync import WeightSync
@@ -29,6 +30,7 @@ from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
 
 logger = get_logger("roll.pipeline")
+MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
 
 
 class RLVRPipeline:
@@ -80,6 +82,8 @@ class RLVRPipeline:
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in config.rewards}
+        models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
+        self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
         optimizer_steps = batch_plan(config).optimizer_steps  # per pipeline step, for LR schedules
         pending = [cluster.initialize.submit(total_steps=config.max_steps * optimizer_steps.get(name, 0))
                    for name, cluster in self.clusters.items()]
@@ -137,6 +141,7 @@ class RLVRPipeline:
         else:
             generation = {"num_return_sequences": config.num_return_sequences_in_group}
         n = generation["num_return_sequences"]
+        self.memory.use("actor_infer")
         batch.meta_info.update(generation_config=generation, seed=config.seed * 100003 + step)
         batch, pad = pad_to_multiple(batch, self.actor_infer.world_size)
         out = self.actor_infer.generate(batch)
@@ -166,6 +171,7 @@ class RLVRPipeline:
                                         "response_mask"])
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
         view, pad = pad_to_multiple(view, cluster.world_size)
+        self.memory.use(cluster.name)
         if key == "sum_pi_squared":
             values = cluster.compute_sum_pi_squared(view).batch[key]
         else:
@@ -176,6 +182,7 @@ class RLVRPipeline:
         view, pad = pad_to_multiple(batch.select(batch_keys=["input_ids", "attention_mask", "position_ids",
                                                              "responses", "response_mask"]),
                                     self.critic.world_size)
+        self.memory.use("critic")
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
@@ -190,7 +197,9 @@ class RLVRPipeline:
         }
         metrics = {}
         if self.critic is not None:
+            self.memory.use("critic")
             metrics.update(mean_of_ranks(self.critic.train_step(batch)))
+        self.memory.use("actor_train")
         metrics.update(mean_of_ranks(self.actor_train.train_step(batch)))
         return metrics
 
@@ -213,6 +222,7 @@ class RLVRPipeline:
         with timer.phase("train"):
             metrics.update(self.train(batch, step))
         with timer.phase("weight_sync"):
+            self.memory.use("actor_train", "actor_infer")
             metrics.update(self.weight_sync.sync_and_verify(step))
         metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
@@ -262,6 +272,7 @@ class RLVRPipeline:
         on a fresh start), "steps": {0-based step: that step's metrics}, "after": the last validation}.
         """
         first_step = self.checkpointer.resume()
+        self.memory.use("actor_train", "actor_infer")
         self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
         history = {"first_step": first_step, "before": self._validate_before(first_step), "steps": {},
                    "after": None}

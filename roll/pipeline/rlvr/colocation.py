@@ -1,0 +1,27 @@
+"""Roles that share device ids take turns: before a phase its roles are reloaded and every other
+resident role on the same devices is offloaded (weights, gradients, optimizer state or KV cache, as each
+strategy can). Roles on separate devices are never touched. On a CPU-only machine the strategies'
+offload/reload move nothing (they say so once in the log), but the calls run the same way."""
+import time
+
+
+class PhaseMemory:
+    def __init__(self, clusters: dict, device_mappings: dict):
+        self.clusters = clusters
+        self.devices = {name: set(device_mappings.get(name) or ()) for name in clusters}
+        self.resident = {name for name in clusters if self.devices[name]}  # everything starts loaded
+        self.seconds = 0.0
+
+    def use(self, *roles: str) -> None:
+        """Make `roles` resident, offloading idle roles that share a device with them."""
+        started = time.perf_counter()
+        needed = set().union(*(self.devices[role] for role in roles))
+        for other in sorted(self.resident - set(roles)):
+            if self.devices[other] & needed:
+                self.clusters[other].offload()
+                self.resident.discard(other)
+        for role in roles:
+            if self.devices[role] and role not in self.resident:
+                self.clusters[role].reload()
+                self.resident.add(role)
+        self.seconds += time.perf_counter() - started
