@@ -205,3 +205,17 @@ class InferenceStrategy:
     def reload(self) -> None:
         if torch.cuda.is_available():
             self.model.to("cuda")
+
+
+def buckets(named_tensors, limit_bytes: float):
+    """Consecutive groups of (name, tensor) of at most `limit_bytes` each (a larger tensor goes alone)."""
+    bucket, size = [], 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > limit_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket

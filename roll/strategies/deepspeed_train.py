@@ -12,7 +12,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy
-from roll.strategies.train_common import (aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
+from roll.strategies.train_common import (EvalModeScoring, aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
                                           forward_inputs, lr_lambda, mean_metrics, save_tokenizer,
                                           split_train_batch)
 
@@ -69,7 +69,7 @@ def zero_stage(config: dict) -> int:
     return int(config.get("zero_optimization", {}).get("stage", 0))
 
 
-class DeepSpeedTrainStrategy(InferenceStrategy):
+class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
     def initialize(self, total_steps: int = 0) -> None:
         import deepspeed
 
@@ -134,26 +134,6 @@ class DeepSpeedTrainStrategy(InferenceStrategy):
         if zero_stage(self.ds_config) == 3:  # weights are gathered inside each forward: same count on every rank
             return aligned_micro_batches(batch, self.config.infer_batch_size)
         return super()._forward_micro_batches(batch)
-
-    @torch.no_grad()
-    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
-        return self._in_eval_mode(super().compute_log_probs, batch)
-
-    @torch.no_grad()
-    def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
-        return self._in_eval_mode(super().compute_sum_pi_squared, batch)
-
-    @torch.no_grad()
-    def compute_values(self, batch: DataProto) -> torch.Tensor:
-        return self._in_eval_mode(super().compute_values, batch)
-
-    def _in_eval_mode(self, fn, batch):
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return fn(batch)
-        finally:
-            self.model.train(was_training)
 
     def named_hf_parameters(self):
         """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""

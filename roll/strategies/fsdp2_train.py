@@ -32,7 +32,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy
-from roll.strategies.train_common import (aligned_micro_batches, broadcast_parameters, build_adamw,
+from roll.strategies.train_common import (EvalModeScoring, aligned_micro_batches, broadcast_parameters, build_adamw,
                                           build_lr_scheduler, checksum, forward_inputs, gradient_clip_value,
                                           mean_metrics, save_tokenizer, split_train_batch)
 
@@ -207,7 +207,7 @@ class FSDP2InferStrategy(InferenceStrategy):
         pass
 
 
-class FSDP2TrainStrategy(FSDP2InferStrategy):
+class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
         self.device = _device()
@@ -247,26 +247,6 @@ class FSDP2TrainStrategy(FSDP2InferStrategy):
         out["grad_norm"] = float(full_tensor(grad_norm))  # before clipping, as DeepSpeed reports it
         out["lr"] = self.scheduler.get_last_lr()[0]
         return out
-
-    @torch.no_grad()
-    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
-        return self._in_eval_mode(super().compute_log_probs, batch)
-
-    @torch.no_grad()
-    def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
-        return self._in_eval_mode(super().compute_sum_pi_squared, batch)
-
-    @torch.no_grad()
-    def compute_values(self, batch: DataProto) -> torch.Tensor:
-        return self._in_eval_mode(super().compute_values, batch)
-
-    def _in_eval_mode(self, fn, batch):
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return fn(batch)
-        finally:
-            self.model.train(was_training)
 
     # --- checkpoints ----------------------------------------------------------------------------------
     def save_checkpoint(self, path: str) -> None:

@@ -38,7 +38,7 @@ import time
 import torch
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import InferenceStrategy, RequestResult
+from roll.strategies.base import InferenceStrategy, RequestResult, buckets
 from roll.utils.functional import compute_position_ids
 
 ENGINE_KEYS = {"mem_fraction_static": float, "tp_size": int, "dtype": str, "max_running_requests": int,
@@ -97,20 +97,6 @@ def validate_strategy_config(config: dict | None, model_dtype: str) -> tuple[dic
     config.setdefault("enable_memory_saver", True)  # release/resume_memory_occupation free real memory (verl does the same)
     config.setdefault("log_level", "error")
     return config, roll
-
-
-def buckets(named_tensors, limit_bytes: float):
-    """Consecutive groups of (name, tensor) of at most `limit_bytes` each (a larger tensor goes alone)."""
-    bucket, size = [], 0
-    for name, tensor in named_tensors:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > limit_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 def sampling_params(settings: dict, stop_token_ids: list[int], seed: int | None) -> dict:

@@ -149,3 +149,27 @@ def broadcast_parameters(module: torch.nn.Module, device: torch.device) -> None:
             staged = param.data.to(device)
             torch.distributed.broadcast(staged, src=0)
             param.data.copy_(staged)
+
+
+class EvalModeScoring:
+    """Scoring forwards of a training strategy run in eval mode (no dropout), then training mode returns."""
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_log_probs, batch)
+
+    @torch.no_grad()
+    def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_sum_pi_squared, batch)
+
+    @torch.no_grad()
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        return self._in_eval_mode(super().compute_values, batch)
+
+    def _in_eval_mode(self, fn, batch):
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return fn(batch)
+        finally:
+            self.model.train(was_training)

@@ -33,7 +33,7 @@ import time
 import torch
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import InferenceStrategy, RequestResult
+from roll.strategies.base import InferenceStrategy, RequestResult, buckets
 from roll.utils.functional import compute_position_ids
 
 # strategy_config keys passed through to vllm.LLM, with the type each must have
@@ -80,20 +80,6 @@ def validate_strategy_config(config: dict | None, on_cpu: bool) -> tuple[dict, d
     if roll["model_update_buffer_size_mb"] <= 0:
         raise ValueError("vllm: strategy_config.model_update_buffer_size_mb must be > 0")
     return config, roll
-
-
-def buckets(named_tensors, limit_bytes: float):
-    """Consecutive groups of (name, tensor) of at most `limit_bytes` each (a larger tensor goes alone)."""
-    bucket, size = [], 0
-    for name, tensor in named_tensors:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > limit_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 # --- functions run inside the engine (collective_rpc: `worker` is vLLM's worker object) -------------------
