@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from roll.algorithms import (agg_loss, compute_entropy_loss, compute_grpo_outcome_advantage,  # noqa: E402
-                             compute_policy_loss_vanilla, kl_penalty)
+                             PolicyLossConfig, compute_policy_loss_vanilla, kl_penalty)
 from roll.data.demo_task import read_jsonl  # noqa: E402
 from roll.models.demo import DemoSettings, encode_prompts, greedy_eval, load_model, prepare_demo  # noqa: E402
 from roll.workers.rewards.math_verify_grader import grade  # noqa: E402
@@ -52,22 +52,22 @@ def parse_args(argv=None):
     p.add_argument("--rollout_batch_size", type=int, default=32)
     p.add_argument("--num_return_sequences_in_group", type=int, default=8)
     p.add_argument("--prompt_length", type=int, default=24)
-    p.add_argument("--max_new_tokens", type=int, default=8)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--ppo_epochs", type=int, default=1)
-    p.add_argument("--per_device_train_batch_size", type=int, default=64)
+    p.add_argument("--max_new_tokens", type=int, default=6)
+    p.add_argument("--temperature", type=float, default=1.5)
+    p.add_argument("--ppo_epochs", type=int, default=2)
+    p.add_argument("--per_device_train_batch_size", type=int, default=32)
     p.add_argument("--gradient_accumulation_steps", type=int, default=1)
     p.add_argument("--clip_ratio", type=float, default=0.2)
     p.add_argument("--max_grad_norm", type=float, default=1.0)
-    p.add_argument("--lr_scheduler_type", default="constant", choices=["constant", "linear", "cosine"])
+    p.add_argument("--lr_scheduler_type", default="cosine", choices=["constant", "linear", "cosine"])
     p.add_argument("--warmup_steps", type=int, default=0)
     p.add_argument("--adam_eps", type=float, default=1e-8)
     p.add_argument("--adam_beta2", type=float, default=0.999)
-    p.add_argument("--kl_loss_coef", type=float, default=0.0, help="> 0: use_kl_loss against the initial model")
+    p.add_argument("--kl_loss_coef", type=float, default=0.05, help="> 0: use_kl_loss against the initial model")
     p.add_argument("--kl_loss_type", default="low_var_kl")
     p.add_argument("--entropy_loss_coef", type=float, default=0.0)
     p.add_argument("--weight_decay", type=float, default=0.0)
-    p.add_argument("--max_steps", type=int, default=40)
+    p.add_argument("--max_steps", type=int, default=60)
     p.add_argument("--eval_steps", type=int, default=10)
     p.add_argument("--max_rl_seconds", type=float, default=None, help="stop early after this much RL time")
     p.add_argument("--fact_table", action="store_true", help="print each fact's greedy answers at every eval")
@@ -79,7 +79,7 @@ def parse_args(argv=None):
 def demo_settings(args, seed: int) -> DemoSettings:
     return DemoSettings(seed=seed, hidden_size=args.hidden_size, num_layers=args.num_layers,
                         num_heads=args.num_heads, balance_answers=not args.unbalanced, warm_start=args.warm_start, warm_start_steps=args.warm_start_steps,
-                        warm_start_lr=args.warm_start_lr, eval_max_new_tokens=args.max_new_tokens)
+                        warm_start_lr=args.warm_start_lr)
 
 
 def response_log_probs(model, input_ids, attention_mask, responses, prompt_length, temperature):
@@ -178,7 +178,10 @@ def rl_step(model, tokenizer, optimizer, scheduler, rows, step, args, eos, pad, 
                 log_probs, logits = response_log_probs(model, input_ids[idx], attention_mask[idx], responses[idx], P,
                                                args.temperature)
                 loss, pm = compute_policy_loss_vanilla(old_log_probs[idx], log_probs, advantages[idx],
-                                                       response_mask[idx], loss_agg_mode="token-mean")
+                                                       response_mask[idx], loss_agg_mode="token-mean",
+                                                       config=PolicyLossConfig(clip_ratio=args.clip_ratio,
+                                                                               clip_ratio_low=args.clip_ratio,
+                                                                               clip_ratio_high=args.clip_ratio))
                 if reference is not None:
                     kl = kl_penalty(log_probs, ref_log_probs[idx], args.kl_loss_type)
                     loss = loss + args.kl_loss_coef * agg_loss(kl, response_mask[idx], "token-mean")

@@ -36,7 +36,7 @@ class DemoSettings:
     warm_start_steps: int = 60
     warm_start_batch_size: int = 32
     warm_start_lr: float = 3e-3
-    eval_max_new_tokens: int = 8
+    eval_max_new_tokens: int = 6  # = the demo's response_length (a reply is 5 tokens: \boxed { N } EOS)
 
 
 def _marker_payload(settings: DemoSettings) -> dict:
@@ -60,7 +60,18 @@ def is_prepared(output_dir, settings: DemoSettings) -> dict | None:
 
 
 def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: bool = False, log=print) -> dict:
+    """Prepares `output_dir` (see the module docstring) unless it already holds these settings. Concurrent
+    callers on the same folder are serialised by a lock file next to it; the later ones find it prepared."""
+    import fcntl
+
     out = Path(output_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _prepare_locked(out, settings, force, log)
+
+
+def _prepare_locked(out: Path, settings: DemoSettings, force: bool, log) -> dict:
     if not force:
         summary = is_prepared(out, settings)
         if summary is not None:
