@@ -1,0 +1,1 @@
+"""Agentic RL: multi-turn environments, env managers and the agentic pipeline."""
