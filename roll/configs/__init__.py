@@ -11,6 +11,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, check_agentic, group_tags, num_env_workers
 from roll.configs.base import PipelineConfig
 from roll.configs.loader import ConfigError, build
 from roll.configs.rlvr import RLVRConfig
@@ -20,7 +21,7 @@ from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConf
 
 __all__ = ["ConfigError", "PipelineConfig", "RLVRConfig", "WorkerConfig", "RewardConfig", "ModelArgs",
            "TrainingArgs", "DataArgs", "GeneratingArgs", "StrategyArgs", "ValidationConfig", "BatchPlan",
-           "compose_config", "load_rlvr_config", "batch_plan", "describe_config", "policy_loss_config"]
+           "AgenticConfig", "compose_config", "load_rlvr_config", "load_agentic_config", "batch_plan", "describe_config", "policy_loss_config"]
 
 # Top-level blocks of the shared files in examples/config/, allowed even when no key uses them.
 SHIPPED_BLOCKS = ("deepspeed_zero", "deepspeed_zero2", "deepspeed_zero2_cpuoffload", "deepspeed_zero3",
@@ -69,6 +70,25 @@ def load_rlvr_config(config) -> RLVRConfig:
     return rlvr
 
 
+def load_agentic_config(config) -> AgenticConfig:
+    """A composed DictConfig (or plain dict) → a validated AgenticConfig with derived fields filled."""
+    data = _resolve_and_strip_shared_blocks(config, AgenticConfig)
+    for role in ROLE_KEYS:
+        _name_role(data, role, role)
+    agentic = build(AgenticConfig, data)
+    check_roles(agentic)
+    check_algorithm(agentic)
+    check_agentic(agentic)
+    return agentic
+
+
+def optimizer_steps(config) -> dict:
+    """Trained role → optimizer steps per pipeline step (LR schedules), for either pipeline."""
+    if isinstance(config, AgenticConfig):
+        return agentic_optimizer_steps(config)
+    return batch_plan(config).optimizer_steps
+
+
 def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -111,7 +131,7 @@ def policy_loss_config(config: RLVRConfig):
         tau_neg=config.tau_neg)
 
 
-def describe_config(config: RLVRConfig) -> str:
+def describe_config(config) -> str:
     """Resolved config, batch arithmetic and placement plan, as printed at start-up and by --dry_run."""
     from omegaconf import OmegaConf
 
@@ -120,8 +140,9 @@ def describe_config(config: RLVRConfig) -> str:
 
     planned = sorted({w.strategy_args.strategy_name for w in roles(config).values()
                       if w.strategy_args is not None and w.strategy_args.strategy_name not in IMPLEMENTED})
-    parts = ["resolved config:", OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(),
-             batch_plan(config).describe(), format_plan(placement_plan(roles(config)), config.num_devices)]
+    arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()
+    parts = ["resolved config:", OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(), arithmetic,
+             format_plan(placement_plan(roles(config)), config.num_devices)]
     if config.reference is not None and not (config.use_kl_loss or config.add_token_level_kl):
         parts.append("note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
                      "reads its log-probs: it will not be started")
@@ -129,3 +150,20 @@ def describe_config(config: RLVRConfig) -> str:
         parts.append(f"note: strategies {planned} are not implemented in this version of roll; this config can be "
                      f"validated (--dry_run) but not run")
     return "\n".join(parts)
+
+
+def _describe_envs(config: AgenticConfig) -> str:
+    lines = ["environments:"]
+    for key in ("train_env_manager", "val_env_manager"):
+        manager = getattr(config, key)
+        if manager is None:
+            continue
+        tags = group_tags(manager)
+        per_tag = ", ".join(f"{tag} {tags.count(tag)}" for tag in manager.tags)
+        lines.append(f"  {key:<18} {manager.num_env_groups} groups × {manager.group_size} envs = {manager.num_envs} "
+                     f"envs on {num_env_workers(manager)} env worker(s); groups per tag: {per_tag}")
+    lines.append(f"  trajectories per step  {config.rollout_batch_size} (= {config.episodes_per_env} episode(s) per "
+                 f"training env)")
+    for name, steps in optimizer_steps(config).items():
+        lines.append(f"  {name} optimizer steps ~{steps} per pipeline step")
+    return "\n".join(lines)

@@ -5,6 +5,8 @@
 import dataclasses
 import typing
 
+from roll.configs.agentic import AgenticConfig, EnvConfig, EnvManagerConfig, RewardNormalization
+from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import describe
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
@@ -37,7 +39,12 @@ SECTIONS = [("Pipeline (top level of an RLVR YAML)", RLVRConfig),
             ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
             ("`model_args`", ModelArgs), ("`training_args`", TrainingArgs), ("`data_args`", DataArgs),
             ("`generating_args`", GeneratingArgs), ("`strategy_args`", StrategyArgs),
-            ("`validation`", ValidationConfig)]
+            ("`validation`", ValidationConfig),
+            ("Agentic pipeline (top level of an agentic YAML: the RLVR keys up to `rollout_is_veto_threshold`, "
+             "then)", AgenticConfig),
+            ("Environments: `custom_envs.<tag>`", EnvConfig),
+            ("`train_env_manager`, `val_env_manager`", EnvManagerConfig),
+            ("`reward_normalization`", RewardNormalization)]
 
 
 def _default(field) -> str:
@@ -70,6 +77,8 @@ def render() -> str:
     worker_fields = {f.name for f in dataclasses.fields(WorkerConfig)}
     for title, cls in SECTIONS:
         skip = worker_fields if cls is RewardConfig else ()
+        if cls is AgenticConfig:
+            skip = {f.name for f in dataclasses.fields(RLAlgorithmConfig)}
         parts.append(f"## {title}\n\n" + "\n".join(_rows(cls, skip)) + "\n")
     return "\n".join(parts)
 

@@ -53,7 +53,7 @@ def roles(config) -> dict:
     """name → WorkerConfig of every configured role, rewards included."""
     out = {name: getattr(config, name) for name in ("actor_train", "actor_infer", "reference", "critic")
            if getattr(config, name) is not None}
-    out.update({f"rewards.{domain}": reward for domain, reward in config.rewards.items()})
+    out.update({f"rewards.{domain}": reward for domain, reward in getattr(config, "rewards", {}).items()})
     return out
 
 
@@ -72,8 +72,8 @@ def data_parallel_size(worker) -> int:
 
 def check_roles(config) -> None:
     if config.actor_train is None or config.actor_infer is None:
-        raise ConfigError("an RLVR config needs both 'actor_train' (the trainer) and 'actor_infer' (the rollout engine)")
-    if not config.rewards:
+        raise ConfigError("a pipeline config needs both 'actor_train' (the trainer) and 'actor_infer' (the rollout engine)")
+    if hasattr(config, "rewards") and not config.rewards:
         raise ConfigError("'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
                           "roll.workers.rewards.math_rule.MathRuleRewardWorker")
     for name, worker in roles(config).items():
@@ -144,10 +144,10 @@ def check_algorithm(config) -> None:
         value = getattr(config, key)
         if value not in kl_names:
             raise ConfigError(f"'{key}' = {value!r} is not allowed; choose one of {kl_names}{closest(value, kl_names)}")
-    n = config.num_return_sequences_in_group
+    group_key, n = config.group
     if config.adv_estimator in GROUP_ESTIMATORS and n < 2:
         raise ConfigError(f"adv_estimator {config.adv_estimator!r} compares samples of the same prompt: set "
-                          f"num_return_sequences_in_group ≥ 2 (it is {n})")
+                          f"{group_key} ≥ 2 (it is {n})")
     if config.adv_estimator == "gae" and config.critic is None:
         raise ConfigError("adv_estimator: gae needs a 'critic' role (a value model); add one or choose grpo")
     if config.critic is not None and config.adv_estimator != "gae":

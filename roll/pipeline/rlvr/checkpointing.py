@@ -32,7 +32,7 @@ class PipelineCheckpointer:
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
-        state = {"completed_steps": completed_steps, "sampler": self.pipeline.sampler.state_dict(),
+        state = {"completed_steps": completed_steps, **self.pipeline.data_state(),
                  "rng": get_rng_state(), "kl_coef": self.pipeline.kl_ctrl.value}
         torch.save(state, staged / STATE_FILE)
         final = checkpoint.commit(output_dir, completed_steps)
@@ -58,7 +58,7 @@ class PipelineCheckpointer:
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)
             cluster.load_checkpoint(str(path / name))
-        self.pipeline.sampler.load_state_dict(state["sampler"])
+        self.pipeline.load_data_state(state)
         set_rng_state(state["rng"])
         self.pipeline.kl_ctrl.value = state["kl_coef"]
         logger.info("resumed from %s: continuing at step %d", path, completed + 1)

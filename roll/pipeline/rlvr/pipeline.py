@@ -1,69 +1,34 @@
 """The synchronous RLVR loop: rollout → reward → ref/old log-probs → advantages → PPO update → weight sync.
 
 The driver owns the data, the RL maths and the bookkeeping; every model lives in a role's Cluster of
-Ray workers. One pipeline step is a sequence of small methods, each one phase, timed separately.
+Ray workers. One pipeline step is a sequence of small methods, each one phase, timed separately; the
+phases shared with the agentic pipeline live in `roll.pipeline.base`.
 """
-import time
-
 import numpy as np
 import torch
-from transformers import AutoTokenizer
 
-from roll.algorithms import get_kl_controller
-from roll.configs import batch_plan, policy_loss_config
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
-from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
-from roll.distributed.ray_utils import init_ray
-from roll.distributed.resource_manager import ResourceManager
+from roll.pipeline.base import BasePipeline
 from roll.pipeline.rlvr import advantages as step_maths
 from roll.pipeline.rlvr.callbacks import SampleLogger
-from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
-from roll.pipeline.rlvr.colocation import PhaseMemory
-from roll.pipeline.rlvr.metrics import batch_metrics, fmt, mean_of_ranks, progress
+from roll.pipeline.rlvr.metrics import batch_metrics
 from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
-from roll.pipeline.rlvr.weight_sync import WeightSync
-from roll.utils.import_utils import import_class
-from roll.utils.logging import get_logger
-from roll.utils.progress import ETA, StepTimer
-from roll.utils.seeding import set_seed
-from roll.utils.tracking import Tracker
-
-logger = get_logger("roll.pipeline")
-MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
+from roll.utils.progress import StepTimer
 
 
-class RLVRPipeline:
-    """`RLVRPipeline(config).run()` trains; `close()` (or a `with` block) stops the workers and frees the
-    devices, so several pipelines can run one after another in one Ray session. `callbacks` are
-    `roll.pipeline.rlvr.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
+class RLVRPipeline(BasePipeline):
+    """Prompts with verifiable rewards: `RLVRPipeline(config).run()`; see `BasePipeline`."""
 
-    def __init__(self, config, callbacks=()):
-        self.config = config
-        self.callbacks = list(callbacks)
-        self.clusters: dict[str, Cluster] = {}
-        self.resource_manager = None
-        set_seed(config.seed)
-        model_path = config.actor_train.model_args.model_name_or_path
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id
+    # ---- set-up -------------------------------------------------------------------------------
+    def _setup_data(self) -> None:
+        config = self.config
         self.routes = build_tag_routes(config.rewards)
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
         self.sampler = PromptSampler(self.train_rows, config.seed)
         self.val_rows = (self._load_rows(config.validation.data_args, "validation.data_args")
                          if config.validation is not None else [])
-        self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
-        self.tracker = Tracker(config.track_with, config.tensorboard_dir)
-        try:
-            self._create_clusters()
-        except BaseException:
-            self.close()  # a half-built pipeline must not keep workers and devices
-            raise
-        self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch())
-        self.checkpointer = PipelineCheckpointer(self)
 
-    # ---- set-up -------------------------------------------------------------------------------
     def _load_rows(self, data_args, key: str) -> list[dict]:
         rows = load_prompt_rows(data_args, self.tokenizer, self.config.prompt_length)
         domains = list(self.config.rewards)
@@ -72,53 +37,19 @@ class RLVRPipeline:
         return rows
 
     def _create_clusters(self) -> None:
-        config, started = self.config, time.perf_counter()
-        init_ray(num_devices=config.num_devices, env_vars=config.system_envs)
-        self.resource_manager = ResourceManager(num_nodes=config.num_nodes,
-                                                num_gpus_per_node=config.num_gpus_per_node)
-        for name, worker_config in self._role_configs().items():
-            self.clusters[name] = Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
-                                          resource_manager=self.resource_manager, worker_config=worker_config)
-        self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
-        self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
-        self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in config.rewards}
-        models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
-        self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
-        optimizer_steps = batch_plan(config).optimizer_steps  # per pipeline step, for LR schedules
-        pending = [cluster.initialize.submit(total_steps=config.max_steps * optimizer_steps.get(name, 0))
-                   for name, cluster in self.clusters.items()]
-        for call in pending:  # every role loads its model at once; each wait keeps the role's timeout
-            call.result()
-        logger.info("started %d roles (%d workers) in %.1f s", len(self.clusters),
-                    sum(c.world_size for c in self.clusters.values()), time.perf_counter() - started)
+        super()._create_clusters()
+        self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in self.config.rewards}
 
     def _role_configs(self) -> dict:
-        """The roles to start. A reference nothing reads (both KL options off) is not started, as in verl."""
-        config = self.config
-        roles = {"actor_train": config.actor_train, "actor_infer": config.actor_infer, "critic": config.critic,
-                 **{f"rewards.{domain}": reward for domain, reward in config.rewards.items()}}
-        if config.reference is not None and (config.use_kl_loss or config.add_token_level_kl):
-            roles["reference"] = config.reference
-        elif config.reference is not None:
-            logger.info("reference role not started: use_kl_loss and add_token_level_kl are both off, so "
-                        "nothing reads reference log-probs")
-        return {name: worker_config for name, worker_config in roles.items() if worker_config is not None}
+        roles = super()._role_configs()
+        roles.update({f"rewards.{domain}": reward for domain, reward in self.config.rewards.items()})
+        return roles
 
-    def close(self) -> None:
-        """Stop every role's workers and release the devices; the Ray session stays up."""
-        for cluster in self.clusters.values():
-            cluster.shutdown()
-        self.clusters = {}
-        if self.resource_manager is not None:
-            self.resource_manager.shutdown()
-            self.resource_manager = None
-        self.tracker.close()
+    def data_state(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
 
-    def __enter__(self) -> "RLVRPipeline":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def load_data_state(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
 
     def _probe_batch(self) -> DataProto:
         rows = (self.val_rows or self.train_rows)[:1]
@@ -165,44 +96,6 @@ class RLVRPipeline:
         batch.batch["token_level_scores"] = scores_to_token_level(scores, batch.batch["response_mask"])
         return batch
 
-    def forward_log_probs(self, cluster: Cluster, batch: DataProto, key: str) -> None:
-        """`key` ← a per-token forward quantity of the responses: log-probs, or Σπ² for key "sum_pi_squared"."""
-        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses",
-                                        "response_mask"])
-        view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
-        view, pad = pad_to_multiple(view, cluster.world_size)
-        self.memory.use(cluster.name)
-        if key == "sum_pi_squared":
-            values = cluster.compute_sum_pi_squared(view).batch[key]
-        else:
-            values = cluster.compute_log_probs(view).batch["log_probs"]
-        batch.batch[key] = values[: len(batch)]
-
-    def compute_values(self, batch: DataProto) -> None:
-        view, pad = pad_to_multiple(batch.select(batch_keys=["input_ids", "attention_mask", "position_ids",
-                                                             "responses", "response_mask"]),
-                                    self.critic.world_size)
-        self.memory.use("critic")
-        batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
-
-    def train(self, batch: DataProto, step: int) -> dict:
-        config = self.config
-        batch.meta_info["loss"] = {
-            "ppo_epochs": config.ppo_epochs, "shuffle_seed": config.seed * 7919 + step,
-            "temperature": config.actor_infer.generating_args.temperature,
-            "policy_loss_mode": config.policy_loss_mode, "loss_agg_mode": config.loss_agg_mode,
-            "policy_loss_config": policy_loss_config(config), "use_kl_loss": config.use_kl_loss,
-            "kl_loss_coef": config.kl_loss_coef, "kl_loss_type": config.kl_loss_type,
-            "entropy_loss_coef": config.entropy_loss_coef, "value_clip": config.value_clip,
-        }
-        metrics = {}
-        if self.critic is not None:
-            self.memory.use("critic")
-            metrics.update(mean_of_ranks(self.critic.train_step(batch)))
-        self.memory.use("actor_train")
-        metrics.update(mean_of_ranks(self.actor_train.train_step(batch)))
-        return metrics
-
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
         metrics: dict = {}
@@ -236,21 +129,7 @@ class RLVRPipeline:
         n = self.config.num_return_sequences_in_group
         batch.batch["reward_baselines"] = greedy.batch["scores"].repeat_interleave(n)
 
-    def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:
-        """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""
-        with timer.phase("old_log_probs"):
-            self.forward_log_probs(self.actor_train, batch, "old_log_probs")
-        if self.config.adv_estimator == "optimal_token_baseline":
-            with timer.phase("sum_pi_squared"):
-                self.forward_log_probs(self.actor_train, batch, "sum_pi_squared")
-        if self.reference is not None:
-            with timer.phase("ref_log_probs"):
-                self.forward_log_probs(self.reference, batch, "ref_log_probs")
-        if self.critic is not None:
-            with timer.phase("values"):
-                self.compute_values(batch)
-
-    # ---- validation and the loop ------------------------------------------------------------------
+    # ---- validation ------------------------------------------------------------------
     def validate(self, step: int) -> dict:
         """Answers to the held-out prompts (greedy by default); mean score per tag (= accuracy for 0/1 rewards)."""
         if not self.val_rows:
@@ -264,56 +143,6 @@ class RLVRPipeline:
         metrics = {f"val/score/{tag}": float(scores[tags == tag].mean()) for tag in sorted(set(tags))}
         metrics["val/score/all"] = float(scores.mean())
         return metrics
-
-    def run(self) -> dict:
-        """Train from the first step not yet done (0, or the one after a resumed checkpoint) to max_steps.
-
-        Returns {"first_step": 0-based first step run, "before": validation metrics before training (only
-        on a fresh start), "steps": {0-based step: that step's metrics}, "after": the last validation}.
-        """
-        first_step = self.checkpointer.resume()
-        self.memory.use("actor_train", "actor_infer")
-        self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
-        history = {"first_step": first_step, "before": self._validate_before(first_step), "steps": {},
-                   "after": None}
-        eta = ETA(first_step, self.config.max_steps - 1)
-        for step in range(first_step, self.config.max_steps):
-            metrics = self._run_step(step, eta)
-            history["steps"][step] = metrics
-            history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history["after"]
-        self.tracker.flush()
-        return history
-
-    def _validate_before(self, first_step: int) -> dict:
-        if first_step != 0 or not self.config.eval_steps:
-            return {}
-        metrics = self.validate(0)
-        if metrics:
-            logger.info("validation before training: %s", fmt(metrics))
-            self.tracker.log(metrics, 0)
-        return metrics
-
-    def _run_step(self, step: int, eta: ETA) -> dict:
-        """One step plus its bookkeeping: validation, tracking, the progress line, checkpointing."""
-        config = self.config
-        started = time.perf_counter()
-        metrics = self.step(step)
-        last = step == config.max_steps - 1
-        if config.eval_steps and ((step + 1) % config.eval_steps == 0 or last):
-            metrics.update(self.validate(step + 1))
-        metrics["timing/step"] = time.perf_counter() - started
-        self.tracker.log(metrics, step)
-        if step % config.logging_steps == 0 or last:
-            logger.info("%s %s", eta.line(step), progress(metrics))
-        if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
-            self.checkpointer.save(completed_steps=step + 1)
-        return metrics
-
-
-def _kl_ctrl_settings(config) -> dict:
-    kind = "fixed" if config.target_kl is None else "adaptive"
-    return {"type": kind, "kl_coef": config.init_kl_coef, "horizon": config.kl_horizon,
-            "target_kl": config.target_kl if config.target_kl is not None else 0.0}
 
 
 def run_pipeline(config) -> dict:

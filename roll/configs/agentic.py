@@ -1,0 +1,187 @@
+"""The agentic pipeline config: a policy acting over several turns in environments.
+
+The roles and the RL maths are the RLVR ones (`roll.configs.algorithm`). What is new: the environments
+(`custom_envs.<tag>`), how many of them run and how they are grouped (`train_env_manager`,
+`val_env_manager`), and how episode rewards are normalised (`reward_normalization`).
+
+Batch shape: every pipeline step collects `rollout_batch_size` trajectories. The train env manager runs
+`num_env_groups × group_size` environments; the `group_size` environments of a group start each episode
+from the same seed (the same initial state), so their trajectories form one GRPO group.
+"""
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from roll.configs.algorithm import RLAlgorithmConfig
+from roll.configs.loader import ConfigError, field_help
+from roll.configs.validation import data_parallel_size
+from roll.configs.worker import GeneratingArgs
+
+
+@dataclass
+class EnvConfig:
+    env_type: str = field_help(help="a registered environment (frozen_lake, sokoban, calculator) or the dotted path "
+                                    "of a roll.agentic.envs.BaseEnv subclass in your own module")
+    env_config: dict[str, Any] = field_help(default_factory=dict,
+                                            help="keyword arguments of the environment's constructor")
+    env_manager: Literal["traj", "step"] = field_help(
+        "traj", "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
+                "step: one sample per turn with a history window and discounted step returns")
+    max_turns: int = field_help(5, "model replies per episode at most (the environment may end it earlier)")
+    max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn")
+    history_length: int = field_help(2, "step manager: earlier (observation, action) turns shown in each prompt")
+
+
+@dataclass
+class EnvManagerConfig:
+    tags: list[str] = field_help(default_factory=list, help="custom_envs keys these environments are drawn from")
+    num_groups_partition: Optional[list[int]] = field_help(
+        None, "env groups per tag (same order as tags, summing to num_env_groups); null = as even as possible")
+    num_env_groups: int = field_help(1, "groups of environments; a group's envs share each episode's seed")
+    group_size: int = field_help(1, "environments per group (the GRPO group: trajectories from one initial state)")
+    max_traj_per_env: int = field_help(
+        1, "episodes one environment may run per pipeline step; rollout_batch_size / (num_env_groups × group_size) "
+           "must not exceed it")
+    max_env_num_per_worker: int = field_help(
+        16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)")
+    format_penalty: float = field_help(
+        0.0, "added to a turn's reward when its reply does not match the environment's action pattern "
+             "(use a value ≤ 0)")
+    generating_args: Optional[GeneratingArgs] = field_help(
+        None, "sampling for these environments; null = actor_infer.generating_args for training, greedy for "
+              "validation")
+    rpc_timeout: float = field_help(600.0, "seconds any call to the environment workers may take")
+
+    @property
+    def num_envs(self) -> int:
+        return self.num_env_groups * self.group_size
+
+
+@dataclass
+class RewardNormalization:
+    grouping: Literal["traj_group_id", "tags", "batch"] = field_help(
+        "traj_group_id", "which episodes are normalised together: the same initial state (traj_group_id), "
+                         "the same environment tag, or the whole batch")
+    norm_mean_type: Optional[Literal["group", "batch"]] = field_help(
+        "group", "subtract the mean of the group or of the batch; null = no centring")
+    norm_std_type: Optional[Literal["group", "batch"]] = field_help(
+        None, "divide by the std of the group or of the batch; null = no scaling")
+
+
+@dataclass
+class AgenticConfig(RLAlgorithmConfig):
+    custom_envs: dict[str, EnvConfig] = field_help(
+        default_factory=dict, help="environments by tag: custom_envs.<tag> with env_type and env_config")
+    train_env_manager: EnvManagerConfig = field_help(default_factory=EnvManagerConfig,
+                                                     help="the environments that produce training trajectories")
+    val_env_manager: Optional[EnvManagerConfig] = field_help(
+        None, "held-out environments, run every eval_steps; success rate per tag")
+    rollout_batch_size: int = field_help(8, "trajectories per pipeline step (a multiple of train_env_manager.group_size)")
+    reward_normalization: RewardNormalization = field_help(default_factory=RewardNormalization,
+                                                           help="episode-reward normalisation before advantages")
+    step_reward_gamma: float = field_help(
+        1.0, "step manager: discount of later turns' rewards in each turn's return")
+    val_seed_offset: int = field_help(
+        1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)")
+
+    @property
+    def group(self) -> tuple[str, int]:
+        return "train_env_manager.group_size", self.train_env_manager.group_size
+
+    @property
+    def episodes_per_env(self) -> int:
+        return self.rollout_batch_size // self.train_env_manager.num_envs
+
+    def env_of(self, tag: str) -> EnvConfig:
+        return self.custom_envs[tag]
+
+
+def check_agentic(config: AgenticConfig) -> None:
+    if not config.custom_envs:
+        raise ConfigError("'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "
+                          "env_type: frozen_lake (see examples/config/traj_envs.yaml)")
+    for tag, env in config.custom_envs.items():
+        for key in ("max_turns", "max_tokens_per_step"):
+            if getattr(env, key) < 1:
+                raise ConfigError(f"'custom_envs.{tag}.{key}' = {getattr(env, key)}: must be ≥ 1")
+        if env.max_tokens_per_step >= config.response_length:
+            raise ConfigError(f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
+                              f"than response_length = {config.response_length} (a cut reply gets an end-of-turn "
+                              f"token)")
+        if env.history_length < 0:
+            raise ConfigError(f"'custom_envs.{tag}.history_length' = {env.history_length}: must be ≥ 0")
+    managers = [("train_env_manager", config.train_env_manager)]
+    if config.val_env_manager is not None:
+        managers.append(("val_env_manager", config.val_env_manager))
+    elif config.eval_steps:
+        raise ConfigError(f"eval_steps = {config.eval_steps} but there is no 'val_env_manager'; add one or set "
+                          f"eval_steps: 0")
+    for key, manager in managers:
+        _check_manager(key, manager, config)
+    train = config.train_env_manager
+    if config.rollout_batch_size % train.group_size:
+        raise ConfigError(f"'rollout_batch_size' = {config.rollout_batch_size} is not a multiple of "
+                          f"'train_env_manager.group_size' = {train.group_size}")
+    if config.rollout_batch_size % train.num_envs:
+        raise ConfigError(f"'rollout_batch_size' = {config.rollout_batch_size} is not a multiple of the number of "
+                          f"training environments num_env_groups × group_size = {train.num_envs}; every "
+                          f"environment runs the same number of episodes per step")
+    if config.episodes_per_env > train.max_traj_per_env:
+        raise ConfigError(f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
+                          f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
+                          f"raise max_traj_per_env, add environments, or lower rollout_batch_size")
+    if config.actor_infer.generating_args.max_new_tokens is not None:
+        raise ConfigError("'actor_infer.generating_args.max_new_tokens' is set, but an agentic turn's budget is "
+                          "custom_envs.<tag>.max_tokens_per_step; remove max_new_tokens")
+    for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs", "max_steps"):
+        if getattr(config, key) < 1:
+            raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
+
+
+def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -> None:
+    if not manager.tags:
+        raise ConfigError(f"'{key}.tags' is empty: list the custom_envs keys to run (have: {sorted(config.custom_envs)})")
+    unknown = [tag for tag in manager.tags if tag not in config.custom_envs]
+    if unknown:
+        raise ConfigError(f"'{key}.tags' names {unknown}, which are not in custom_envs "
+                          f"(defined: {sorted(config.custom_envs)})")
+    for name in ("num_env_groups", "group_size", "max_traj_per_env", "max_env_num_per_worker"):
+        if getattr(manager, name) < 1:
+            raise ConfigError(f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1")
+    if manager.num_groups_partition is not None:
+        if len(manager.num_groups_partition) != len(manager.tags):
+            raise ConfigError(f"'{key}.num_groups_partition' has {len(manager.num_groups_partition)} entries but "
+                              f"tags has {len(manager.tags)}; give one count per tag")
+        if sum(manager.num_groups_partition) != manager.num_env_groups:
+            raise ConfigError(f"'{key}.num_groups_partition' = {manager.num_groups_partition} sums to "
+                              f"{sum(manager.num_groups_partition)}, not num_env_groups = {manager.num_env_groups}")
+    if manager.format_penalty > 0:
+        raise ConfigError(f"'{key}.format_penalty' = {manager.format_penalty}: a penalty must be ≤ 0")
+
+
+def group_tags(manager: EnvManagerConfig) -> list[str]:
+    """The tag of each env group, in group order (num_groups_partition, or an even split)."""
+    counts = manager.num_groups_partition
+    if counts is None:
+        base, extra = divmod(manager.num_env_groups, len(manager.tags))
+        counts = [base + (i < extra) for i in range(len(manager.tags))]
+    return [tag for tag, count in zip(manager.tags, counts) for _ in range(count)]
+
+
+def num_env_workers(manager: EnvManagerConfig) -> int:
+    return math.ceil(manager.num_envs / manager.max_env_num_per_worker)
+
+
+def agentic_optimizer_steps(config: AgenticConfig) -> dict:
+    """Optimizer steps per pipeline step for LR schedules. Step-wise samples vary in number: the estimate
+    assumes max_turns samples per trajectory."""
+    out = {}
+    turns = max(env.max_turns if env.env_manager == "step" else 1 for env in config.custom_envs.values())
+    for name in ("actor_train", "critic"):
+        worker = getattr(config, name)
+        if worker is None:
+            continue
+        args = worker.training_args
+        size = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel_size(worker)
+        out[name] = config.ppo_epochs * math.ceil(config.rollout_batch_size * turns / size)
+    return out
