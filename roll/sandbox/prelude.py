@@ -21,8 +21,12 @@ def unshare_network() -> None:
         else:
             import ctypes
             libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+            try:
+                if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+            finally:  # forget ctypes so the user's `import ctypes` goes through the audit hook
+                for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+                    del sys.modules[name]
     except (OSError, AttributeError):
         pass  # reported by runner.capabilities(); the audit hook below still blocks sockets
 
@@ -58,9 +62,14 @@ def inside_scratch(path) -> bool:
     return os.path.realpath(path) == scratch or os.path.realpath(path).startswith(scratch + os.sep)
 
 
+BLOCKED_MODULES = {"ctypes", "_ctypes"}  # calling libc directly would bypass every check here
+
+
 def audit(event, args):
     if event in BLOCKED or event.startswith(BLOCKED_PREFIXES):
         raise PermissionError(f"sandbox: {event} is not allowed")
+    if event == "import" and args[0].partition(".")[0] in BLOCKED_MODULES:
+        raise PermissionError(f"sandbox: importing {args[0]} is not allowed")
     if event == "open":
         path, mode, flags = args
         writes = (isinstance(mode, str) and any(ch in mode for ch in "wax+")) or bool((flags or 0) & WRITE_FLAGS)

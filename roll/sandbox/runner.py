@@ -99,6 +99,8 @@ def _run(code: str, timeout: float, memory_mb: int, stdin: str, max_output_bytes
             timed_out = True
         # Kill the whole group also after a normal exit: leftover grandchildren would hold the pipes open.
         _kill_group(proc.pid)
+        if proc.poll() is None:
+            proc.kill()  # only if the group kill failed
         returncode = proc.wait()
         duration = time.monotonic() - start
         for thread in threads:
