@@ -128,3 +128,11 @@ def test_capabilities_report():
     caps = capabilities()
     assert caps["audit_hook"] and caps["rlimits"] and caps["process_isolation"]
     assert caps["rlimit_nproc"] == (os.geteuid() != 0)
+
+
+def test_concurrent_calls_from_threads():
+    # Env managers may share one process across threads; limits are set in the child, not in a preexec_fn.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda i: run_python(f"print({i} * {i})"), range(8)))
+    assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(8)]
