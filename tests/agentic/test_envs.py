@@ -258,3 +258,17 @@ def test_invalid_env_config_values():
         make_env("frozen_lake", {"max_steps": 0})
     with pytest.raises(ValueError, match="'tool_timeout'"):
         make_env("calculator", {"tool_timeout": -1})
+
+
+def test_slippery_frozen_lake_is_deterministic_per_seed():
+    def trajectory(seed):
+        env = make_env("frozen_lake", {"is_slippery": True, "max_steps": 10})
+        states = [env.reset(seed)]
+        for action in ["Right", "Down"] * 5:
+            result = env.step(action)
+            states.append(result.observation)
+            if result.done:
+                break
+        return states
+    assert trajectory(4) == trajectory(4)
+    assert len({tuple(trajectory(s)) for s in range(10)}) > 1  # the slip RNG does something

@@ -136,3 +136,8 @@ def test_concurrent_calls_from_threads():
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda i: run_python(f"print({i} * {i})"), range(8)))
     assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(8)]
+
+
+def test_file_size_limit():
+    result = run_python("open('big', 'wb').write(b'x' * (20 * 1024 * 1024))")
+    assert result.returncode != 0 and "File too large" in result.stderr
