@@ -18,9 +18,10 @@ from roll.strategies import create_strategy
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
 from roll.workers.memory import MemoryMixin
+from roll.workers.weight_transfer import WeightTransferMixin
 
 
-class ActorWorker(CheckpointMixin, MemoryMixin, Worker):
+class ActorWorker(CheckpointMixin, MemoryMixin, WeightTransferMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         self.strategy = create_strategy(self.worker_config.strategy_args.strategy_name, self)

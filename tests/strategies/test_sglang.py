@@ -274,7 +274,6 @@ def make(monkeypatch):
 def _weight_sync(monkeypatch, trainer, engine):
     from roll.pipeline.rlvr import weight_sync as module
 
-    monkeypatch.setattr(module, "ray", SimpleNamespace(put=lambda value: value))  # in-process "object store"
     probe = prompt_batch(trainer.strategy.model.config.vocab_size, rows=1, seed=123)
     return module.WeightSync(trainer, engine, probe), module.WeightSyncError
 

@@ -30,11 +30,33 @@ class StandInWorker:  # test double for roll.distributed.worker.Worker: what str
     world_size: int = 1
 
 
+def transfer_worker(strategy):
+    """The real weight-transfer methods of ActorWorker (roll.workers.weight_transfer) on one in-process
+    worker; an inference strategy standing in as the trainer exports its module's parameters."""
+    import logging
+
+    from roll.workers.weight_transfer import WeightTransferMixin
+
+    worker = WeightTransferMixin()
+    worker.strategy = strategy
+    if not hasattr(strategy, "named_hf_parameters"):
+        worker.strategy = SimpleNamespace(named_hf_parameters=lambda: strategy.model.named_parameters(),
+                                          load_weights=strategy.load_weights)
+    worker.rank, worker.worker_name, worker.master_addr = 0, "double", None
+    worker.logger = logging.getLogger("double")
+    return worker
+
+
 class RoleDouble:
     """One-worker stand-in for a Cluster of ActorWorkers (same method names, list results for ONE_TO_ALL)."""
 
     def __init__(self, strategy):
         self.strategy, self.worker_config, self.world_size = strategy, strategy.config, 1
+        self.transfer = transfer_worker(strategy)
+
+    def __getattr__(self, name):  # WeightSync's transfer calls (open_weight_stream, receive_weight_bucket, ...)
+        method = getattr(self.__dict__["transfer"], name)
+        return lambda *args, **kwargs: [method(*args, **kwargs)]
 
     def generate(self, batch):
         return self.strategy.generate(batch, batch.meta_info.get("generation_config", {}))
@@ -110,10 +132,9 @@ def perturbed_copy(source: Path, target: Path, seed: int, scale: float = 0.3, eo
 
 
 def weight_sync(trainer, engine):
-    """The pipeline's WeightSync on the doubles; ray.put is the identity for in-process 'clusters'."""
+    """The pipeline's WeightSync on the doubles (no devices: the object-store path, handed over in-process)."""
     from roll.pipeline.rlvr import weight_sync as module
 
-    module.ray = SimpleNamespace(put=lambda value: value)
     probe = prompt_batch(trainer.strategy.model.config.vocab_size, rows=1, seed=123)
     return module.WeightSync(trainer, engine, probe), module.WeightSyncError
 

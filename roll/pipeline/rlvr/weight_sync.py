@@ -1,13 +1,22 @@
-"""actor_train → actor_infer weight sync, verified after every sync.
+"""actor_train → actor_infer weight sync, in buckets, verified after every sync.
 
-Two checks: a parameter checksum (catches a skipped or partial load) and the log-probs of a fixed
-probe (prompt + greedy response) under both roles (catches an engine that loaded the tensors but
-still computes with stale ones, e.g. a cached tied output layer). Either mismatch stops the run.
+Transfer: the trainer's HF-named weights go in buckets of at most `model_update_buffer_size_mb` (a
+larger single tensor goes alone), so a sync needs one bucket of extra memory, not the whole model. The
+driver only moves references; the bytes go worker to worker (roll.workers.weight_transfer) by one of:
+  object_store  Ray's object store (any placement; the fallback)
+  collective    a broadcast group of trainer rank 0 + every inference worker (separate devices)
+  ipc           shared memory between workers on the same device ids (colocated)
+`auto` picks ipc when every inference worker shares a device with a trainer worker, collective when
+no device is shared, else object_store; the choice is logged once.
+
+Two checks follow every transfer: a parameter checksum (catches a skipped or partial load) and the
+log-probs of a fixed probe (prompt + greedy response) under both roles (catches an engine that loaded
+the tensors but still computes with stale ones, e.g. a cached tied output layer). Either mismatch stops
+the run.
 """
 import time
 
-import ray
-
+from roll.distributed.resource_manager import plan_role
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.weight_sync")
@@ -15,28 +24,111 @@ logger = get_logger("roll.weight_sync")
 CHECKSUM_RTOL = 1e-6
 # fp32 forward passes of the same weights in two engines agree to ~1e-6; bf16 needs far more room.
 PROBE_TOLERANCE = {"float32": 1e-3, "bfloat16": 5e-2, "float16": 5e-2}
+METHODS = ("auto", "object_store", "collective", "ipc")
+DEFAULT_BUFFER_MB = 1024.0
 
 
 class WeightSyncError(RuntimeError):
     pass
 
 
+def choose_method(requested: str, train_config, infer_config) -> tuple[str, dict, str]:
+    """(method, inference rank → serving trainer rank, why). A colocated inference worker is served by the
+    trainer rank on its device (every trainer rank holds the full bucket); otherwise trainer rank 0 serves."""
+    if requested not in METHODS:
+        raise ValueError(f"weight_sync_method = {requested!r}; valid: {list(METHODS)}")
+    train = [set(p.devices) for p in _placements(train_config)]
+    infer = [set(p.devices) for p in _placements(infer_config)]
+    serving = {rank: next((t for t, devices in enumerate(train) if devices & mine), 0)
+               for rank, mine in enumerate(infer)}
+    colocated = all(any(devices & mine for devices in train) for mine in infer)
+    separate = all(train) and all(infer) and not any(t & i for t in train for i in infer)
+    if requested != "auto":
+        method, why = requested, "set by weight_sync_method"
+    elif colocated:
+        method, why = "ipc", "every actor_infer worker shares a device with an actor_train worker"
+    elif separate:
+        method, why = "collective", "actor_train and actor_infer use separate devices"
+    else:
+        method, why = "object_store", "actor_infer is neither fully colocated with actor_train nor separate from it"
+    return method, serving if method == "ipc" else {rank: 0 for rank in serving}, why
+
+
+def _placements(config):
+    return plan_role(config.name, config.device_mapping, config.num_gpus_per_worker, config.world_size or 1)
+
+
 class WeightSync:
-    def __init__(self, actor_train, actor_infer, probe_prompt):
+    def __init__(self, actor_train, actor_infer, probe_prompt, buffer_size_mb: float = DEFAULT_BUFFER_MB,
+                 method: str = "auto"):
         self.actor_train, self.actor_infer = actor_train, actor_infer
         self.probe_prompt = probe_prompt
         self.tolerance = PROBE_TOLERANCE[actor_infer.worker_config.model_args.dtype]
+        if not buffer_size_mb > 0:
+            raise ValueError(f"model_update_buffer_size_mb = {buffer_size_mb}: must be > 0")
+        self.limit_bytes = buffer_size_mb * 2 ** 20
+        self.method, self.serving, why = choose_method(method, actor_train.worker_config, actor_infer.worker_config)
+        self.timeout_s = actor_infer.worker_config.rpc_timeout
+        self.group_ready = False
+        self.last_buckets: list[dict] = []  # per bucket of the last sync: tensors, bytes, largest tensor
+        logger.info("weight sync: %s (%s), buckets of at most %g MB", self.method, why, buffer_size_mb)
 
     def sync_and_verify(self, step: int) -> dict:
         started = time.perf_counter()
-        weights = next(w for w in self.actor_train.get_weights() if w)
-        size_mb = sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
-        self.actor_infer.load_weights(ray.put(weights))
+        self.last_buckets = self._transfer(step)
         seconds = time.perf_counter() - started
         self._check_checksums(step)
         probe_diff = self._check_probe(step)
-        return {"weight_sync/seconds": seconds, "weight_sync/size_mb": size_mb,
+        size = sum(b["bytes"] for b in self.last_buckets)
+        return {"weight_sync/seconds": seconds, "weight_sync/size_mb": size / 2 ** 20,
+                "weight_sync/buckets": len(self.last_buckets),
+                "weight_sync/max_bucket_mb": max((b["bytes"] for b in self.last_buckets), default=0) / 2 ** 20,
                 "weight_sync/probe_max_abs_diff": probe_diff}
+
+    def _transfer(self, step: int) -> list[dict]:
+        train, infer = self.actor_train, self.actor_infer
+        if self.method == "collective" and not self.group_ready:
+            self._create_group()
+        infer.begin_weight_update(self.serving, self.timeout_s)
+        sent, finished = [], False
+        try:
+            train.open_weight_stream(self.method, self.limit_bytes, sorted(set(self.serving.values())))
+            while True:
+                payloads = train.next_weight_bucket()
+                if payloads[0] is None:
+                    break
+                sent.append({k: payloads[0][k] for k in ("tensors", "bytes", "largest")})
+                if self.method == "collective":
+                    receiving = infer.receive_weight_bucket.submit(payloads)
+                    train.broadcast_weight_bucket()
+                    receiving.result()
+                else:
+                    infer.receive_weight_bucket(payloads)
+            received = infer.finish_weight_update()
+            finished = True
+        finally:
+            try:
+                train.close_weight_stream()
+            finally:
+                if not finished:
+                    infer.abort_weight_update()
+        total = sum(b["bytes"] for b in sent)
+        for rank, got in enumerate(received):
+            if got["bytes"] != total:
+                raise WeightSyncError(f"step {step}: actor_infer rank {rank} loaded {got['bytes']} bytes of weights, "
+                                      f"actor_train sent {total}")
+        return sent
+
+    def _create_group(self) -> None:
+        """trainer rank 0 + every inference worker; both sides must join at once (each call is bounded)."""
+        host, port = self.actor_train.weight_group_address()
+        world = 1 + self.actor_infer.world_size
+        joins = [self.actor_train.join_weight_group.submit(host, port, world, self.timeout_s, True),
+                 self.actor_infer.join_weight_group.submit(host, port, world, self.timeout_s, False)]
+        for call in joins:
+            call.result()
+        self.group_ready = True
+        logger.info("weight sync: collective group of %d ranks at %s:%d", world, host, port)
 
     def _check_checksums(self, step: int) -> None:
         expected = self.actor_train.state_checksum()[0]
