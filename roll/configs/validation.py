@@ -216,4 +216,40 @@ def batch_plan(config) -> BatchPlan:
                 "ppo_epochs", "max_steps", "val_batch_size"):
         if getattr(config, key) < 1:
             raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
+    check_micro_batching(config)
     return BatchPlan(config.rollout_batch_size, samples, dp, global_batch, optimizer_steps)
+
+
+# Strategies whose scoring forwards run through roll/strategies/batching.py (vllm/sglang score in their engine).
+DYNAMIC_BATCHING_INFER = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer") + TRAIN
+SEQUENCE_PACKING = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "deepspeed_train", "fsdp2_train")
+
+
+def check_micro_batching(config) -> None:
+    """Dynamic batching and sequence packing keys: only where a strategy reads them, with a token budget
+    that fits the longest possible row (prompt_length + response_length)."""
+    longest = config.prompt_length + config.response_length
+    for name, worker in roles(config).items():
+        strategy = worker.strategy_args.strategy_name if worker.strategy_args else None
+        for phase, strategies in (("train", TRAIN if name in ("actor_train", "critic") else ()),
+                                  ("infer", DYNAMIC_BATCHING_INFER)):
+            enabled, budget_key = f"use_dynamic_batching_in_{phase}", f"max_tokens_per_microbatch_in_{phase}"
+            budget = getattr(worker, budget_key)
+            if not getattr(worker, enabled):
+                if budget is not None:
+                    raise ConfigError(f"'{name}.{budget_key}' = {budget} is only read with '{name}.{enabled}: true'; "
+                                      f"turn that on or remove the budget")
+                continue
+            if strategy not in strategies:
+                raise ConfigError(f"'{name}.{enabled}' is not supported for role {name} with strategy {strategy!r}; "
+                                  f"supported: {list(strategies)} (docs/strategies.md)")
+            if budget is None or budget < longest:
+                raise ConfigError(f"'{name}.{budget_key}' = {budget}: must be ≥ prompt_length + response_length = "
+                                  f"{longest} (the longest possible row)")
+            if strategy.startswith("megatron") and \
+                    int((worker.strategy_args.strategy_config or {}).get("pipeline_model_parallel_size", 1)) > 1:
+                raise ConfigError(f"'{name}.{enabled}' needs pipeline_model_parallel_size 1 with {strategy} "
+                                  f"(pipeline stages exchange fixed shapes)")
+        if worker.use_sequence_packing and strategy not in SEQUENCE_PACKING:
+            raise ConfigError(f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
+                              f"supported: {list(SEQUENCE_PACKING)}; set it to false")

@@ -83,6 +83,22 @@ class WorkerConfig:
     world_size: Optional[int] = field_help(
         None, "number of workers; derived from device_mapping when that is set, else required (default 1)")
     infer_batch_size: int = field_help(16, "rows per forward pass when computing log-probs or generating")
+    # token-budget micro-batches and packing (ROLL's key names); support per strategy: docs/strategies.md
+    use_dynamic_batching_in_train: bool = field_help(
+        False, "training roles: form each optimizer step's micro-batches by a token budget instead of "
+               "per_device_train_batch_size rows (the step still takes per_device × accumulation rows)")
+    max_tokens_per_microbatch_in_train: Optional[int] = field_help(
+        None, "real (unpadded) tokens per training micro-batch with use_dynamic_batching_in_train; "
+              "≥ prompt_length + response_length")
+    use_dynamic_batching_in_infer: bool = field_help(
+        False, "scoring forwards (log-probs, values, Σπ²) in micro-batches by a token budget instead of "
+               "infer_batch_size rows; generation is not affected")
+    max_tokens_per_microbatch_in_infer: Optional[int] = field_help(
+        None, "real (unpadded) tokens per scoring micro-batch with use_dynamic_batching_in_infer; "
+              "≥ prompt_length + response_length")
+    use_sequence_packing: bool = field_help(
+        False, "concatenate each micro-batch's rows into one row without padding (position ids restart per "
+               "row) for training and scoring forwards; HF-module strategies only")
     rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
 
     def __post_init__(self):

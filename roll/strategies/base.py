@@ -11,11 +11,11 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from roll.distributed.data_proto import DataProto
+from roll.strategies.batching import hf_logits, restore_order, scoring_micro_batches
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.utils.logging import get_logger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 # sampling settings a single request may override (generating_args give the defaults; one sample per request)
 REQUEST_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "seed")
 
@@ -69,52 +69,46 @@ class InferenceStrategy:
 
     # --- forward ---------------------------------------------------------------------------------
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
-        inputs = {k: micro.batch[k].to(self.device) for k in FORWARD_KEYS}
-        return self.model(**inputs, use_cache=False).logits.cpu()
+        return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).cpu()
 
     def _micro_batches(self, batch: DataProto):
         size = self.config.infer_batch_size
         for start in range(0, len(batch), size):
             yield batch[slice(start, start + size)]
 
-    def _forward_micro_batches(self, batch: DataProto):
+    def _align_forwards(self, micros: list[DataProto], batch: DataProto) -> list[tuple[DataProto, bool]]:
         """(micro-batch, keep) pairs for the scoring forwards. Sharded engines override this to pad every
         rank to the same number of forwards (the padding is run with keep=False and discarded)."""
-        for micro in self._micro_batches(batch):
-            yield micro, True
+        return [(micro, True) for micro in micros]
+
+    def _score(self, batch: DataProto, fn) -> torch.Tensor:
+        """fn(micro, response-position logits) → (rows, R) for every row of `batch`, in its row order; the
+        micro-batches are infer_batch_size rows or token-budget groups (use_dynamic_batching_in_infer)."""
+        micros, order = scoring_micro_batches(self.config, batch)
+        parts = []
+        for micro, keep in self._align_forwards(micros, batch):
+            logits = slice_response_logits(self.forward_logits(micro), micro.batch["responses"].shape[1])
+            if keep:
+                parts.append(fn(micro, logits))
+        return restore_order(torch.cat(parts), order)
 
     @torch.no_grad()
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
-        parts = []
-        for micro, keep in self._forward_micro_batches(batch):
-            responses = micro.batch["responses"]
-            logits = slice_response_logits(self.forward_logits(micro), responses.shape[1])
-            if keep:
-                parts.append(response_log_probs(logits, responses, temperature) * micro.batch["response_mask"])
-        return torch.cat(parts)
+        return self._score(batch, lambda micro, logits: response_log_probs(
+            logits, micro.batch["responses"], temperature) * micro.batch["response_mask"])
 
     @torch.no_grad()
     def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
         """Σ_v π_v² at every response position (B, R), at the sampling temperature; 0 on padding.
         The optimal-token-baseline estimator weighs tokens by 1 − 2π(token) + Σπ²."""
         temperature = batch.meta_info.get("temperature", 1.0)
-        parts = []
-        for micro, keep in self._forward_micro_batches(batch):
-            logits = slice_response_logits(self.forward_logits(micro), micro.batch["responses"].shape[1])
-            if keep:
-                probs = (logits.float() / temperature).softmax(dim=-1)
-                parts.append(probs.square().sum(dim=-1) * micro.batch["response_mask"])
-        return torch.cat(parts)
+        return self._score(batch, lambda micro, logits: (logits.float() / temperature).softmax(dim=-1)
+                           .square().sum(dim=-1) * micro.batch["response_mask"])
 
     @torch.no_grad()
     def compute_values(self, batch: DataProto) -> torch.Tensor:
-        parts = []
-        for micro, keep in self._forward_micro_batches(batch):
-            logits = self.forward_logits(micro)
-            if keep:
-                parts.append(slice_response_logits(logits, micro.batch["responses"].shape[1]).squeeze(-1).float())
-        return torch.cat(parts)
+        return self._score(batch, lambda micro, logits: logits.squeeze(-1).float())
 
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
         raise NotImplementedError(f"strategy {self.config.strategy_args.strategy_name!r} cannot generate; "

@@ -12,9 +12,9 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy
-from roll.strategies.train_common import (EvalModeScoring, aligned_micro_batches, build_adamw, build_lr_scheduler, checksum,
-                                          forward_inputs, lr_lambda, mean_metrics, save_tokenizer,
-                                          split_train_batch)
+from roll.strategies.batching import hf_logits
+from roll.strategies.train_common import (EvalModeScoring, align_forward_counts, build_adamw, build_lr_scheduler,
+                                          checksum, lr_lambda, mean_metrics, save_tokenizer, split_train_batch)
 
 __all__ = ["DeepSpeedTrainStrategy", "DeepSpeedInferStrategy", "resolve_ds_config", "zero_stage", "lr_lambda"]
 
@@ -103,10 +103,14 @@ class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
         history: dict[str, list] = {}
         own_norm = None
         for index, micro in enumerate(micros):
-            logits = self.model(**forward_inputs(micro, self.device), use_cache=False).logits
+            # the boundary and the loss scale follow this step's micro-batch count, which dynamic batching
+            # makes differ from gradient_accumulation_steps (every rank runs the same count)
+            last = index == len(micros) - 1
+            self.model.set_gradient_accumulation_boundary(last)
+            logits = hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
             loss, metrics = loss_fn(micro.to(self.device), logits)
-            self.model.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps itself
-            if index == len(micros) - 1:
+            self.model.backward(loss / len(micros), scale_wrt_gas=False)
+            if last:
                 own_norm = self._unpartitioned_grad_norm()
             self.model.step()          # steps the optimizer only at the accumulation boundary
             for key, value in metrics.items():
@@ -128,12 +132,12 @@ class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
         return torch.linalg.vector_norm(torch.stack(norms)).item() if norms else 0.0
 
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
-        return self.model(**forward_inputs(micro, self.device), use_cache=False).logits.float().cpu()
+        return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).float().cpu()
 
-    def _forward_micro_batches(self, batch: DataProto):
+    def _align_forwards(self, micros: list[DataProto], batch: DataProto):
         if zero_stage(self.ds_config) == 3:  # weights are gathered inside each forward: same count on every rank
-            return aligned_micro_batches(batch, self.config.infer_batch_size)
-        return super()._forward_micro_batches(batch)
+            return align_forward_counts(micros, batch)
+        return super()._align_forwards(micros, batch)
 
     def named_hf_parameters(self):
         """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""
@@ -274,10 +278,10 @@ class DeepSpeedInferStrategy(InferenceStrategy):
     def module(self) -> torch.nn.Module:
         return getattr(self.model, "module", self.model)
 
-    def _forward_micro_batches(self, batch: DataProto):
+    def _align_forwards(self, micros: list[DataProto], batch: DataProto):
         if zero_stage(self.ds_config) == 3:  # weights are gathered inside each forward: same count on every rank
-            return aligned_micro_batches(batch, self.config.infer_batch_size)
-        return super()._forward_micro_batches(batch)
+            return align_forward_counts(micros, batch)
+        return super()._align_forwards(micros, batch)
 
     def named_hf_parameters(self):
         """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""

@@ -32,9 +32,10 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy
-from roll.strategies.train_common import (EvalModeScoring, aligned_micro_batches, broadcast_parameters, build_adamw,
-                                          build_lr_scheduler, checksum, forward_inputs, gradient_clip_value,
-                                          mean_metrics, save_tokenizer, split_train_batch)
+from roll.strategies.batching import hf_logits
+from roll.strategies.train_common import (EvalModeScoring, align_forward_counts, broadcast_parameters, build_adamw,
+                                          build_lr_scheduler, checksum, gradient_clip_value, mean_metrics,
+                                          save_tokenizer, split_train_batch)
 
 FSDP2_DEFAULTS = {"reshard_after_forward": True, "cpu_offload": False, "param_dtype": "auto",
                   "reduce_dtype": "float32", "wrap_modules": None}
@@ -146,11 +147,11 @@ class FSDP2InferStrategy(InferenceStrategy):
         """Forward only: keep the weights in the compute dtype (no master copy needed)."""
         return DTYPES[self.fsdp_config["param_dtype"]]
 
-    def _forward_micro_batches(self, batch: DataProto):
-        return aligned_micro_batches(batch, self.config.infer_batch_size)
+    def _align_forwards(self, micros: list[DataProto], batch: DataProto):
+        return align_forward_counts(micros, batch)
 
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
-        return self.model(**forward_inputs(micro, self.device), use_cache=False).logits.float().cpu()
+        return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).float().cpu()
 
     # --- weights --------------------------------------------------------------------------------------
     def named_hf_parameters(self):
@@ -233,7 +234,7 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
         history: dict[str, list] = {}
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micros:
-            logits = self.model(**forward_inputs(micro, self.device), use_cache=False).logits
+            logits = hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
             loss, metrics = loss_fn(micro.to(self.device), logits)
             (loss / len(micros)).backward()  # FSDP2 averages the gradients over ranks in its reduce-scatter
             for key, value in metrics.items():

@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy
+from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
 from roll.strategies.train_common import (checksum, gradient_clip_value, lr_lambda, mean_metrics, save_tokenizer,
@@ -107,6 +108,20 @@ def resolve_megatron_config(strategy_config, world_size: int) -> dict:
     return config
 
 
+def check_micro_batching(config, parallel: dict) -> None:
+    """Sequence packing would need megatron's THD layout (packed_seq_params), which its local attention does
+    not take; dynamic batching varies micro-batch shapes, which the pipeline schedules' fixed p2p shapes do
+    not allow."""
+    if config.use_sequence_packing:
+        raise ValueError(f"{config.name}.use_sequence_packing: not supported by the megatron strategies yet; set it "
+                         f"to false (packing runs with deepspeed_train, fsdp2_train, hf_infer, deepspeed_infer, "
+                         f"fsdp2_infer)")
+    dynamic = config.use_dynamic_batching_in_train or config.use_dynamic_batching_in_infer
+    if dynamic and parallel["pipeline_model_parallel_size"] > 1:
+        raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer need "
+                         f"pipeline_model_parallel_size 1 with megatron (pipeline stages exchange fixed shapes)")
+
+
 class MegatronInferStrategy(InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
     training = False
@@ -118,6 +133,7 @@ class MegatronInferStrategy(InferenceStrategy):
         from roll.strategies.megatron import model as mm
 
         self.parallel = resolve_megatron_config(self.config.strategy_args.strategy_config, self.world_size)
+        check_micro_batching(self.config, self.parallel)
         init_megatron(self.parallel)
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
         if getattr(self.worker, "model_kind", "causal_lm") != "causal_lm":
@@ -208,7 +224,7 @@ class MegatronInferStrategy(InferenceStrategy):
         rank, computed on the pooled rows of its model-parallel group (eval mode, infer_batch_size chunks)."""
         pooled, own = self._pool(batch)
         size = self.config.infer_batch_size
-        micros = [pooled[slice(s, s + size)] for s in range(0, len(pooled), size)]
+        micros, order = scoring_micro_batches(self.config, pooled)  # token-budget groups: PP 1 only
         keep_rows = len(micros[-1])
         if self.pp_size > 1 and keep_rows != size:  # the pipeline's p2p shapes are fixed per schedule
             last = micros[-1]
@@ -229,7 +245,7 @@ class MegatronInferStrategy(InferenceStrategy):
             self.model.train(was_training)
         if parts:
             parts[-1] = parts[-1][:keep_rows]
-        result = self._broadcast_from_last_stage(torch.cat(parts) if parts else None)
+        result = self._broadcast_from_last_stage(restore_order(torch.cat(parts), order) if parts else None)
         return result[own]
 
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from roll.distributed.data_proto import DataProto
+from roll.strategies.batching import max_over_ranks, train_micro_batches
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -42,15 +43,20 @@ def build_lr_scheduler(optimizer, training_args, total_steps: int) -> torch.opti
 
 
 def split_train_batch(config, batch: DataProto) -> list[DataProto]:
-    """The micro-batches of one optimizer step; the batch must hold exactly micro × accumulation rows."""
+    """The micro-batches of one optimizer step; the batch must hold exactly micro × accumulation rows.
+    With use_dynamic_batching_in_train they are token-budget groups instead, as many on every rank (their
+    number is the step's accumulation count: engines divide each loss by len(micros))."""
     args = config.training_args
     micro_size, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if len(batch) != micro_size * accumulation:
         raise ValueError(f"{config.name}: a train_step takes per_device_train_batch_size × "
                          f"gradient_accumulation_steps = {micro_size * accumulation} rows per rank, got {len(batch)}")
-    micros = [batch[slice(index * micro_size, (index + 1) * micro_size)] for index in range(accumulation)]
+    if config.use_dynamic_batching_in_train:
+        micros = train_micro_batches(config, batch)
+    else:
+        micros = [batch[slice(index * micro_size, (index + 1) * micro_size)] for index in range(accumulation)]
     if "loss" in batch.meta_info:
-        info = global_batch_info(batch, accumulation)
+        info = global_batch_info(batch, len(micros))
         for micro in micros:
             micro.meta_info["loss"] = {**micro.meta_info["loss"], "global_batch_info": info}
     return micros
@@ -112,18 +118,15 @@ def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
 
 
 def aligned_micro_batches(batch: DataProto, size: int) -> list[tuple[DataProto, bool]]:
-    """Micro-batches of `size` rows, padded with repeats of the last one (flagged False = discard) so
-    every rank runs the same number of forwards. Sharded engines (FSDP2, ZeRO-3) gather weights inside
-    each forward: a rank with one forward fewer would leave the others waiting forever."""
-    parts = [batch[slice(start, start + size)] for start in range(0, len(batch), size)]
-    count = len(parts)
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        counts = torch.tensor([count], dtype=torch.long)
-        if torch.distributed.get_backend() == "nccl":
-            counts = counts.cuda()
-        torch.distributed.all_reduce(counts, op=torch.distributed.ReduceOp.MAX)
-        count = int(counts.item())
+    """Micro-batches of `size` rows, aligned over ranks (align_forward_counts)."""
+    return align_forward_counts([batch[slice(start, start + size)] for start in range(0, len(batch), size)], batch)
+
+
+def align_forward_counts(parts: list[DataProto], batch: DataProto) -> list[tuple[DataProto, bool]]:
+    """`parts` padded with repeats of the last one (flagged False = discard) so every rank runs the same
+    number of forwards. Sharded engines (FSDP2, ZeRO-3) gather weights inside each forward: a rank with one
+    forward fewer would leave the others waiting forever."""
+    count = max_over_ranks(len(parts))
     out = [(part, True) for part in parts]
     if count > len(parts):
         filler = parts[-1] if parts else batch  # an empty shard still has to join the collectives

@@ -9,6 +9,7 @@ PyTorch reference runs in the parent (`plain_reference`), and `launch` spawns 2 
 scenario in one go (imports and the gloo rendezvous are the slow part on this machine) and write their
 results to a file. Each rank takes its contiguous half of every batch, as Dispatch.DP_MP_COMPUTE does.
 """
+import dataclasses
 import os
 import shutil
 import socket
@@ -269,14 +270,17 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
     run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
     [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
-    [loss_agg_mode] (instead of LOSS's)."""
+    [loss_agg_mode] (instead of LOSS's), [worker] (WorkerConfig fields to override, e.g. dynamic batching),
+    [record_micro_rows] (record the rows of each micro-batch split_train_batch makes, per step)."""
     from roll.strategies import create_strategy
+    from roll.strategies.train_common import split_train_batch
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
     config = make_worker_config(workdir / scenario["model"] if scenario.get("model") else model_dir,
                                 scenario["strategy"], scenario["config"], scenario["micro"], scenario["accumulation"],
                                 WORLD_SIZE, scenario.get("gradient_checkpointing", False))
+    config = dataclasses.replace(config, **scenario.get("worker", {}))
     critic = scenario.get("critic", False)
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE,
                                                                    "value" if critic else "causal_lm"))
@@ -289,9 +293,11 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
     own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
-    steps, scored = [], []
+    steps, scored, micro_counts = [], [], []
     for step in range(first_step, scenario.get("steps", STEPS)):
         batch = as_proto(batches[step], own_rows, scenario.get("loss_agg_mode"))
+        if scenario.get("record_micro_rows"):  # rows per micro-batch of each step (collective)
+            micro_counts.append([len(part) for part in split_train_batch(config, batch)])
         if scenario.get("offload"):
             strategy.offload()
             strategy.reload()
@@ -314,7 +320,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     torch.distributed.all_gather_object(everyone, scoring(as_proto(batches[0], _uneven_rows(rank))))
     checksum = strategy.state_checksum()
     result = {"first_step": first_step, "steps": steps, "params": params, "log_probs": everyone,
-              "checksum": checksum}
+              "checksum": checksum, "micro_rows": micro_counts}
     if scenario.get("save_after"):
         hf_dir = workdir / scenario["name"] / "hf"
         result["hf_files"] = sorted(p.name for p in hf_dir.iterdir()) if hf_dir.is_dir() else []
@@ -334,6 +340,7 @@ def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> d
     from roll.strategies import create_strategy
 
     config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, WORLD_SIZE)
+    config = dataclasses.replace(config, **scenario.get("worker", {}))
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
     strategy.initialize()
 

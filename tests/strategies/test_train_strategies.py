@@ -38,6 +38,14 @@ INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_inf
 # token-mean needs the step's global token count (train_common.global_batch_info) to be split-invariant
 TOKEN_MEAN_INVARIANCE = ("ds_zero2", "fsdp2")
 CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on the sharded engines and one that is not
+# Token budgets (rows hold 4..16 real tokens, 8 rows per rank and step): 24 makes 3-6 training micro-batches per
+# rank (≠ gradient_accumulation_steps 2, rows regrouped by length); 20 makes 1-2 vs 3-4 scoring forwards on the
+# uneven 3 / 7 row shards, so sharded engines must pad the count.
+DYNAMIC = {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 24,
+           "use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20}
+PACKED = {**DYNAMIC, "use_sequence_packing": True}
+DYNAMIC_BATCHING = ("ds_zero2", "fsdp2")
+PACKED_ONLY = ("ds_zero3",)  # ZeRO-3 + activation checkpointing, packed (its padded twin is ds_zero3 itself)
 
 
 def scenarios() -> list[dict]:
@@ -74,6 +82,22 @@ def scenarios() -> list[dict]:
                     micro=4, accumulation=2))
     for name, (strategy, config) in INFER.items():
         out.append(dict(name=name, strategy=strategy, config=config, load_weights=True))
+    return out + micro_batching_scenarios()
+
+
+def micro_batching_scenarios() -> list[dict]:
+    out = []
+    for name in DYNAMIC_BATCHING + PACKED_ONLY:
+        strategy, config, checkpointing = EQUIVALENCE[name]
+        variants = {"dynamic_packed": (PACKED, None)}
+        if name in DYNAMIC_BATCHING:
+            variants.update(dynamic=(DYNAMIC, None), dynamic_token_mean=(DYNAMIC, "token-mean"))
+        for variant, (worker, loss_agg_mode) in variants.items():
+            out.append(dict(name=f"{name}/{variant}", strategy=strategy, config=config, micro=4, accumulation=2,
+                            gradient_checkpointing=checkpointing, worker=worker, loss_agg_mode=loss_agg_mode,
+                            record_micro_rows=True))
+    infer_keys = {k: v for k, v in PACKED.items() if "train" not in k}
+    out.append(dict(name="fsdp2_infer/dynamic_packed", strategy="fsdp2_infer", config=None, worker=infer_keys))
     return out
 
 
@@ -245,3 +269,48 @@ def test_forward_only_strategies_score_like_hf_and_load_weights(runs, name):
     assert result["shifted_checksum"] == pytest.approx(checksum(model.named_parameters()), rel=1e-9)
     assert _max_param_diff(result["params"], dict(model.named_parameters())) < 1e-6
     assert torch.allclose(torch.cat(result["shifted_log_probs"]), _log_probs(model, batch0), atol=1e-5)
+
+
+# --- dynamic batching and sequence packing ---------------------------------------------------------------------
+DYNAMIC_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr")
+
+
+@pytest.mark.parametrize("name", DYNAMIC_BATCHING)
+def test_dynamic_batching_equals_fixed(runs, name):
+    """A varying number of token-budget micro-batches per step (and per rank) gives the fixed split's training."""
+    dynamic, fixed = runs["results"][f"{name}/dynamic"], runs["results"][name]
+    counts = [len(step) for step in dynamic["micro_rows"]]
+    assert all(sum(step) == h.ROWS_PER_RANK for step in dynamic["micro_rows"]) and set(counts) != {2}, counts
+    _assert_steps_close(dynamic["steps"], fixed["steps"], DYNAMIC_KEYS)
+    assert _max_param_diff(dynamic["params"], fixed["params"]) < PARAM_ATOL
+    # scoring with token-budget forwards (aligned over ranks), rows back in order
+    assert torch.allclose(torch.cat(dynamic["log_probs"]), torch.cat(fixed["log_probs"]), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", DYNAMIC_BATCHING)
+def test_dynamic_batching_token_mean_equals_fixed(runs, name):
+    """token-mean: the global token count and dp_size follow the step's micro-batch count."""
+    dynamic, fixed = runs["results"][f"{name}/dynamic_token_mean"], runs["results"][f"{name}/token_mean_micro8_acc1"]
+    _assert_steps_close(dynamic["steps"], fixed["steps"], DYNAMIC_KEYS)
+    assert _max_param_diff(dynamic["params"], fixed["params"]) < PARAM_ATOL
+
+
+@pytest.mark.parametrize("name", DYNAMIC_BATCHING + PACKED_ONLY)
+def test_sequence_packing_equals_padding(runs, name):
+    """Packed rows (one row per micro-batch, position ids restarting) train and score as the padded rows;
+    with the same micro-batches, even the per-micro-batch metrics (ppo_kl, clipfrac) agree."""
+    packed = runs["results"][f"{name}/dynamic_packed"]
+    padded = runs["results"][f"{name}/dynamic" if name in DYNAMIC_BATCHING else name]
+    keys = DYNAMIC_KEYS + (("actor/ppo_kl", "actor/pg_clipfrac") if name in DYNAMIC_BATCHING else ())
+    _assert_steps_close(packed["steps"], padded["steps"], keys)
+    assert _max_param_diff(packed["params"], padded["params"]) < PARAM_ATOL
+    assert torch.allclose(torch.cat(packed["log_probs"]), torch.cat(padded["log_probs"]), atol=1e-5)
+
+
+def test_forward_only_strategy_packed_dynamic_scores_like_hf(runs):
+    from transformers import AutoModelForCausalLM
+
+    result = runs["results"]["fsdp2_infer/dynamic_packed"]
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    batch0 = torch.load(runs["data_file"])[0]
+    assert torch.allclose(torch.cat(result["log_probs"]), _log_probs(model, batch0), atol=1e-5)
