@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
-from roll.configs.loader import field_help
+from roll.configs.loader import ConfigError, field_help
 
 
 @dataclass
@@ -27,6 +27,18 @@ class PipelineConfig:
                "a path: continue from that step directory")
     system_envs: dict[str, str] = field_help(
         default_factory=dict, help="environment variables set in every Ray worker (see examples/config/envs.yaml)")
+    model_update_buffer_size_mb: float = field_help(
+        1024.0, "weight sync actor_train → actor_infer in buckets of at most this many MB (a larger single tensor "
+                "goes alone): the sync needs about one bucket of extra memory, not a second copy of the model")
+    weight_sync_method: Literal["auto", "object_store", "collective", "ipc"] = field_help(
+        "auto", "how the buckets travel: ipc (shared memory; colocated roles), collective (a gloo/NCCL broadcast "
+                "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
+                "shares a device with an actor_train worker, collective when none does, else object_store")
+
+    def __post_init__(self):
+        if not self.model_update_buffer_size_mb > 0:
+            raise ConfigError(f"'model_update_buffer_size_mb' = {self.model_update_buffer_size_mb}: must be > 0 "
+                              f"(MB per weight-sync bucket, e.g. 1024)")
 
     @property
     def num_devices(self) -> int:

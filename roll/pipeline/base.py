@@ -52,7 +52,9 @@ class BasePipeline:
         except BaseException:
             self.close()  # a half-built pipeline must not keep workers and devices
             raise
-        self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch())
+        self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch(),
+                                      buffer_size_mb=config.model_update_buffer_size_mb,
+                                      method=config.weight_sync_method)
         self.checkpointer = PipelineCheckpointer(self)
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
