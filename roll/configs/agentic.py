@@ -130,9 +130,13 @@ def check_agentic(config: AgenticConfig) -> None:
         raise ConfigError(f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
                           f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
                           f"raise max_traj_per_env, add environments, or lower rollout_batch_size")
-    if config.actor_infer.generating_args.max_new_tokens is not None:
-        raise ConfigError("'actor_infer.generating_args.max_new_tokens' is set, but an agentic turn's budget is "
-                          "custom_envs.<tag>.max_tokens_per_step; remove max_new_tokens")
+    args, budget = config.actor_infer.generating_args, max(e.max_tokens_per_step for e in config.custom_envs.values())
+    if args.max_new_tokens is None:  # each turn passes its env's max_tokens_per_step; this is the default
+        args.max_new_tokens = budget
+    elif args.max_new_tokens != budget:
+        raise ConfigError(f"'actor_infer.generating_args.max_new_tokens' = {args.max_new_tokens}, but an agentic "
+                          f"turn's budget is custom_envs.<tag>.max_tokens_per_step (largest: {budget}); remove "
+                          f"max_new_tokens")
     for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs", "max_steps"):
         if getattr(config, key) < 1:
             raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")

@@ -1,0 +1,15 @@
+"""Build the agentic demo's tiny model (tokenizer from the environments' texts + a format-only warm start).
+
+    python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data   # ~1 min on 2 CPU cores
+"""
+import argparse
+import json
+
+from roll.models.agentic_demo import prepare_agentic_demo
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default="agentic_demo_data")
+    parser.add_argument("--force", action="store_true", help="rebuild even if already prepared")
+    args = parser.parse_args()
+    print(json.dumps(prepare_agentic_demo(args.output_dir, force=args.force), indent=1))

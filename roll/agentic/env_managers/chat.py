@@ -1,0 +1,68 @@
+"""Token-in-token-out chat bookkeeping for multi-turn rollouts.
+
+A trajectory is built from the exact token ids the engine generated, joined by the tokenised
+observations between them. Decoded text is never re-tokenised into the trajectory: byte-level BPE
+does not round-trip (the model may emit "Le"+"ft" where the tokenizer would write "Left"), so
+re-tokenising would train on tokens the policy never produced.
+
+Observation tokens come from the tokenizer's own chat template: the text the template puts after a
+finished assistant turn and before the next assistant turn (e.g. `<|user|>...<|assistant|>`).
+"""
+from dataclasses import dataclass, field
+
+
+class ChatTokens:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.eos_token_id = tokenizer.eos_token_id
+        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+        self._turn_prefix = self._render(probe, generation_prompt=False)
+        full = self._render(probe + [{"role": "user", "content": "OBSERVATION"}], generation_prompt=True)
+        if not full.startswith(self._turn_prefix):
+            raise ValueError("the tokenizer's chat template renders a conversation differently once a turn is "
+                             "added; multi-turn token-in-token-out needs a template that only appends")
+
+    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def prompt_ids(self, user_text: str) -> list[int]:
+        """A first user turn followed by the assistant generation prompt."""
+        return self.encode(self._render([{"role": "user", "content": user_text}], generation_prompt=True))
+
+    def observation_ids(self, observation: str) -> list[int]:
+        """The tokens between a finished assistant reply and the next reply: next user turn + generation prompt."""
+        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+                 {"role": "user", "content": observation}]
+        return self.encode(self._render(probe, generation_prompt=True)[len(self._turn_prefix):])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@dataclass
+class TokenTrajectory:
+    """prompt ids, then a response stream where `mask` is 1 exactly on the tokens the model generated."""
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+
+    def add_generated(self, ids: list[int], log_probs: list[float], eos_token_id: int) -> None:
+        self.response_ids += ids
+        self.mask += [1] * len(ids)
+        self.log_probs += list(log_probs)
+        if not ids or ids[-1] != eos_token_id:
+            # a reply cut at max_tokens_per_step: close the turn as the template would; not trained
+            self.add_context([eos_token_id])
+
+    def add_context(self, ids: list[int]) -> None:
+        self.response_ids += ids
+        self.mask += [0] * len(ids)
+        self.log_probs += [0.0] * len(ids)
+
+    @property
+    def context_ids(self) -> list[int]:
+        return self.prompt_ids + self.response_ids

@@ -1,0 +1,171 @@
+"""The synchronous agentic loop: episodes in environments → normalised rewards → the RLVR update.
+
+One step: every training environment plays `rollout_batch_size / envs` episodes (the environments of a
+group start from the same seed), the trajectories become training rows (TrajEnvManager: one per
+trajectory, StepEnvManager: one per turn), episode scores are normalised per `reward_normalization`,
+then old/ref log-probs, advantages (`roll.algorithms`, the group = the env group's episode), the PPO
+update and the weight sync run exactly as in RLVR (`roll.pipeline.base`).
+"""
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from roll.agentic.env_managers import ChatTokens
+from roll.agentic.envs import make_env
+from roll.configs import WorkerConfig
+from roll.configs.agentic import group_tags, num_env_workers
+from roll.data.prompts import collate_prompts
+from roll.distributed.data_proto import DataProto
+from roll.pipeline.agentic.rewards import episode_metrics, normalize_scores, pad_for_training, token_level
+from roll.pipeline.agentic.rollout import EnvRollout, to_batch
+from roll.pipeline.base import BasePipeline
+from roll.pipeline.rlvr import advantages as step_maths
+from roll.pipeline.rlvr.metrics import batch_metrics
+from roll.utils.progress import StepTimer
+
+ENV_WORKER = "roll.agentic.env_worker.EnvironmentWorker"
+
+
+class AgenticPipeline(BasePipeline):
+    """Multi-turn RL in environments: `AgenticPipeline(config).run()`; see `BasePipeline`."""
+
+    def _setup_data(self) -> None:
+        self.chat = ChatTokens(self.tokenizer)  # fails fast on a template that cannot do multi-turn
+
+    def _role_configs(self) -> dict:
+        roles = super()._role_configs()
+        for key in ("train_env_manager", "val_env_manager"):
+            manager = getattr(self.config, key)
+            if manager is not None:
+                roles[key.replace("_manager", "")] = WorkerConfig(
+                    name=key.replace("_manager", ""), worker_cls=ENV_WORKER, world_size=num_env_workers(manager),
+                    rpc_timeout=manager.rpc_timeout)
+        return roles
+
+    def _create_clusters(self) -> None:
+        super()._create_clusters()
+        config, self.rollouts = self.config, {}
+        for key in ("train_env", "val_env"):
+            if key in self.clusters:
+                manager = getattr(config, f"{key}_manager")
+                self.clusters[key].setup({
+                    "tokenizer_path": config.actor_train.model_args.model_name_or_path,
+                    "custom_envs": config.custom_envs, "manager": manager, "prompt_length": config.prompt_length,
+                    "response_length": config.response_length, "step_reward_gamma": config.step_reward_gamma})
+                self.rollouts[key] = EnvRollout(self.clusters[key], self.actor_infer, manager.num_envs,
+                                                self.pad_token_id)
+
+    def _probe_batch(self) -> DataProto:
+        """The first validation (else training) environment's first prompt."""
+        manager = self.config.val_env_manager or self.config.train_env_manager
+        tag = group_tags(manager)[0]
+        env = make_env(self.config.custom_envs[tag].env_type, dict(self.config.custom_envs[tag].env_config))
+        observation = env.reset(seed=self.config.val_seed_offset)
+        instructions = getattr(env, "instructions", "")
+        text = f"{instructions}\n{observation}" if instructions else observation
+        env.close()
+        row = {"prompt_ids": self.chat.prompt_ids(text), "prompt_text": text, "ground_truth": None, "tag": tag}
+        return collate_prompts([row], self.config.prompt_length, self.pad_token_id)
+
+    # ---- one step ---------------------------------------------------------------------------------
+    def rollout(self, step: int) -> tuple[DataProto, dict]:
+        config, manager = self.config, self.config.train_env_manager
+        rows, episodes, transcripts = [], [], []
+        log = bool(config.sample_log_steps) and (step + 1) % config.sample_log_steps == 0
+        for episode in range(config.episodes_per_env):
+            assignments = {}
+            for env_id in range(manager.num_envs):
+                group = env_id // manager.group_size
+                seed = int(np.random.SeedSequence([config.seed, step, group, episode]).generate_state(1)[0])
+                assignments[env_id] = (seed, f"{step}-{group}-{episode}", f"{step}-{env_id}-{episode}")
+            part_rows, part_episodes, part_log = self.rollouts["train_env"].run(
+                assignments, self._generation(manager, validation=False), config.seed * 100003 + step, log)
+            rows, episodes, transcripts = rows + part_rows, episodes + part_episodes, transcripts + part_log
+        if log:
+            self._write_transcripts(step, transcripts)
+        batch = to_batch(rows, config.prompt_length, config.response_length, self.pad_token_id)
+        return batch, episode_metrics(episodes, "env")
+
+    def _generation(self, manager, validation: bool) -> dict:
+        if manager.generating_args is not None:
+            args = manager.generating_args
+            return {"do_sample": args.do_sample, "temperature": args.temperature, "top_p": args.top_p,
+                    "top_k": args.top_k}
+        return {"do_sample": False} if validation else {}
+
+    def step(self, step: int) -> dict:
+        timer, config = StepTimer(), self.config
+        with timer.phase("rollout"):
+            self.memory.use("actor_infer")
+            batch, metrics = self.rollout(step)
+        norm = config.reward_normalization
+        batch.batch["token_level_scores"] = token_level(
+            normalize_scores(batch.batch["scores"], _grouping(batch, norm.grouping), norm.norm_mean_type,
+                             norm.norm_std_type), batch.batch["response_mask"])
+        batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
+        real = len(batch)
+        batch = pad_for_training(batch, self._train_multiple())
+        self._forward_passes(batch, timer)
+        with timer.phase("advantages"):
+            metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
+            metrics.update(step_maths.apply_rollout_is(batch, config))
+            step_maths.compute_advantages(batch, config)
+        with timer.phase("train"):
+            metrics.update(self.train(batch, step))
+        with timer.phase("weight_sync"):
+            self.memory.use("actor_train", "actor_infer")
+            metrics.update(self.weight_sync.sync_and_verify(step))
+        metrics.update(batch_metrics(batch[:real]))
+        metrics.update({"rollout/samples": real, "rollout/padding_rows": len(batch) - real})
+        metrics.update(timer.timings)
+        for callback in self.callbacks:
+            callback.on_step_end(step, batch[:real], metrics)
+        return metrics
+
+    def _train_multiple(self) -> int:
+        """Rows per step must divide into every trained role's global batch (per device × accumulation × dp)."""
+        sizes = [1]
+        for name in ("actor_train", "critic"):
+            worker = getattr(self.config, name)
+            if worker is not None:
+                args = worker.training_args
+                sizes.append(args.per_device_train_batch_size * args.gradient_accumulation_steps *
+                             self.clusters[name].world_size)
+        return math.lcm(*sizes)
+
+    # ---- validation ---------------------------------------------------------------------------------
+    def validate(self, step: int) -> dict:
+        """One episode per validation environment, the same seeds every time; success rate per tag."""
+        manager = self.config.val_env_manager
+        if manager is None:
+            return {}
+        self.memory.use("actor_infer")
+        assignments = {env_id: (self.config.val_seed_offset + env_id // manager.group_size,
+                                f"val-{env_id // manager.group_size}", f"val-{env_id}")
+                       for env_id in range(manager.num_envs)}
+        _, episodes, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+        metrics = episode_metrics(episodes, "val")
+        metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
+        return metrics
+
+    def _write_transcripts(self, step: int, transcripts: list[dict]) -> None:
+        directory = Path(self.config.output_dir) / "samples"
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / f"step-{step + 1}.jsonl", "w") as out:
+            for record in transcripts:
+                out.write(json.dumps(record) + "\n")
+
+
+def _grouping(batch: DataProto, grouping: str) -> np.ndarray:
+    if grouping == "batch":
+        return np.zeros(len(batch), dtype=object)
+    return batch.non_tensor_batch["tag" if grouping == "tags" else "traj_group_id"]
+
+
+def run_pipeline(config) -> dict:
+    """Entry point used by examples/start_agentic_pipeline.py."""
+    with AgenticPipeline(config) as pipeline:
+        return pipeline.run()
+

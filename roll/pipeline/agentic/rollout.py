@@ -1,0 +1,100 @@
+"""The driver's turn loop: environment workers ask, the rollout engine answers, until every episode ends.
+
+Each turn gathers the pending prompts of all environments, generates one reply per prompt in one
+batched call per token budget (`actor_infer.generate`), and hands the exact reply ids and their
+log-probs back to the environments. Finished episodes become training rows (`to_batch`).
+"""
+import numpy as np
+import torch
+
+from roll.distributed.cluster import Cluster
+from roll.distributed.data_proto import DataProto
+from roll.pipeline.rlvr.rewards import pad_to_multiple
+from roll.utils.functional import compute_position_ids
+
+ROW_KEYS = ("tag", "traj_group_id", "traj_id", "env_id", "success", "num_turns", "invalid_actions", "truncated")
+
+
+class EnvRollout:
+    def __init__(self, envs: Cluster, actor_infer: Cluster, num_envs: int, pad_token_id: int):
+        self.envs, self.actor_infer = envs, actor_infer
+        self.env_ids = list(range(num_envs))
+        self.pad_token_id = pad_token_id
+
+    def run(self, assignments: dict, generation: dict, seed: int,
+            with_transcripts: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+        """assignments: env id → (seed, group_id, traj_id). Returns (training rows, episode stats, readable
+        transcripts if asked)."""
+        self.envs.start(assignments)
+        turn = 0
+        while True:
+            requests = [r for per_worker in self.envs.requests() for r in per_worker]
+            if not requests:
+                break
+            self.envs.apply(self._generate(requests, generation, seed * 1000 + turn))
+            turn += 1
+        transcripts = ([t for part in self.envs.transcripts(self.env_ids) for t in part]
+                       if with_transcripts else [])
+        rows, episodes = [], []
+        for worker_rows, worker_episodes in self.envs.collect(self.env_ids):
+            rows += worker_rows
+            episodes += worker_episodes
+        return rows, episodes, transcripts
+
+    def _generate(self, requests: list, generation: dict, seed: int) -> dict:
+        """env id → (reply ids, log-probs), one generate call per distinct max_new_tokens."""
+        replies = {}
+        for budget in sorted({r[2] for r in requests}):
+            part = [r for r in requests if r[2] == budget]
+            batch = left_pad([ids for _, ids, _ in part], self.pad_token_id)
+            batch.meta_info.update(generation_config={**generation, "num_return_sequences": 1,
+                                                      "max_new_tokens": budget}, seed=seed)
+            batch, _ = pad_to_multiple(batch, self.actor_infer.world_size)
+            out = self.actor_infer.generate(batch)
+            lengths = out.batch["response_mask"].sum(-1).long()
+            for row, (env_id, _, _) in enumerate(part):
+                n = int(lengths[row])
+                replies[env_id] = (out.batch["responses"][row, :n].tolist(),
+                                   out.batch["rollout_log_probs"][row, :n].tolist())
+        return replies
+
+
+def left_pad(id_lists: list[list[int]], pad_token_id: int) -> DataProto:
+    width = max(len(ids) for ids in id_lists)
+    prompts = torch.full((len(id_lists), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(id_lists), width), dtype=torch.long)
+    for i, ids in enumerate(id_lists):
+        prompts[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        mask[i, width - len(ids):] = 1
+    return DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask})
+
+
+def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_token_id: int) -> DataProto:
+    """Training rows → the RLVR batch layout (docs/contracts.md): prompts left-padded to prompt_length,
+    responses right-padded to response_length; `attention_mask` covers every real token (observations
+    included), `response_mask` only the generated ones."""
+    size = len(rows)
+    prompts = torch.full((size, prompt_length), pad_token_id, dtype=torch.long)
+    responses = torch.full((size, response_length), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((size, prompt_length), dtype=torch.long)
+    response_attention = torch.zeros((size, response_length), dtype=torch.long)
+    response_mask = torch.zeros((size, response_length))
+    log_probs = torch.zeros((size, response_length))
+    for i, row in enumerate(rows):
+        p, r = row["prompt_ids"], row["response_ids"]
+        if len(p) > prompt_length or len(r) > response_length:
+            raise ValueError(f"env {row['env_id']} ({row['tag']}): a sample has {len(p)} prompt / {len(r)} response "
+                             f"tokens, over prompt_length {prompt_length} / response_length {response_length}")
+        prompts[i, prompt_length - len(p):] = torch.tensor(p)
+        prompt_mask[i, prompt_length - len(p):] = 1
+        responses[i, :len(r)] = torch.tensor(r)
+        response_attention[i, :len(r)] = 1
+        response_mask[i, :len(r)] = torch.tensor(row["response_mask"], dtype=torch.float32)
+        log_probs[i, :len(r)] = torch.tensor(row["rollout_log_probs"], dtype=torch.float32)
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
+    tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
+               "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
+               "response_mask": response_mask, "rollout_log_probs": log_probs,
+               "scores": torch.tensor([row["score"] for row in rows], dtype=torch.float32)}
+    non_tensors = {key: np.array([row[key] for row in rows], dtype=object) for key in ROW_KEYS}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
