@@ -18,7 +18,7 @@ import torch
 
 from tests.strategies import harness as h
 from tests.strategies import megatron_scenarios as ms
-from tests.strategies.test_train_strategies import LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
+from tests.strategies.test_train_strategies import DYNAMIC, LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL = 1e-5, 1e-6, 2e-5
 TP2 = {"tensor_model_parallel_size": 2}
@@ -30,6 +30,7 @@ LAYOUTS = {  # name: (strategy_config, micro, accumulation)
     "pp2": ({"pipeline_model_parallel_size": 2}, 4, 4),
 }
 RESUMED = ("tp1_dp2_distopt", "tp2", "pp2")
+DYNAMIC_BATCHING = ("tp1_dp2", "tp2")  # PP 1 only (pipeline stages exchange fixed shapes)
 
 
 def scenarios() -> list[dict]:
@@ -47,6 +48,10 @@ def scenarios() -> list[dict]:
     out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
     out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
     out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
+    for name in DYNAMIC_BATCHING:  # token-budget micro-batches (train and scoring) vs the fixed split
+        config, micro, accumulation = LAYOUTS[name]
+        out.append(dict(name=f"{name}/dynamic", strategy="megatron_train", config=config, micro=micro,
+                        accumulation=accumulation, worker=DYNAMIC, record_micro_rows=name == "tp1_dp2"))
     return out
 
 
@@ -172,3 +177,30 @@ def test_token_mean_is_split_and_layout_invariant(runs):
     data_parallel = runs["results"]["tp1_dp2/token_mean_micro8_acc1"]
     _assert_steps_close(data_parallel["steps"], large["steps"], ("grad_norm", "lr"), rtol=LOSS_RTOL, atol=LOSS_ATOL)
     assert _max_param_diff(data_parallel["params"], large["params"]) < PARAM_ATOL
+
+
+@pytest.mark.parametrize("name", DYNAMIC_BATCHING)
+def test_dynamic_batching_equals_fixed(runs, name):
+    """Token-budget micro-batches (a different count per step than gradient_accumulation_steps; megatron's
+    num_microbatches follows it) give the fixed split's training and log-probs."""
+    dynamic, fixed = runs["results"][f"{name}/dynamic"], runs["results"][name]
+    if dynamic["micro_rows"]:
+        assert {len(step) for step in dynamic["micro_rows"]} != {LAYOUTS[name][2]}, dynamic["micro_rows"]
+    _assert_steps_close(dynamic["steps"], fixed["steps"], ("actor/pg_loss", "actor/kl_loss", "actor/entropy",
+                                                          "grad_norm", "lr"), rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert _max_param_diff(dynamic["params"], fixed["params"]) < PARAM_ATOL
+    assert torch.allclose(torch.cat(dynamic["log_probs"]), torch.cat(fixed["log_probs"]), atol=1e-5)
+
+
+@pytest.mark.parametrize("keys,parallel,match", [
+    ({"use_sequence_packing": True}, {"pipeline_model_parallel_size": 1}, "use_sequence_packing: not supported"),
+    (DYNAMIC, {"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size 1"),
+])
+def test_micro_batching_limits_are_errors(tmp_path, keys, parallel, match):
+    import dataclasses
+
+    from roll.strategies.megatron_train import check_micro_batching
+
+    config = h.make_worker_config(tmp_path, "megatron_train", None, 1, 1, 2)
+    with pytest.raises(ValueError, match=match):
+        check_micro_batching(dataclasses.replace(config, **keys), parallel)
