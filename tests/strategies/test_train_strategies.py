@@ -38,9 +38,10 @@ INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_inf
 # token-mean needs the step's global token count (train_common.global_batch_info) to be split-invariant
 TOKEN_MEAN_INVARIANCE = ("ds_zero2", "fsdp2")
 CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on the sharded engines and one that is not
-# Token budgets (rows hold 4..16 real tokens, 8 rows per rank and step): 24 makes 3-6 training micro-batches per
-# rank (≠ gradient_accumulation_steps 2, rows regrouped by length); 20 makes 1-2 vs 3-4 scoring forwards on the
-# uneven 3 / 7 row shards, so sharded engines must pad the count.
+# Token budgets (rows hold 4..16 real tokens, 8 rows per rank and step): 24 makes 4 training micro-batches per
+# rank and step (≠ gradient_accumulation_steps 2, rows regrouped by length; in step 2 one rank needs only 3 and
+# must split a group to match); 20 makes 2 vs 3 scoring forwards on the uneven 3 / 7 row shards, so sharded
+# engines must pad the count.
 DYNAMIC = {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 24,
            "use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20}
 PACKED = {**DYNAMIC, "use_sequence_packing": True}
