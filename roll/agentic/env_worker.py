@@ -23,8 +23,8 @@ class EnvironmentWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def setup(self, settings: dict) -> None:
-        """settings: tokenizer_path, custom_envs, manager (EnvManagerConfig), prompt_length, response_length,
-        step_reward_gamma."""
+        """settings: tokenizer_path, custom_envs, env_classes (tag → class), manager (EnvManagerConfig),
+        prompt_length, response_length, step_reward_gamma."""
         manager_config = settings["manager"]
         chat = ChatTokens(AutoTokenizer.from_pretrained(settings["tokenizer_path"]))
         tags = group_tags(manager_config)
@@ -36,7 +36,8 @@ class EnvironmentWorker(Worker):
             env_config = settings["custom_envs"][tag]
             self.managers[env_id] = MANAGERS[env_config.env_manager](
                 env_id, tag, env_config, chat, manager_config.format_penalty, settings["prompt_length"],
-                settings["response_length"], gamma=settings["step_reward_gamma"])
+                settings["response_length"], gamma=settings["step_reward_gamma"],
+                env_cls=settings["env_classes"][tag])
         self.pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(self.managers))))
         self.logger.info("running %d environments (ids %s)", len(self.managers), list(ids)[:1] + list(ids)[-1:])
 

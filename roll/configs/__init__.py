@@ -15,7 +15,8 @@ from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, check_a
 from roll.configs.base import PipelineConfig
 from roll.configs.loader import ConfigError, build
 from roll.configs.rlvr import RLVRConfig
-from roll.configs.validation import BatchPlan, batch_plan, check_algorithm, check_generation, check_roles, roles
+from roll.configs.validation import (BatchPlan, batch_plan, check_algorithm, check_generation, check_micro_batching,
+                                     check_roles, roles)
 from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
                                  ValidationConfig, WorkerConfig)
 
@@ -79,6 +80,7 @@ def load_agentic_config(config) -> AgenticConfig:
     check_roles(agentic)
     check_algorithm(agentic)
     check_agentic(agentic)
+    check_micro_batching(agentic)
     return agentic
 
 

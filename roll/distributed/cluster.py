@@ -19,7 +19,7 @@ class Cluster:
         placements = plan_role(name, worker_config.device_mapping, worker_config.num_gpus_per_worker,
                                worker_config.world_size)
         self.world_size = len(placements)
-        remote_cls = ray.remote(_shippable(worker_cls))
+        remote_cls = ray.remote(ship_by_value(worker_cls))
         # Workers start in the background (several roles start at once); the first call waits for rank 0
         # to pick the torch.distributed rendezvous address and hands it to the other ranks.
         self.workers = [remote_cls.options(name=f"{name}-{placement.rank}-{id(self)}",
@@ -107,8 +107,8 @@ class PendingCall:
         return collect_results(self.mode, self.cluster._wait(self.method, self.refs, started=self.started))
 
 
-def _shippable(worker_cls):
-    """A user's worker class (e.g. a custom reward in `my_rewards.py`) travels to the workers by value,
+def ship_by_value(worker_cls):
+    """A user's class (a custom reward worker in `my_rewards.py`, an environment) travels to the workers by value,
     so they need not find its module on their own PYTHONPATH; roll's and installed packages' classes go
     by reference as usual. Modules the user's module imports must still be importable by the workers."""
     module = sys.modules.get(worker_cls.__module__)

@@ -48,12 +48,14 @@ class Episode:
 
 class EnvManager:
     def __init__(self, env_id: int, tag: str, env_config, chat: ChatTokens, format_penalty: float,
-                 prompt_length: int, response_length: int, gamma: float = 1.0):
+                 prompt_length: int, response_length: int, gamma: float = 1.0, env_cls=None):
         self.env_id, self.tag, self.env_config, self.chat = env_id, tag, env_config, chat
         self.gamma = gamma  # step manager: discount of later turns' rewards
         self.format_penalty = format_penalty
         self.prompt_length, self.response_length = prompt_length, response_length
-        self.env = make_env(env_config.env_type, dict(env_config.env_config))
+        # env_cls: the class the driver resolved (a user's class arrives by value, needing no import here)
+        self.env = (env_cls(**env_config.env_config) if env_cls is not None
+                    else make_env(env_config.env_type, dict(env_config.env_config)))
         self.episode: Episode | None = None
         self.observation = ""
 
@@ -120,7 +122,7 @@ class EnvManager:
 
     def _row(self, prompt_ids, response_ids, mask, log_probs, score: float, **extra) -> dict:
         episode = self.episode
-        return {"prompt_ids": list(prompt_ids), "response_ids": list(response_ids), "response_mask": list(mask),
+        return {**episode.stats(), "episode_score": episode.score, **extra,
+                "prompt_ids": list(prompt_ids), "response_ids": list(response_ids), "response_mask": list(mask),
                 "rollout_log_probs": list(log_probs), "score": float(score), "tag": self.tag,
-                "traj_group_id": episode.group_id, "traj_id": episode.traj_id, "env_id": self.env_id,
-                **episode.stats(), **extra}
+                "traj_group_id": episode.group_id, "traj_id": episode.traj_id, "env_id": self.env_id}

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from roll.agentic.env_managers import ChatTokens
-from roll.agentic.envs import make_env
+from roll.agentic.envs.registry import resolve_env_class
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
 from roll.data.prompts import collate_prompts
+from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.rewards import episode_metrics, normalize_scores, pad_for_training, token_level
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
@@ -33,6 +34,14 @@ class AgenticPipeline(BasePipeline):
 
     def _setup_data(self) -> None:
         self.chat = ChatTokens(self.tokenizer)  # fails fast on a template that cannot do multi-turn
+        # resolved here, before any worker starts: a bad env_type fails at once; a user's class is sent to
+        # the environment workers by value, so they need not import its module
+        self.env_classes = {}
+        for tag, env in self.config.custom_envs.items():
+            try:
+                self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
+            except (ImportError, TypeError, ValueError) as error:
+                raise ValueError(f"custom_envs.{tag}.env_type: {error}") from None
 
     def _role_configs(self) -> dict:
         roles = super()._role_configs()
@@ -52,7 +61,7 @@ class AgenticPipeline(BasePipeline):
                 manager = getattr(config, f"{key}_manager")
                 self.clusters[key].setup({
                     "tokenizer_path": config.actor_train.model_args.model_name_or_path,
-                    "custom_envs": config.custom_envs, "manager": manager, "prompt_length": config.prompt_length,
+                    "custom_envs": config.custom_envs, "env_classes": self.env_classes, "manager": manager, "prompt_length": config.prompt_length,
                     "response_length": config.response_length, "step_reward_gamma": config.step_reward_gamma})
                 self.rollouts[key] = EnvRollout(self.clusters[key], self.actor_infer, manager.num_envs,
                                                 self.pad_token_id)
@@ -61,7 +70,7 @@ class AgenticPipeline(BasePipeline):
         """The first validation (else training) environment's first prompt."""
         manager = self.config.val_env_manager or self.config.train_env_manager
         tag = group_tags(manager)[0]
-        env = make_env(self.config.custom_envs[tag].env_type, dict(self.config.custom_envs[tag].env_config))
+        env = self.env_classes[tag](**self.config.custom_envs[tag].env_config)
         observation = env.reset(seed=self.config.val_seed_offset)
         instructions = getattr(env, "instructions", "")
         text = f"{instructions}\n{observation}" if instructions else observation

@@ -1,0 +1,152 @@
+"""Env managers without Ray: token-in-token-out, step-wise samples and returns, budgets, reward maths."""
+import numpy as np
+import pytest
+import torch
+
+from roll.agentic.env_managers import ChatTokens, StepEnvManager, TrajEnvManager
+from roll.agentic.envs import make_env
+from roll.configs.agentic import EnvConfig
+from roll.models.tiny import build_tokenizer
+from roll.pipeline.agentic.rewards import normalize_scores, pad_for_training, token_level
+from roll.pipeline.agentic.rollout import to_batch
+
+ACTIONS = ["Left", "Down", "Right", "Up"]
+
+
+@pytest.fixture(scope="module")
+def chat():
+    env = make_env("frozen_lake", {})
+    corpus = [env.instructions, env.reset(seed=0), *ACTIONS, "Earlier state:", "Your action:", "Invalid action."]
+    return ChatTokens(build_tokenizer(corpus))
+
+
+def char_ids(chat, text: str) -> list[int]:
+    """A reply spelled one byte-level token per character: decodes to `text`, but tokenizing `text`
+    gives different (merged) ids: what a sampling engine can produce."""
+    return [chat.tokenizer.convert_tokens_to_ids(c) for c in text] + [chat.eos_token_id]
+
+
+def play(manager, replies, seed=3):
+    """Drive a manager like the environment worker does; returns the prompts it asked with."""
+    manager.start(seed, "g0", "t0")
+    prompts = []
+    for reply in replies:
+        prompt = manager.request()
+        if prompt is None:
+            break
+        prompts.append(prompt)
+        manager.apply(reply, [-0.5] * len(reply))
+    return prompts
+
+
+def test_trajectory_trains_exactly_the_generated_tokens(chat):
+    env = EnvConfig(env_type="frozen_lake", max_turns=4, max_tokens_per_step=8)
+    manager = TrajEnvManager(0, "FrozenLake", env, chat, -0.1, prompt_length=128, response_length=256)
+    replies = [char_ids(chat, "Right"), char_ids(chat, "Down"), chat.encode("Down") + [chat.eos_token_id],
+               char_ids(chat, "Left")]
+    # the test is only meaningful if re-tokenising the decoded reply changes the ids
+    assert chat.encode(chat.decode(replies[0])) + [chat.eos_token_id] != replies[0]
+    prompts = play(manager, replies)
+    (row,) = manager.samples()
+    generated = [t for t, m in zip(row["response_ids"], row["response_mask"]) if m == 1]
+    assert generated == [t for reply in replies[:len(prompts)] for t in reply]
+    context = row["prompt_ids"] + row["response_ids"]
+    for turn, prompt in enumerate(prompts):  # each turn was generated from a prefix of the trained sequence
+        assert context[:len(prompt)] == prompt, f"turn {turn}"
+    assert row["prompt_ids"] == prompts[0]
+    assert row["rollout_log_probs"] == [-0.5 if m else 0.0 for m in row["response_mask"]]
+    # the observations between replies are the chat template's tokens, not trained
+    first_obs = manager.episode.turns[1].observation
+    start = len(replies[0])
+    obs_ids = chat.observation_ids(first_obs)
+    assert row["response_ids"][start:start + len(obs_ids)] == obs_ids
+    assert row["response_mask"][start:start + len(obs_ids)] == [0] * len(obs_ids)
+
+
+def test_cut_reply_gets_an_untrained_end_of_turn(chat):
+    env = EnvConfig(env_type="frozen_lake", max_turns=2, max_tokens_per_step=3)
+    manager = TrajEnvManager(0, "FrozenLake", env, chat, 0.0, prompt_length=128, response_length=256)
+    cut = [chat.tokenizer.convert_tokens_to_ids(c) for c in "Dow"]  # no EOS: cut at max_tokens_per_step
+    play(manager, [cut, cut])
+    (row,) = manager.samples()
+    assert row["response_ids"][:4] == cut + [chat.eos_token_id]
+    assert row["response_mask"][:4] == [1, 1, 1, 0]
+    assert row["invalid_actions"] == 2 and row["score"] == 0.0
+
+
+def test_format_penalty_and_episode_score(chat):
+    env = EnvConfig(env_type="frozen_lake", max_turns=3, max_tokens_per_step=8)
+    manager = TrajEnvManager(0, "FrozenLake", env, chat, -0.1, prompt_length=128, response_length=256)
+    play(manager, [char_ids(chat, "jump"), char_ids(chat, "jump"), char_ids(chat, "jump")])
+    (row,) = manager.samples()
+    assert row["score"] == pytest.approx(-0.3)
+    assert manager.episode.end_reason == "max_turns" and row["num_turns"] == 3
+
+
+def test_token_budget_ends_the_episode(chat):
+    env = EnvConfig(env_type="frozen_lake", max_turns=10, max_tokens_per_step=8)
+    manager = TrajEnvManager(0, "FrozenLake", env, chat, 0.0, prompt_length=128, response_length=40)
+    play(manager, [char_ids(chat, "Left")] * 10)
+    assert manager.episode.end_reason == "length"
+    (row,) = manager.samples()
+    assert len(row["response_ids"]) <= 40 and row["truncated"] == 1.0
+
+
+def test_step_manager_one_sample_per_turn_with_discounted_returns(chat):
+    env = EnvConfig(env_type="frozen_lake", env_manager="step", max_turns=3, max_tokens_per_step=8, history_length=1)
+    manager = StepEnvManager(0, "FrozenLake", env, chat, -1.0, prompt_length=256, response_length=16, gamma=0.5)
+    replies = [char_ids(chat, "jump"), char_ids(chat, "Right"), char_ids(chat, "jump")]
+    prompts = play(manager, replies)
+    rows = manager.samples()
+    assert len(rows) == 3
+    for row, reply, prompt in zip(rows, replies, prompts):
+        assert row["prompt_ids"] == prompt and row["response_ids"] == reply and row["response_mask"] == [1] * len(reply)
+    # rewards −1, 0, −1 (two invalid replies): returns G2 = −1, G1 = 0 + 0.5·(−1), G0 = −1 + 0.5·G1
+    assert [r["score"] for r in rows] == pytest.approx([-1.25, -0.5, -1.0])
+    # the window: the third prompt shows the second turn only (history_length 1)
+    third = chat.decode(prompts[2])
+    assert third.count("Earlier state:") == 1 and "Your action: Right" in third
+
+
+def test_user_env_by_dotted_path(chat):
+    env = EnvConfig(env_type="tests.agentic.user_env_module.CountdownEnv", max_turns=5, max_tokens_per_step=8)
+    manager = TrajEnvManager(0, "Countdown", env, chat, 0.0, prompt_length=128, response_length=128)
+    replies = [chat.encode(word) + [chat.eos_token_id] for word in ("wait", "wait", "go")]
+    play(manager, replies, seed=0)  # start 2 + 0 % 2 = 2: wait, wait, go
+    assert manager.episode.success and manager.samples()[0]["score"] == 1.0
+
+
+def test_normalize_scores_by_group_and_batch():
+    scores = torch.tensor([1.0, 0.0, 3.0, 1.0])
+    groups = np.array(["a", "a", "b", "b"], dtype=object)
+    assert normalize_scores(scores, groups, "group", None).tolist() == [0.5, -0.5, 1.0, -1.0]
+    assert normalize_scores(scores, groups, "batch", None).tolist() == pytest.approx([-0.25, -1.25, 1.75, -0.25])
+    scaled = normalize_scores(scores, groups, "group", "group")
+    assert scaled.tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-5)
+    assert normalize_scores(scores, groups, None, None).tolist() == scores.tolist()
+
+
+def test_token_level_score_sits_on_the_last_generated_token():
+    mask = torch.tensor([[1, 1, 0, 0, 1, 0, 0], [1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0]], dtype=torch.float32)
+    out = token_level(torch.tensor([2.0, 3.0, 4.0]), mask)
+    assert out[0].tolist() == [0, 0, 0, 0, 2.0, 0, 0]
+    assert out[1].tolist() == [3.0, 0, 0, 0, 0, 0, 0]
+    assert out[2].abs().sum() == 0  # a padding row carries nothing
+
+
+def test_batch_layout_and_loss_free_padding(chat):
+    rows = [{"prompt_ids": [5, 6], "response_ids": [7, 8, 9], "response_mask": [1, 0, 1],
+             "rollout_log_probs": [-1.0, 0.0, -2.0], "score": 1.0, "tag": "T", "traj_group_id": "g",
+             "traj_id": "t", "env_id": 0, "success": 1.0, "num_turns": 2, "invalid_actions": 0, "truncated": 0.0}]
+    batch = to_batch(rows, prompt_length=4, response_length=5, pad_token_id=0)
+    assert batch.batch["input_ids"][0].tolist() == [0, 0, 5, 6, 7, 8, 9, 0, 0]
+    assert batch.batch["attention_mask"][0].tolist() == [0, 0, 1, 1, 1, 1, 1, 0, 0]
+    assert batch.batch["response_mask"][0].tolist() == [1, 0, 1, 0, 0]
+    assert batch.batch["position_ids"][0].tolist()[2:7] == [0, 1, 2, 3, 4]
+    batch.batch["token_level_scores"] = token_level(batch.batch["scores"], batch.batch["response_mask"])
+    batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
+    padded = pad_for_training(batch, 4)
+    assert len(padded) == 4 and padded.batch["response_mask"][1:].sum() == 0
+    assert list(padded.non_tensor_batch["uid"][1:]) == ["padding-0", "padding-1", "padding-2"]
+    with pytest.raises(ValueError, match="response_length 2"):
+        to_batch(rows, prompt_length=4, response_length=2, pad_token_id=0)
