@@ -17,11 +17,11 @@ SMALL = ["track_with=stdout", "eval_steps=0", "max_steps=1", "actor_train.traini
 
 @pytest.fixture(scope="session")
 def agentic_model(tmp_path_factory) -> Path:
-    """The demo's tiny model with a short warm start (replies are mostly one action word)."""
-    from roll.models.agentic_demo import AgenticDemoSettings, prepare_agentic_demo
+    """The demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~1 min)."""
+    from roll.models.agentic_demo import prepare_agentic_demo
 
     directory = tmp_path_factory.mktemp("agentic_demo")
-    prepare_agentic_demo(directory, AgenticDemoSettings(episodes_per_env=60, warm_start_steps=40), log=lambda *_: None)
+    prepare_agentic_demo(directory, log=lambda *_: None)
     return directory / "model"
 
 
@@ -95,3 +95,18 @@ def test_user_defined_environment_example_runs(ray_session, agentic_model, tmp_p
     assert "env_type: my_envs.CorridorEnv" in out and "groups per tag: Corridor 2" in out
     assert "my_envs" not in os.environ.get("PYTHONPATH", "")  # the workers did not need it
     assert "my_envs" in sys.modules
+
+
+def test_frozen_lake_demo_learns(ray_session, agentic_model, tmp_path):
+    """The shipped demo config, 10 steps: the validation success rate (128 held-out maps, sampled with fixed
+    seeds) must at least double and rise by 5 points. Measured: 0.016 → 0.141 (40 steps: 0.320)."""
+    from roll.pipeline.agentic.pipeline import AgenticPipeline
+
+    config = agentic_config(agentic_model, tmp_path, ["max_steps=10", "eval_steps=10",
+                                                      "actor_train.training_args.per_device_train_batch_size=32",
+                                                      "actor_train.training_args.gradient_accumulation_steps=2"])
+    with AgenticPipeline(config) as pipeline:
+        history = pipeline.run()
+    before, after = history["before"]["val/FrozenLake/success"], history["after"]["val/FrozenLake/success"]
+    print(f"FrozenLake validation success: {before:.3f} -> {after:.3f}")
+    assert after >= 2 * before and after >= before + 0.05, (before, after)
