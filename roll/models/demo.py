@@ -18,6 +18,7 @@ import torch
 
 from roll.data import demo_task
 from roll.models.tiny import build_tiny_model
+from roll.utils.functional import left_pad
 from roll.models.warm_start import format_only_examples, warm_start
 
 MARKER = "prepared.json"
@@ -137,16 +138,6 @@ def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                            tokenize=False) for p in prompts]
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-
-
-def left_pad(id_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(ids) for ids in id_lists)
-    ids = torch.full((len(id_lists), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(id_lists), width), dtype=torch.long)
-    for i, row in enumerate(id_lists):
-        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row):] = 1
-    return ids, mask
 
 
 @torch.no_grad()

@@ -15,6 +15,7 @@ from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager
+from roll.pipeline.rlvr import advantages as step_maths
 from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
 from roll.pipeline.rlvr.colocation import PhaseMemory
 from roll.pipeline.rlvr.metrics import fmt, mean_of_ranks, progress
@@ -162,6 +163,22 @@ class BasePipeline:
             metrics.update(mean_of_ranks(self.critic.train_step(batch)))
         self.memory.use("actor_train")
         metrics.update(mean_of_ranks(self.actor_train.train_step(batch)))
+        return metrics
+
+    def update(self, batch: DataProto, step: int, timer: StepTimer) -> dict:
+        """Everything after the rewards: old/ref log-probs (and values), advantages, the PPO update and the
+        weight sync; returns their metrics."""
+        config, metrics = self.config, {}
+        self._forward_passes(batch, timer)
+        with timer.phase("advantages"):
+            metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
+            metrics.update(step_maths.apply_rollout_is(batch, config))
+            step_maths.compute_advantages(batch, config)
+        with timer.phase("train"):
+            metrics.update(self.train(batch, step))
+        with timer.phase("weight_sync"):
+            self.memory.use("actor_train", "actor_infer")
+            metrics.update(self.weight_sync.sync_and_verify(step))
         return metrics
 
     def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:

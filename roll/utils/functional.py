@@ -15,3 +15,14 @@ def response_log_probs(logits: torch.Tensor, responses: torch.Tensor, temperatur
     """log π(response token) under temperature-scaled logits; logits already sliced to the responses."""
     logits = logits.float() / temperature
     return torch.gather(logits.log_softmax(dim=-1), -1, responses.unsqueeze(-1)).squeeze(-1)
+
+
+def left_pad(id_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id lists → (ids, attention mask), left-padded to the longest."""
+    width = max(len(ids) for ids in id_lists)
+    ids = torch.full((len(id_lists), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(id_lists), width), dtype=torch.long)
+    for i, row in enumerate(id_lists):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids, mask

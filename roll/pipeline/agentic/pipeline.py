@@ -22,7 +22,6 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.rewards import episode_metrics, normalize_scores, pad_for_training, token_level
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
-from roll.pipeline.rlvr import advantages as step_maths
 from roll.pipeline.rlvr.metrics import batch_metrics
 from roll.utils.progress import StepTimer
 
@@ -116,16 +115,7 @@ class AgenticPipeline(BasePipeline):
         batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
         real = len(batch)
         batch = pad_for_training(batch, self._train_multiple())
-        self._forward_passes(batch, timer)
-        with timer.phase("advantages"):
-            metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
-            metrics.update(step_maths.apply_rollout_is(batch, config))
-            step_maths.compute_advantages(batch, config)
-        with timer.phase("train"):
-            metrics.update(self.train(batch, step))
-        with timer.phase("weight_sync"):
-            self.memory.use("actor_train", "actor_infer")
-            metrics.update(self.weight_sync.sync_and_verify(step))
+        metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch[:real]))
         metrics.update({"rollout/samples": real, "rollout/padding_rows": len(batch) - real})
         metrics.update(timer.timings)

@@ -10,7 +10,7 @@ import torch
 from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.rlvr.rewards import pad_to_multiple
-from roll.utils.functional import compute_position_ids
+from roll.utils.functional import compute_position_ids, left_pad
 
 ROW_KEYS = ("tag", "traj_group_id", "traj_id", "env_id", "success", "num_turns", "invalid_actions", "truncated")
 
@@ -46,7 +46,8 @@ class EnvRollout:
         replies = {}
         for budget in sorted({r[2] for r in requests}):
             part = [r for r in requests if r[2] == budget]
-            batch = left_pad([ids for _, ids, _ in part], self.pad_token_id)
+            prompts, mask = left_pad([ids for _, ids, _ in part], self.pad_token_id)
+            batch = DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask})
             batch.meta_info.update(generation_config={**generation, "num_return_sequences": 1,
                                                       "max_new_tokens": budget}, seed=seed)
             batch, _ = pad_to_multiple(batch, self.actor_infer.world_size)
@@ -57,16 +58,6 @@ class EnvRollout:
                 replies[env_id] = (out.batch["responses"][row, :n].tolist(),
                                    out.batch["rollout_log_probs"][row, :n].tolist())
         return replies
-
-
-def left_pad(id_lists: list[list[int]], pad_token_id: int) -> DataProto:
-    width = max(len(ids) for ids in id_lists)
-    prompts = torch.full((len(id_lists), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(id_lists), width), dtype=torch.long)
-    for i, ids in enumerate(id_lists):
-        prompts[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        mask[i, width - len(ids):] = 1
-    return DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask})
 
 
 def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_token_id: int) -> DataProto:

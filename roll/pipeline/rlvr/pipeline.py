@@ -10,7 +10,6 @@ import torch
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
-from roll.pipeline.rlvr import advantages as step_maths
 from roll.pipeline.rlvr.callbacks import SampleLogger
 from roll.pipeline.rlvr.metrics import batch_metrics
 from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
@@ -107,16 +106,7 @@ class RLVRPipeline(BasePipeline):
         if config.adv_estimator == "remax":
             with timer.phase("remax_baseline"):
                 self.remax_baselines(batch, rows, step)
-        self._forward_passes(batch, timer)
-        with timer.phase("advantages"):
-            metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
-            metrics.update(step_maths.apply_rollout_is(batch, config))
-            step_maths.compute_advantages(batch, config)
-        with timer.phase("train"):
-            metrics.update(self.train(batch, step))
-        with timer.phase("weight_sync"):
-            self.memory.use("actor_train", "actor_infer")
-            metrics.update(self.weight_sync.sync_and_verify(step))
+        metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
         for callback in self.callbacks:
