@@ -175,6 +175,24 @@ def test_sokoban_shaping_rewards():
     assert rewards[-1] == pytest.approx(-0.1 + 0.5 + 1.0)
 
 
+def test_sokoban_distance_shaping_sums_to_the_distance_covered():
+    """Potential-based: an optimal solution earns shaping × (initial box-target distance) plus the success
+    reward; a push away from the target costs what a push back returns."""
+    env = make_env("sokoban", {"distance_shaping": 0.25, "max_steps": 40})
+    path = solve_sokoban(env.reset(3))
+    start = env.box_distance()
+    rewards = [env.step(a).reward for a in path]
+    assert start > 0 and sum(rewards) == pytest.approx(1.0 + 0.25 * start)
+    env.reset(3)
+    before = env.box_distance()
+    for action in ("Left", "Right", "Up", "Down", "Left", "Right"):  # wander: shaping only ever tracks distance
+        total = env.step(action).reward
+        assert total == pytest.approx(0.25 * (before - env.box_distance())) or env.boxes == env.targets
+        before = env.box_distance()
+        if env.boxes == env.targets:
+            break
+
+
 def test_sokoban_rejects_room_too_small():
     with pytest.raises(ValueError, match="num_boxes"):
         make_env("sokoban", {"dim_room": [4, 4], "num_boxes": 4})

@@ -51,7 +51,7 @@ class SokobanEnv(BaseEnv):
     )
     action_pattern = choice_pattern(ACTIONS)
     default_config = {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 5, "max_steps": 10,
-                      "step_penalty": 0.0, "box_on_target_reward": 0.0}
+                      "step_penalty": 0.0, "box_on_target_reward": 0.0, "distance_shaping": 0.0}
 
     def __init__(self, **env_config):
         super().__init__(**env_config)
@@ -67,7 +67,7 @@ class SokobanEnv(BaseEnv):
                              f"({(self.height - 2) * (self.width - 2)} floor cells, one is the player's)")
         self.depth = check_positive_int(self, "search_depth")
         self.max_steps = check_positive_int(self, "max_steps")
-        for key in ("step_penalty", "box_on_target_reward"):
+        for key in ("step_penalty", "box_on_target_reward", "distance_shaping"):
             if isinstance(self.config[key], bool) or not isinstance(self.config[key], (int, float)):
                 raise ValueError(f"sokoban: env_config {key!r} must be a number, got {self.config[key]!r}")
         self.counter = EpisodeCounter(self.max_steps)
@@ -97,6 +97,11 @@ class SokobanEnv(BaseEnv):
             rows.append(" ".join(cells))
         return "\n".join(rows)
 
+    def box_distance(self) -> int:
+        """Σ over boxes of the Manhattan distance to the nearest target. `distance_shaping` × its decrease is
+        a potential-based shaping reward: it pays for progress without changing which policy is optimal."""
+        return sum(min(abs(b[0] - t[0]) + abs(b[1] - t[1]) for t in self.targets) for b in self.boxes)
+
     def _move(self, choice: str) -> int:
         """Moves the player (pushing a box if one is ahead and free behind); returns the change in boxes on targets."""
         dr, dc = MOVES[choice]
@@ -121,9 +126,11 @@ class SokobanEnv(BaseEnv):
             done = self.counter.finish(False)
             return EnvStep("Invalid action.\n" + self.render(), 0.0, done,
                            {"action_is_valid": False, "success": False, "steps": self.counter.steps})
+        distance = self.box_distance()
         delta = self._move(choice)
         success = self.boxes == self.targets
-        reward = -self.config["step_penalty"] + self.config["box_on_target_reward"] * delta + (1.0 if success else 0.0)
+        reward = (-self.config["step_penalty"] + self.config["box_on_target_reward"] * delta + (1.0 if success else 0.0)
+                  + self.config["distance_shaping"] * (distance - self.box_distance()))
         done = self.counter.finish(success)
         return EnvStep(self.render(), float(reward), done,
                        {"action_is_valid": True, "success": success, "steps": self.counter.steps})
