@@ -231,7 +231,9 @@ class VLLMInferStrategy(InferenceStrategy):
         prompts = batch.batch["prompts"]
         prompt_mask = batch.batch["attention_mask"][:, :prompts.shape[1]]
         seed = batch.meta_info.get("seed")
-        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE
+        # folded below 2**63: the agentic rollout's seeds ((seed * 100003 + step) * 1000 + turn) times the
+        # stride pass vLLM's 64-bit generator limit from config seed 175 on ("Overflow when unpacking long long")
+        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE % 2 ** 63
         if base is not None and not self.request_seeds:
             torch.manual_seed(base)  # the in-process engine samples unseeded requests from the process RNG
             base = None

@@ -39,6 +39,16 @@ def ray_session(demo_dir):
 
 
 @pytest.fixture(scope="session")
+def agentic_model(tmp_path_factory) -> Path:
+    """The agentic demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~1 min)."""
+    from roll.models.agentic_demo import prepare_agentic_demo
+
+    directory = tmp_path_factory.mktemp("agentic_demo")
+    prepare_agentic_demo(directory, log=lambda *_: None)
+    return directory / "model"
+
+
+@pytest.fixture(scope="session")
 def rlvr_config(demo_dir):
     """`rlvr_config(output_dir, overrides=(), blocks=None, **yaml)`: a validated RLVRConfig from the tiny
     demo YAML (or `config_path`/`config_name`) on the session's demo data with SMALL_RUN batches."""

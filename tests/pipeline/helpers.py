@@ -3,10 +3,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_RLVR = REPO / "examples" / "tiny_rlvr"
+AGENTIC_DEMO = REPO / "examples" / "agentic_demo"
 # 8 prompts × 4 samples = 32 samples per step; 4 optimizer steps of 8 rows on one trainer rank.
 SMALL_RUN = ["rollout_batch_size=8", "num_return_sequences_in_group=4",
              "actor_train.training_args.per_device_train_batch_size=8", "actor_train.infer_batch_size=32",
              "eval_steps=0", "track_with=stdout"]
+
+
+SMALL_AGENTIC = ["track_with=stdout", "eval_steps=0", "max_steps=1",
+                 "actor_train.training_args.per_device_train_batch_size=4",
+                 "actor_train.training_args.gradient_accumulation_steps=1"]
 
 
 def data_overrides(demo_dir: Path) -> list[str]:
@@ -28,6 +34,15 @@ def make_config(demo_dir: Path, output_dir: Path, overrides=(), blocks: dict | N
         OmegaConf.set_struct(composed, False)  # Hydra's result refuses new keys such as a whole role
         composed = OmegaConf.merge(composed, OmegaConf.create(blocks))
     return load_rlvr_config(composed)
+
+
+def agentic_config(model: Path, output_dir: Path, overrides=(), config_path=AGENTIC_DEMO,
+                   config_name="frozen_lake_traj"):
+    """A validated AgenticConfig: the YAML on the `agentic_model` fixture's model, SMALL_AGENTIC, then `overrides`."""
+    from roll.configs import compose_config, load_agentic_config
+
+    base = [f"model_path={model}", f"output_dir={output_dir}", *SMALL_AGENTIC]
+    return load_agentic_config(compose_config(str(config_path), config_name, [*base, *overrides]))
 
 
 def run_pipeline(config, sample_dir: Path | None = None, inspect=None) -> dict:

@@ -2,35 +2,13 @@
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
-import pytest
 
-from tests.pipeline.helpers import REPO
+from tests.pipeline.helpers import REPO, SMALL_AGENTIC as SMALL, agentic_config
 
-AGENTIC_DEMO = REPO / "examples" / "agentic_demo"
 CUSTOM_ENV = REPO / "examples" / "custom_env"
-SMALL = ["track_with=stdout", "eval_steps=0", "max_steps=1", "actor_train.training_args.per_device_train_batch_size=4",
-         "actor_train.training_args.gradient_accumulation_steps=1"]
-
-
-@pytest.fixture(scope="session")
-def agentic_model(tmp_path_factory) -> Path:
-    """The demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~1 min)."""
-    from roll.models.agentic_demo import prepare_agentic_demo
-
-    directory = tmp_path_factory.mktemp("agentic_demo")
-    prepare_agentic_demo(directory, log=lambda *_: None)
-    return directory / "model"
-
-
-def agentic_config(model: Path, output_dir: Path, overrides=(), config_path=AGENTIC_DEMO,
-                   config_name="frozen_lake_traj"):
-    from roll.configs import compose_config, load_agentic_config
-
-    base = [f"model_path={model}", f"output_dir={output_dir}", *SMALL]
-    return load_agentic_config(compose_config(str(config_path), config_name, [*base, *overrides]))
+# agentic_model: the session fixture in conftest.py (shared with test_agentic_vllm.py: one ~1 min preparation)
 
 
 def test_both_env_managers_and_token_in_token_out(ray_session, agentic_model, tmp_path):
