@@ -224,7 +224,8 @@ class SGLangInferStrategy(InferenceStrategy):
         prompts = batch.batch["prompts"]
         prompt_mask = batch.batch["attention_mask"][:, :prompts.shape[1]]
         seed = batch.meta_info.get("seed")
-        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE
+        # folded below 2**63 as in vllm_infer: agentic rollouts pass large per-turn seeds
+        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE % 2 ** 63
         input_ids, params = build_requests(prompts, prompt_mask, settings, self.stop_token_ids, base)
         outputs = self.engine.generate(input_ids=input_ids, sampling_params=params, return_logprob=True)
         n = settings["num_return_sequences"]
