@@ -4,8 +4,11 @@
 """
 import argparse
 import json
+import os
 
-from roll.models.agentic_demo import prepare_agentic_demo
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # 2 threads on 2 busy cores are 10-40x slower
+
+from roll.models.agentic_demo import prepare_agentic_demo  # noqa: E402
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
