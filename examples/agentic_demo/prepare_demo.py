@@ -1,6 +1,6 @@
 """Build the agentic demo's tiny model (tokenizer from the environments' texts + a format-only warm start).
 
-    python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data   # ~1 min on 2 CPU cores
+    python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data   # ~4 min on 2 CPU cores
 """
 import argparse
 import json

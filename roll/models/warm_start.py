@@ -2,9 +2,12 @@
 
 Each training prompt is paired with a correctly formatted answer whose number is drawn at random,
 so the model learns to reply "\\boxed{N}" and stop, while its accuracy stays near chance. RL then
-has a format it can be graded on and everything about the task left to learn.
+has a format it can be graded on and everything about the task left to learn. The agentic demo
+(`roll.models.agentic_demo`) also uses it on random-play episodes, where the trained tokens include
+the environment's observations: the environment's dynamics, still not which action is good.
 """
 import random
+import time
 from typing import Callable
 
 import torch
@@ -24,8 +27,9 @@ def format_only_examples(prompts: list[str], answer_pool: list[str], seed: int,
 
 
 def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150, batch_size: int = 32,
-               lr: float = 3e-3, seed: int = 0) -> list[float]:
-    """Trains in place on the assistant tokens only (AdamW, constant lr); returns the loss curve."""
+               lr: float = 3e-3, seed: int = 0, log: Callable[[str], None] | None = None) -> list[float]:
+    """Trains in place on every token after the first prompt (AdamW, constant lr); returns the loss curve.
+    `log`, if given, gets a progress line every tenth of the run."""
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -43,7 +47,8 @@ def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150
     rng = random.Random(seed)
     losses = []
     model.train()
-    for _ in range(steps):
+    started = time.perf_counter()
+    for step in range(steps):
         batch = rng.sample(encoded, min(batch_size, len(encoded)))
         width = max(len(ids) for ids, _ in batch)
         input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
@@ -58,5 +63,9 @@ def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
+        if log is not None and steps >= 10 and (step + 1) % (steps // 10) == 0:
+            elapsed = time.perf_counter() - started
+            log(f"  step {step + 1}/{steps} loss {sum(losses[-20:]) / len(losses[-20:]):.3f} "
+                f"elapsed {elapsed:.0f}s ETA {elapsed / (step + 1) * (steps - step - 1):.0f}s")
     model.save_pretrained(model_dir)
     return losses

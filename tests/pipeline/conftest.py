@@ -40,7 +40,7 @@ def ray_session(demo_dir):
 
 @pytest.fixture(scope="session")
 def agentic_model(tmp_path_factory) -> Path:
-    """The agentic demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~1 min)."""
+    """The agentic demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~4 min)."""
     from roll.models.agentic_demo import prepare_agentic_demo
 
     directory = tmp_path_factory.mktemp("agentic_demo")
