@@ -1,4 +1,5 @@
-"""Build the agentic demo's tiny model (tokenizer from the environments' texts + a format-only warm start).
+"""Build the agentic demo's tiny model: a tokenizer from the environments' texts, then a warm start on
+random play (the reply format, then the environments' dynamics; see roll/models/agentic_demo.py).
 
     python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data   # ~4 min on 2 CPU cores
 """
