@@ -13,8 +13,8 @@ Greedy held-out accuracy (math-verify) is measured before, every --eval_steps, a
 
 The demo folder is prepared (roll.models.demo.prepare_demo) when missing or prepared differently.
 """
+
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -26,8 +26,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from roll.algorithms import (agg_loss, compute_entropy_loss, compute_grpo_outcome_advantage,  # noqa: E402
-                             PolicyLossConfig, compute_policy_loss_vanilla, kl_penalty)
+from roll.algorithms import (
+    PolicyLossConfig,
+    agg_loss,
+    compute_entropy_loss,
+    compute_grpo_outcome_advantage,  # noqa: E402
+    compute_policy_loss_vanilla,
+    kl_penalty,
+)
 from roll.data.demo_task import read_jsonl  # noqa: E402
 from roll.models.demo import DemoSettings, encode_prompts, greedy_eval, load_model, prepare_demo  # noqa: E402
 from roll.workers.rewards.math_verify_grader import grade  # noqa: E402
@@ -77,16 +83,23 @@ def parse_args(argv=None):
 
 
 def demo_settings(args, seed: int) -> DemoSettings:
-    return DemoSettings(seed=seed, hidden_size=args.hidden_size, num_layers=args.num_layers,
-                        num_heads=args.num_heads, balance_answers=not args.unbalanced, warm_start=args.warm_start, warm_start_steps=args.warm_start_steps,
-                        warm_start_lr=args.warm_start_lr)
+    return DemoSettings(
+        seed=seed,
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        num_heads=args.num_heads,
+        balance_answers=not args.unbalanced,
+        warm_start=args.warm_start,
+        warm_start_steps=args.warm_start_steps,
+        warm_start_lr=args.warm_start_lr,
+    )
 
 
 def response_log_probs(model, input_ids, attention_mask, responses, prompt_length, temperature):
     """The contract's log-probs: logits[:, P-1 : P+R-1] / T -> log_softmax -> gather(responses)."""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, prompt_length - 1: prompt_length - 1 + responses.shape[1]].float() / temperature
+    logits = logits[:, prompt_length - 1 : prompt_length - 1 + responses.shape[1]].float() / temperature
     return torch.gather(logits.log_softmax(-1), -1, responses.unsqueeze(-1)).squeeze(-1), logits
 
 
@@ -114,8 +127,8 @@ def collate(tokenizer, rows, prompt_length):
     ids = torch.full((len(rows), prompt_length), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, x in enumerate(ids_list):
-        ids[i, prompt_length - len(x):] = torch.tensor(x)
-        mask[i, prompt_length - len(x):] = 1
+        ids[i, prompt_length - len(x) :] = torch.tensor(x)
+        mask[i, prompt_length - len(x) :] = 1
     return ids, mask
 
 
@@ -127,12 +140,21 @@ def rl_step(model, tokenizer, optimizer, scheduler, rows, step, args, eos, pad, 
     torch.manual_seed(args.seed * 100003 + step)
     model.eval()
     with torch.no_grad():
-        out = model.generate(input_ids=prompts, attention_mask=prompt_mask, do_sample=True,
-                             temperature=args.temperature, top_k=0, top_p=1.0, num_return_sequences=n,
-                             max_new_tokens=R, eos_token_id=eos, pad_token_id=pad)
+        out = model.generate(
+            input_ids=prompts,
+            attention_mask=prompt_mask,
+            do_sample=True,
+            temperature=args.temperature,
+            top_k=0,
+            top_p=1.0,
+            num_return_sequences=n,
+            max_new_tokens=R,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        )
     gen = out[:, P:]
     responses = torch.full((B * n, R), pad, dtype=torch.long)
-    responses[:, :gen.shape[1]] = gen
+    responses[:, : gen.shape[1]] = gen
     is_eos = (responses == eos).long()
     response_mask = (((is_eos.cumsum(-1) - is_eos) == 0) & (torch.arange(R) < gen.shape[1])).float()
     responses[response_mask == 0] = pad
@@ -160,8 +182,9 @@ def rl_step(model, tokenizer, optimizer, scheduler, rows, step, args, eos, pad, 
             ref_log_probs, _ = response_log_probs(reference, input_ids, attention_mask, responses, P, args.temperature)
         timings["ref_log_probs"] = time.perf_counter() - t0
     uids = np.array([f"{step}-{i}" for i in range(B) for _ in range(n)], dtype=object)
-    advantages, _ = compute_grpo_outcome_advantage(token_level_rewards=token_scores, response_mask=response_mask,
-                                                   index=uids)
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=token_scores, response_mask=response_mask, index=uids
+    )
 
     t0 = time.perf_counter()
     model.train()
@@ -174,19 +197,27 @@ def rl_step(model, tokenizer, optimizer, scheduler, rows, step, args, eos, pad, 
         order = torch.as_tensor(rng.permutation(B * n))
         for m in range(0, B * n, mini):
             for u in range(m, m + mini, args.per_device_train_batch_size):
-                idx = order[u:u + args.per_device_train_batch_size]
-                log_probs, logits = response_log_probs(model, input_ids[idx], attention_mask[idx], responses[idx], P,
-                                               args.temperature)
-                loss, pm = compute_policy_loss_vanilla(old_log_probs[idx], log_probs, advantages[idx],
-                                                       response_mask[idx], loss_agg_mode="token-mean",
-                                                       config=PolicyLossConfig(clip_ratio=args.clip_ratio,
-                                                                               clip_ratio_low=args.clip_ratio,
-                                                                               clip_ratio_high=args.clip_ratio))
+                idx = order[u : u + args.per_device_train_batch_size]
+                log_probs, logits = response_log_probs(
+                    model, input_ids[idx], attention_mask[idx], responses[idx], P, args.temperature
+                )
+                loss, pm = compute_policy_loss_vanilla(
+                    old_log_probs[idx],
+                    log_probs,
+                    advantages[idx],
+                    response_mask[idx],
+                    loss_agg_mode="token-mean",
+                    config=PolicyLossConfig(
+                        clip_ratio=args.clip_ratio, clip_ratio_low=args.clip_ratio, clip_ratio_high=args.clip_ratio
+                    ),
+                )
                 if reference is not None:
                     kl = kl_penalty(log_probs, ref_log_probs[idx], args.kl_loss_type)
                     loss = loss + args.kl_loss_coef * agg_loss(kl, response_mask[idx], "token-mean")
                 if args.entropy_loss_coef:
-                    loss = loss - args.entropy_loss_coef * compute_entropy_loss(logits, response_mask[idx], "token-mean")
+                    loss = loss - args.entropy_loss_coef * compute_entropy_loss(
+                        logits, response_mask[idx], "token-mean"
+                    )
                 (loss / args.gradient_accumulation_steps).backward()
                 metrics["pg_loss"].append(loss.item())
                 metrics["clipfrac"].append(pm["pg_clipfrac"])
@@ -198,8 +229,12 @@ def rl_step(model, tokenizer, optimizer, scheduler, rows, step, args, eos, pad, 
             metrics["grad_norm"].append(float(norm))
     timings["train"] = time.perf_counter() - t0
     result = {k: float(np.mean(v)) for k, v in metrics.items()}
-    result.update(reward=scores.mean().item(), response_length=response_mask.sum(-1).mean().item(),
-                  solved_groups=float((scores.view(B, n).max(-1).values > 0).float().mean()), **timings)
+    result.update(
+        reward=scores.mean().item(),
+        response_length=response_mask.sum(-1).mean().item(),
+        solved_groups=float((scores.view(B, n).max(-1).values > 0).float().mean()),
+        **timings,
+    )
     return result
 
 
@@ -211,7 +246,7 @@ def fact_table(rows, replies) -> str:
     for row, reply in zip(rows, replies):
         a, b = [w for w in row["prompt"].split() if w.isdigit()]
         answer = reply.strip()
-        answer = answer[len("\\boxed{"):answer.index("}")] if answer.startswith("\\boxed{") and "}" in answer else "?"
+        answer = answer[len("\\boxed{") : answer.index("}")] if answer.startswith("\\boxed{") and "}" in answer else "?"
         by_fact[f"{a}+{b}"][answer] += 1
     cells = []
     for fact, counts in sorted(by_fact.items()):
@@ -227,8 +262,11 @@ def run(args, seed: int) -> dict:
     random.seed(seed)
     np.random.seed(seed)
     settings = demo_settings(args, seed)
-    data_dir = args.data_dir or (f"/tmp/demo_probe/s{seed}_h{args.hidden_size}l{args.num_layers}"
-                                 f"a{args.num_heads}{'_u' if args.unbalanced else ''}_{args.warm_start}{args.warm_start_steps}_{args.warm_start_lr:g}")
+    data_dir = args.data_dir or (
+        f"/tmp/demo_probe/s{seed}_h{args.hidden_size}l{args.num_layers}"
+        f"a{args.num_heads}{'_u' if args.unbalanced else ''}"
+        f"_{args.warm_start}{args.warm_start_steps}_{args.warm_start_lr:g}"
+    )
     t0 = time.perf_counter()
     summary = prepare_demo(data_dir, settings, log=lambda *_: None)
     prep_seconds = time.perf_counter() - t0
@@ -236,15 +274,23 @@ def run(args, seed: int) -> dict:
     model, tokenizer = load_model(f"{data_dir}/model")
     train_rows, heldout = read_jsonl(f"{data_dir}/train.jsonl"), read_jsonl(f"{data_dir}/heldout.jsonl")
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, eps=args.adam_eps,
-                                  betas=(0.9, args.adam_beta2))
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=args.lr, weight_decay=args.weight_decay, eps=args.adam_eps, betas=(0.9, args.adam_beta2)
+    )
     from roll.strategies.train_common import lr_lambda  # the trainer's schedule (decays to 0 at the last step)
 
-    optimizer_steps = args.max_steps * args.ppo_epochs * (
-        args.rollout_batch_size * args.num_return_sequences_in_group
-        // (args.per_device_train_batch_size * args.gradient_accumulation_steps))
+    optimizer_steps = (
+        args.max_steps
+        * args.ppo_epochs
+        * (
+            args.rollout_batch_size
+            * args.num_return_sequences_in_group
+            // (args.per_device_train_batch_size * args.gradient_accumulation_steps)
+        )
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(args.lr_scheduler_type, args.warmup_steps, optimizer_steps))
+        optimizer, lr_lambda(args.lr_scheduler_type, args.warmup_steps, optimizer_steps)
+    )
     reference = None
     if args.kl_loss_coef > 0:
         reference, _ = load_model(f"{data_dir}/model")
@@ -255,21 +301,35 @@ def run(args, seed: int) -> dict:
     t0 = time.perf_counter()
     before = greedy_eval(model, tokenizer, heldout, args.max_new_tokens)["accuracy"]
     eval_seconds = [time.perf_counter() - t0]
-    say(f"[seed {seed}] prepared in {prep_seconds:.1f}s ({'cached' if summary['skipped'] else 'new'}), "
-        f"held-out greedy accuracy before RL: {100 * before:.1f}%")
+    say(
+        f"[seed {seed}] prepared in {prep_seconds:.1f}s ({'cached' if summary['skipped'] else 'new'}), "
+        f"held-out greedy accuracy before RL: {100 * before:.1f}%"
+    )
     curve, step_times, rl_seconds, rl_cpu_seconds, step = [(0, before)], [], 0.0, 0.0, 0
     for step in range(args.max_steps):
         t0, c0 = time.perf_counter(), time.process_time()
-        m = rl_step(model, tokenizer, optimizer, scheduler, sampler.next_rows(args.rollout_batch_size), step, args, eos, pad,
-                    reference)
+        m = rl_step(
+            model,
+            tokenizer,
+            optimizer,
+            scheduler,
+            sampler.next_rows(args.rollout_batch_size),
+            step,
+            args,
+            eos,
+            pad,
+            reference,
+        )
         step_times.append(time.perf_counter() - t0)
         rl_seconds += step_times[-1]
         rl_cpu_seconds += time.process_time() - c0
         last = step == args.max_steps - 1 or (args.max_rl_seconds and rl_seconds >= args.max_rl_seconds)
-        line = (f"[seed {seed}] step {step:3d} reward {m['reward']:.3f} solved {m['solved_groups']:.2f} "
-                f"len {m['response_length']:.1f} pg {m['pg_loss']:+.3f} clip {m['clipfrac']:.3f} "
-                f"gnorm {m['grad_norm']:.2f} | {step_times[-1]:.2f}s (gen {m['generate']:.2f} "
-                f"rew {m['reward_time']:.2f} old {m['old_log_probs']:.2f} train {m['train']:.2f})")
+        line = (
+            f"[seed {seed}] step {step:3d} reward {m['reward']:.3f} solved {m['solved_groups']:.2f} "
+            f"len {m['response_length']:.1f} pg {m['pg_loss']:+.3f} clip {m['clipfrac']:.3f} "
+            f"gnorm {m['grad_norm']:.2f} | {step_times[-1]:.2f}s (gen {m['generate']:.2f} "
+            f"rew {m['reward_time']:.2f} old {m['old_log_probs']:.2f} train {m['train']:.2f})"
+        )
         if (args.eval_steps and (step + 1) % args.eval_steps == 0) or last:
             t0 = time.perf_counter()
             ev = greedy_eval(model, tokenizer, heldout, args.max_new_tokens)
@@ -278,23 +338,36 @@ def run(args, seed: int) -> dict:
             curve.append((step + 1, acc))
             line += f" | held-out {100 * acc:.1f}% ({len(ev['answer_counts'])} distinct answers)"
             if args.fact_table:
-                line += "\n    " + fact_table(heldout, ev["replies"]) + "\n    e.g. " + " | ".join(
-                    repr(r) for r in ev["replies"][:4])
+                line += (
+                    "\n    "
+                    + fact_table(heldout, ev["replies"])
+                    + "\n    e.g. "
+                    + " | ".join(repr(r) for r in ev["replies"][:4])
+                )
         say(line)
         if last:
             break
     after = curve[-1][1]
-    result = {"seed": seed, "before": before, "after": after, "gain_points": 100 * (after - before),
-              "steps": step + 1, "rl_seconds": round(rl_seconds, 1),
-              "seconds_per_step": round(rl_seconds / (step + 1), 3), "rl_cpu_seconds": round(rl_cpu_seconds, 1),
-              "cpu_seconds_per_step": round(rl_cpu_seconds / (step + 1), 3),
-              "first_step_reaching_+40": next((s for s, a in curve if a - before >= 0.4), None),
-              "eval_seconds_each": round(float(np.mean(eval_seconds)), 2),
-              "curve": [(s, round(100 * a, 1)) for s, a in curve]}
-    say(f"[seed {seed}] held-out greedy accuracy {100 * before:.1f}% -> {100 * after:.1f}% "
+    result = {
+        "seed": seed,
+        "before": before,
+        "after": after,
+        "gain_points": 100 * (after - before),
+        "steps": step + 1,
+        "rl_seconds": round(rl_seconds, 1),
+        "seconds_per_step": round(rl_seconds / (step + 1), 3),
+        "rl_cpu_seconds": round(rl_cpu_seconds, 1),
+        "cpu_seconds_per_step": round(rl_cpu_seconds / (step + 1), 3),
+        "first_step_reaching_+40": next((s for s, a in curve if a - before >= 0.4), None),
+        "eval_seconds_each": round(float(np.mean(eval_seconds)), 2),
+        "curve": [(s, round(100 * a, 1)) for s, a in curve],
+    }
+    say(
+        f"[seed {seed}] held-out greedy accuracy {100 * before:.1f}% -> {100 * after:.1f}% "
         f"({result['gain_points']:+.1f} points) in {result['steps']} steps, RL {rl_seconds:.0f}s "
         f"({result['seconds_per_step']:.2f} s/step; CPU {rl_cpu_seconds:.0f}s, "
-        f"{result['cpu_seconds_per_step']:.2f} s/step), eval {result['eval_seconds_each']:.1f}s each")
+        f"{result['cpu_seconds_per_step']:.2f} s/step), eval {result['eval_seconds_each']:.1f}s each"
+    )
     return result
 
 
@@ -305,8 +378,14 @@ def main(argv=None):
         for r in results:
             print("RESULT " + json.dumps(r))
     if len(results) > 1:
-        print("seeds: " + "; ".join(f"{r['seed']}: {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% "
-                                    f"({r['gain_points']:+.1f}) {r['rl_seconds']:.0f}s" for r in results))
+        print(
+            "seeds: "
+            + "; ".join(
+                f"{r['seed']}: {100 * r['before']:.1f}% -> {100 * r['after']:.1f}% "
+                f"({r['gain_points']:+.1f}) {r['rl_seconds']:.0f}s"
+                for r in results
+            )
+        )
     return results
 
 

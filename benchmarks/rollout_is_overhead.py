@@ -12,6 +12,7 @@ Each is warmed up once, then repeated; medians are reported. The model is delibe
 
     OMP_NUM_THREADS=1 python benchmarks/rollout_is_overhead.py
 """
+
 import argparse
 import os
 import statistics
@@ -22,8 +23,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from roll.algorithms import (compute_mismatch_metrics, compute_policy_loss_vanilla,  # noqa: E402
-                             compute_rollout_correction_and_rejection_mask, compute_rollout_importance_weights)
+from roll.algorithms import (
+    compute_mismatch_metrics,
+    compute_policy_loss_vanilla,  # noqa: E402
+    compute_rollout_correction_and_rejection_mask,
+    compute_rollout_importance_weights,
+)
 
 
 def parse_args(argv=None):
@@ -60,10 +65,16 @@ def make_batch(args, gen):
 
 
 def build_policy(args):
-    config = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.heads,
-                         max_position_embeddings=args.prompt_length + args.response_length,
-                         tie_word_embeddings=False)
+    config = Qwen2Config(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=4 * args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        max_position_embeddings=args.prompt_length + args.response_length,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     return Qwen2ForCausalLM(config).train()
 
@@ -82,7 +93,7 @@ def make_train_step(args, model, old, mask, gen):
         for start in chunks:
             rows = slice(start, start + args.micro_batch)
             logits = model(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
-            log_probs = torch.log_softmax(logits[:, p - 1:-1].float(), dim=-1)
+            log_probs = torch.log_softmax(logits[:, p - 1 : -1].float(), dim=-1)
             log_prob = log_probs.gather(-1, responses[rows].unsqueeze(-1)).squeeze(-1)
             loss, _ = compute_policy_loss_vanilla(old[rows], log_prob, advantages[rows], mask[rows])
             (loss / len(chunks)).backward()
@@ -101,25 +112,36 @@ def main(argv=None):
         compute_mismatch_metrics(old, rollout, mask)
 
     def head_correction():
-        compute_rollout_correction_and_rejection_mask(old, rollout, mask, rollout_is="token",
-                                                      rollout_is_batch_normalize=True,
-                                                      rollout_rs="token_k1,seq_mean_k3",
-                                                      rollout_rs_threshold="2.0,0.01")
+        compute_rollout_correction_and_rejection_mask(
+            old,
+            rollout,
+            mask,
+            rollout_is="token",
+            rollout_is_batch_normalize=True,
+            rollout_rs="token_k1,seq_mean_k3",
+            rollout_rs_threshold="2.0,0.01",
+        )
 
     seed_time = median_seconds(seed_is, args.is_repeats)
     head_time = median_seconds(head_correction, args.is_repeats)
     model = build_policy(args)
     train_time = median_seconds(make_train_step(args, model, old, mask, gen), args.train_repeats)
 
-    print(f"batch: {args.batch} x {args.response_length} response tokens ({int(mask.sum())} valid), "
-          f"prompt {args.prompt_length}; policy: Qwen2 hidden={args.hidden} layers={args.layers} "
-          f"heads={args.heads} vocab={args.vocab}, micro-batch {args.micro_batch}; torch {torch.__version__}, threads={torch.get_num_threads()}")
-    print(f"seed IS weights + metrics + mismatch metrics: median {seed_time * 1e3:.1f} ms "
-          f"over {args.is_repeats} runs")
-    print(f"head rollout correction (token IS, batch norm, token_k1+seq_mean_k3): median {head_time * 1e3:.1f} ms "
-          f"over {args.is_repeats} runs")
-    print(f"policy loss forward+backward (compute_policy_loss_vanilla): median {train_time * 1e3:.0f} ms "
-          f"over {args.train_repeats} runs")
+    print(
+        f"batch: {args.batch} x {args.response_length} response tokens ({int(mask.sum())} valid), "
+        f"prompt {args.prompt_length}; policy: Qwen2 hidden={args.hidden} layers={args.layers} "
+        f"heads={args.heads} vocab={args.vocab}, micro-batch {args.micro_batch}; "
+        f"torch {torch.__version__}, threads={torch.get_num_threads()}"
+    )
+    print(f"seed IS weights + metrics + mismatch metrics: median {seed_time * 1e3:.1f} ms over {args.is_repeats} runs")
+    print(
+        f"head rollout correction (token IS, batch norm, token_k1+seq_mean_k3): median {head_time * 1e3:.1f} ms "
+        f"over {args.is_repeats} runs"
+    )
+    print(
+        f"policy loss forward+backward (compute_policy_loss_vanilla): median {train_time * 1e3:.0f} ms "
+        f"over {args.train_repeats} runs"
+    )
     print(f"IS overhead ratio: {seed_time / train_time:.2%}")
     print(f"head rollout-correction overhead ratio: {head_time / train_time:.2%}")
 

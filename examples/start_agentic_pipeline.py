@@ -8,6 +8,7 @@ Prepare the demo model first: python examples/agentic_demo/prepare_demo.py --out
 --dry_run composes and validates the config, prints it with the environment plan and the placement
 plan, and exits without starting Ray.
 """
+
 import sys
 from pathlib import Path
 
@@ -22,8 +23,9 @@ def main(argv=None) -> int:
 
         return run_pipeline(config)
 
-    return launch(argv, __doc__, Path(__file__).resolve().parent, "agentic_demo", "frozen_lake_traj",
-                  load_agentic_config, run)
+    return launch(
+        argv, __doc__, Path(__file__).resolve().parent, "agentic_demo", "frozen_lake_traj", load_agentic_config, run
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 --dry_run composes and validates the config, prints it with the batch arithmetic and the placement
 plan, and exits without starting Ray.
 """
+
 import sys
 from pathlib import Path
 

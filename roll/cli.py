@@ -7,12 +7,12 @@
 --dry_run composes and validates the config, prints it with the batch arithmetic and the placement
 plan, and exits without starting Ray.
 """
+
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
-
 
 
 def config_dir(path: str, examples: Path) -> Path:
@@ -22,8 +22,9 @@ def config_dir(path: str, examples: Path) -> Path:
     raise SystemExit(f"--config_path {path!r}: no such directory (looked in {Path.cwd()} and {examples})")
 
 
-def launch(argv, description: str, examples: Path, default_path: str, default_name: str, load: Callable,
-           run: Callable) -> int:
+def launch(
+    argv, description: str, examples: Path, default_path: str, default_name: str, load: Callable, run: Callable
+) -> int:
     """`examples`: the launcher's directory; `load`: composed DictConfig → validated config; `run`: config →
     history."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)

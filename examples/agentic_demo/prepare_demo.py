@@ -3,6 +3,7 @@ random play (the reply format, then the environments' dynamics; see roll/models/
 
     python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data   # ~4 min on 2 CPU cores
 """
+
 import argparse
 import json
 import os

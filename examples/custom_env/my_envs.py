@@ -1,5 +1,6 @@
 """A user-defined environment: a corridor to walk along. roll is not modified to use it; the config names
 the class by dotted path (`env_type: my_envs.CorridorEnv`)."""
+
 import random
 
 from roll.agentic.envs import BaseEnv, EnvStep

@@ -10,6 +10,7 @@ Plugged in by dotted path in the YAML (see rlvr_custom_reward.yaml and README.md
 It never looks at the ground truth: it rewards well-formed, short replies, e.g. to teach a model an
 answer format before (or alongside) a correctness reward.
 """
+
 import re
 
 from roll.workers.rewards import RewardWorker
@@ -38,5 +39,7 @@ class FormatRewardWorker(RewardWorker):
         """One score per row. Rows carry the decoded `response_text` (and `prompt_text`, `ground_truth`,
         `tag`) plus the token tensors; `response_mask` marks the generated tokens."""
         lengths = batch.batch["response_mask"].sum(-1).long().tolist()
-        return [format_reward(text, n, self.settings["pattern"], self.settings["length_penalty"])
-                for text, n in zip(batch.non_tensor_batch["response_text"], lengths)]
+        return [
+            format_reward(text, n, self.settings["pattern"], self.settings["length_penalty"])
+            for text, n in zip(batch.non_tensor_batch["response_text"], lengths)
+        ]

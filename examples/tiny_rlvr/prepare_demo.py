@@ -5,6 +5,7 @@
 Writes <output_dir>/model, train.jsonl, heldout.jsonl and prepared.json; re-running with the same
 settings does nothing. Prints a summary ending with the warm-started model's greedy held-out accuracy.
 """
+
 import argparse
 import os
 
@@ -23,17 +24,26 @@ def main() -> None:
     args = parser.parse_args()
     settings = DemoSettings(seed=args.seed, warm_start_steps=args.warm_start_steps)
     s = prepare_demo(args.output_dir, settings, force=args.force)
-    print(f"demo data in {args.output_dir}: {s['train_rows']} train / {s['heldout_rows']} held-out prompts "
-          f"(held-out phrasings never occur in training), vocab {s['vocab_size']}, "
-          f"model {s['parameters'] / 1e3:.0f}k parameters, longest prompt {s['max_prompt_tokens']} tokens")
+    print(
+        f"demo data in {args.output_dir}: {s['train_rows']} train / {s['heldout_rows']} held-out prompts "
+        f"(held-out phrasings never occur in training), vocab {s['vocab_size']}, "
+        f"model {s['parameters'] / 1e3:.0f}k parameters, longest prompt {s['max_prompt_tokens']} tokens"
+    )
     if s["warm_start_loss_first"] is not None:
-        what = ("one-number sentences read back, no sums" if settings.warm_start == "reading"
-                else "task prompts with random answers")
-        print(f"warm start ({settings.warm_start_steps} steps; {what}): "
-              f"loss {s['warm_start_loss_first']:.2f} -> {s['warm_start_loss_last']:.2f}")
-    print(f"held-out greedy accuracy of the warm-started model (math-verify): {100 * s['heldout_accuracy']:.1f}% "
-          f"(well-formed replies {100 * s['heldout_format_ok']:.0f}%, answers given: {s['heldout_answer_counts']})"
-          + (" [cached]" if s["skipped"] else f" [{s['seconds']:.0f}s]"))
+        what = (
+            "one-number sentences read back, no sums"
+            if settings.warm_start == "reading"
+            else "task prompts with random answers"
+        )
+        print(
+            f"warm start ({settings.warm_start_steps} steps; {what}): "
+            f"loss {s['warm_start_loss_first']:.2f} -> {s['warm_start_loss_last']:.2f}"
+        )
+    print(
+        f"held-out greedy accuracy of the warm-started model (math-verify): {100 * s['heldout_accuracy']:.1f}% "
+        f"(well-formed replies {100 * s['heldout_format_ok']:.0f}%, answers given: {s['heldout_answer_counts']})"
+        + (" [cached]" if s["skipped"] else f" [{s['seconds']:.0f}s]")
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Every call goes to all workers (Dispatch.ONE_TO_ALL) with the whole batch of ass
 each worker takes the env ids it owns. Environment steps of one worker run concurrently in a thread
 pool, so slow environments (a tool call in the sandbox) overlap.
 """
+
 from concurrent.futures import ThreadPoolExecutor
 
 from transformers import AutoTokenizer
@@ -35,9 +36,16 @@ class EnvironmentWorker(Worker):
             tag = tags[env_id // manager_config.group_size]
             env_config = settings["custom_envs"][tag]
             self.managers[env_id] = MANAGERS[env_config.env_manager](
-                env_id, tag, env_config, chat, manager_config.format_penalty, settings["prompt_length"],
-                settings["response_length"], gamma=settings["step_reward_gamma"],
-                env_cls=settings["env_classes"][tag])
+                env_id,
+                tag,
+                env_config,
+                chat,
+                manager_config.format_penalty,
+                settings["prompt_length"],
+                settings["response_length"],
+                gamma=settings["step_reward_gamma"],
+                env_cls=settings["env_classes"][tag],
+            )
         self.pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(self.managers))))
         self.logger.info("running %d environments (ids %s)", len(self.managers), list(ids)[:1] + list(ids)[-1:])
 
@@ -72,8 +80,15 @@ class EnvironmentWorker(Worker):
             if manager is None or manager.episode is None:
                 continue
             rows += manager.samples()
-            episodes.append({"tag": manager.tag, "env_id": env_id, "traj_group_id": manager.episode.group_id,
-                             "seed": manager.episode.seed, **manager.episode.stats()})
+            episodes.append(
+                {
+                    "tag": manager.tag,
+                    "env_id": env_id,
+                    "traj_group_id": manager.episode.group_id,
+                    "seed": manager.episode.seed,
+                    **manager.episode.stats(),
+                }
+            )
             manager.episode = None
         return rows, episodes
 
@@ -84,7 +99,20 @@ class EnvironmentWorker(Worker):
         for env_id in env_ids:
             manager = self.managers.get(env_id)
             if manager is not None and manager.episode is not None:
-                out.append({"env_id": env_id, "tag": manager.tag, "seed": manager.episode.seed,
-                            "turns": [{"observation": t.observation, "action": t.action, "reward": t.reward,
-                                       "reply_ids": t.reply_ids} for t in manager.episode.turns]})
+                out.append(
+                    {
+                        "env_id": env_id,
+                        "tag": manager.tag,
+                        "seed": manager.episode.seed,
+                        "turns": [
+                            {
+                                "observation": t.observation,
+                                "action": t.action,
+                                "reward": t.reward,
+                                "reply_ids": t.reply_ids,
+                            }
+                            for t in manager.episode.turns
+                        ],
+                    }
+                )
         return out

@@ -1,13 +1,14 @@
 """Pure-torch RL maths with verl's numbers (spec: shared/spec/rl_algorithms.md). No Ray, no engines."""
-from .reductions import *  # noqa: F401,F403
+
+from . import advantages, aggregation, kl, policy_losses, reductions, rollout_correction, rollout_is, value_losses
 from .advantages import *  # noqa: F401,F403
-from .kl import *  # noqa: F401,F403
 from .aggregation import *  # noqa: F401,F403
+from .kl import *  # noqa: F401,F403
 from .policy_losses import *  # noqa: F401,F403
-from .value_losses import *  # noqa: F401,F403
-from .rollout_is import *  # noqa: F401,F403
+from .reductions import *  # noqa: F401,F403
 from .rollout_correction import *  # noqa: F401,F403
-from . import reductions, advantages, kl, aggregation, policy_losses, value_losses, rollout_is, rollout_correction
+from .rollout_is import *  # noqa: F401,F403
+from .value_losses import *  # noqa: F401,F403
 
 __all__ = [
     name

@@ -3,6 +3,7 @@
 All take per-token rewards (B, T); outcome estimators use the row sum s_i as the sequence score and
 broadcast one advantage over the row's valid tokens. Grouping is by `index` (the prompt uid).
 """
+
 from collections import defaultdict
 
 import torch
@@ -11,12 +12,20 @@ from roll.algorithms._config import config_get
 from roll.algorithms.reductions import masked_whiten
 
 __all__ = [
-    "register_adv_est", "get_adv_estimator_fn", "ADV_ESTIMATOR_REGISTRY",
-    "compute_gae_advantage_return", "compute_grpo_outcome_advantage", "compute_grpo_vectorized_outcome_advantage",
-    "compute_grpo_passk_outcome_advantage", "compute_rloo_outcome_advantage",
-    "compute_rloo_vectorized_outcome_advantage", "compute_opo_outcome_advantage",
-    "compute_reinforce_plus_plus_outcome_advantage", "compute_reinforce_plus_plus_baseline_outcome_advantage",
-    "compute_remax_outcome_advantage", "compute_gpg_outcome_advantage",
+    "register_adv_est",
+    "get_adv_estimator_fn",
+    "ADV_ESTIMATOR_REGISTRY",
+    "compute_gae_advantage_return",
+    "compute_grpo_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage",
+    "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
+    "compute_opo_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_gpg_outcome_advantage",
     "compute_optimal_token_baseline_advantage",
 ]
 
@@ -85,8 +94,9 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
 
 @register_adv_est("grpo")
 @torch.no_grad()
-def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
-                                   norm_adv_by_std_in_grpo=True, config=None):
+def compute_grpo_outcome_advantage(
+    token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None
+):
     scores = token_level_rewards.sum(dim=-1)
     out = torch.zeros_like(scores)
     for rows in _groups(index).values():
@@ -117,8 +127,9 @@ def _group_mean_std(scores: torch.Tensor, index, eps: float):
 
 @register_adv_est("grpo_vectorized")
 @torch.no_grad()
-def compute_grpo_vectorized_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
-                                              norm_adv_by_std_in_grpo=True, config=None):
+def compute_grpo_vectorized_outcome_advantage(
+    token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None
+):
     scores = token_level_rewards.sum(dim=-1).float()
     mean, std, _, _ = _group_mean_std(scores, index, epsilon)
     out = (scores - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else scores - mean
@@ -127,8 +138,9 @@ def compute_grpo_vectorized_outcome_advantage(token_level_rewards, response_mask
 
 @register_adv_est("grpo_passk")
 @torch.no_grad()
-def compute_grpo_passk_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
-                                         norm_adv_by_std_in_grpo=True, config=None, **kwargs):
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None, **kwargs
+):
     normalise = bool(config_get(config, "norm_adv_by_std_in_grpo", True))  # the argument is ignored, as in verl
     scores = token_level_rewards.sum(dim=-1)
     out = torch.zeros_like(scores)
@@ -159,8 +171,9 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, ep
 
 @register_adv_est("rloo_vectorized")
 @torch.no_grad()
-def compute_rloo_vectorized_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6,
-                                              config=None, **kwargs):
+def compute_rloo_vectorized_outcome_advantage(
+    token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs
+):
     scores = token_level_rewards.sum(dim=-1).float()
     _, _, count, total = _group_mean_std(scores, index, epsilon)
     out = (count * scores - total) / (count - 1).clamp(min=1) * (count > 1)  # singletons → 0
@@ -195,8 +208,9 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_
 
 @register_adv_est("reinforce_plus_plus_baseline")
 @torch.no_grad()
-def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards, response_mask, index,
-                                                           epsilon=1e-6, config=None, **kwargs):
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs
+):
     scores = token_level_rewards.sum(dim=-1)
     centred = scores.clone()
     for rows in _groups(index).values():
@@ -216,8 +230,9 @@ def compute_remax_outcome_advantage(token_level_rewards, reward_baselines, respo
 
 @register_adv_est("gpg")
 @torch.no_grad()
-def compute_gpg_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, f_norm=1.0, alpha=1.0,
-                                  config=None, **kwargs):
+def compute_gpg_outcome_advantage(
+    token_level_rewards, response_mask, index, epsilon=1e-6, f_norm=1.0, alpha=1.0, config=None, **kwargs
+):
     scores = token_level_rewards.sum(dim=-1)
     alpha = len(scores) / max(int((scores != 0).sum()), 1)  # recomputed from the batch, as in verl
     out = torch.zeros_like(scores)
@@ -238,14 +253,23 @@ def _zero_unique_longest_tail(baseline: torch.Tensor, rows: list, lengths: torch
     if ordered[0] == ordered[1]:
         return  # a tie for the longest: nothing to zero
     longest = rows[int(torch.argmax(counts))]
-    baseline[longest, int(ordered[1]):] = 0.0
+    baseline[longest, int(ordered[1]) :] = 0.0
 
 
 @register_adv_est("optimal_token_baseline")
 @torch.no_grad()
-def compute_optimal_token_baseline_advantage(token_level_rewards, response_mask, index, old_log_probs, sum_pi_squared,
-                                             rollout_is_weights=None, handle_zero_tail=False, epsilon=1e-8,
-                                             config=None, **kwargs):
+def compute_optimal_token_baseline_advantage(
+    token_level_rewards,
+    response_mask,
+    index,
+    old_log_probs,
+    sum_pi_squared,
+    rollout_is_weights=None,
+    handle_zero_tail=False,
+    epsilon=1e-8,
+    config=None,
+    **kwargs,
+):
     """Per-(group, position) baseline weighted by W_t = Σ_{u≤t} (1 − 2π_u + Σ_v π_v²)(·ρ_u²) (spec §2.10).
 
     `config` and extra kwargs are accepted and ignored so registry dispatch works.

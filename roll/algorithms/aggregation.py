@@ -1,4 +1,5 @@
 """`agg_loss`: a per-token loss matrix → one scalar (spec §4, verl head semantics)."""
+
 from roll.algorithms.reductions import masked_sum
 
 __all__ = ["agg_loss", "LOSS_AGG_MODES"]
@@ -13,8 +14,9 @@ def _row_losses(loss_mat, loss_mask, per_token_mean: bool):
     return row_sums
 
 
-def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None,
-             loss_scale_factor=None):
+def agg_loss(
+    loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None, loss_scale_factor=None
+):
     """Aggregate (B, T) → scalar. `dp_size`, `batch_num_tokens` (global valid-token count) and
     `global_batch_size` (global non-empty row count) make the per-rank losses sum to the global mean;
     defaults give the local mean. Empty rows never count in the sequence modes.

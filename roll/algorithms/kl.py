@@ -1,12 +1,19 @@
 """KL estimators, KL controllers and KL-in-reward (spec §3)."""
+
 import numpy as np
 import torch
 
 from roll.algorithms._config import config_get
 from roll.algorithms.reductions import masked_mean
 
-__all__ = ["kl_penalty", "FixedKLController", "AdaptiveKLController", "get_kl_controller", "apply_kl_penalty",
-           "KL_ESTIMATORS"]
+__all__ = [
+    "kl_penalty",
+    "FixedKLController",
+    "AdaptiveKLController",
+    "get_kl_controller",
+    "apply_kl_penalty",
+    "KL_ESTIMATORS",
+]
 
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 
@@ -74,8 +81,9 @@ def get_kl_controller(kl_ctrl):
         horizon = config_get(kl_ctrl, "horizon", 10000)
         if not horizon > 0:
             raise ValueError(f"adaptive KL controller needs horizon > 0, got {horizon}")
-        return AdaptiveKLController(init_kl_coef=kl_coef, target_kl=config_get(kl_ctrl, "target_kl", 0.1),
-                                    horizon=horizon)
+        return AdaptiveKLController(
+            init_kl_coef=kl_coef, target_kl=config_get(kl_ctrl, "target_kl", 0.1), horizon=horizon
+        )
     raise ValueError(f"unknown kl_ctrl type {kind!r}; valid: ['adaptive', 'fixed']")
 
 

@@ -4,6 +4,7 @@ Every loss: (old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, c
 → (pg_loss, {"pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}) with Python-float metrics (0.0 for a key
 the loss does not define). IS weights multiply the per-token loss before aggregation.
 """
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -13,10 +14,18 @@ from roll.algorithms.aggregation import agg_loss
 from roll.algorithms.reductions import masked_mean, masked_sum
 
 __all__ = [
-    "PolicyLossConfig", "register_policy_loss", "get_policy_loss_fn", "POLICY_LOSS_REGISTRY",
-    "compute_policy_loss_vanilla", "compute_policy_loss_gspo", "compute_policy_loss_gpg",
-    "compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov", "compute_policy_loss_geo_mean",
-    "compute_policy_loss_cispo", "compute_policy_loss_sapo",
+    "PolicyLossConfig",
+    "register_policy_loss",
+    "get_policy_loss_fn",
+    "POLICY_LOSS_REGISTRY",
+    "compute_policy_loss_vanilla",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_gpg",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_kl_cov",
+    "compute_policy_loss_geo_mean",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_sapo",
 ]
 
 
@@ -28,6 +37,7 @@ class PolicyLossConfig:
     accepts a mapping or any object with these attributes (verl's ActorConfig, where the clip-cov / kl-cov
     keys sit under `policy_loss`); a missing key takes the default below.
     """
+
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = 0.2  # None → clip_ratio
     clip_ratio_high: float | None = 0.2  # None → clip_ratio
@@ -122,8 +132,9 @@ def _clamped_log_ratio(old_log_prob, log_prob):
 
 
 @register_policy_loss("vanilla")
-def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                config=None, rollout_is_weights=None):
+def compute_policy_loss_vanilla(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """Dual-clip PPO: the clipped surrogate, and for A < 0 a cap of c·|A| on the loss."""
     low, high = _clip_range(config)
     c = _option(config, "clip_ratio_c")
@@ -135,14 +146,17 @@ def compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mas
     capped = torch.gt(clipped, cap) & (advantages < 0)
     losses = torch.where(advantages < 0, torch.minimum(cap, clipped), clipped)
     pg_loss = _aggregate(_weighted(losses, rollout_is_weights), response_mask, loss_agg_mode, config)
-    return pg_loss, _metrics(masked_mean(clip_used.float(), response_mask).item(),
-                             masked_mean(-log_ratio, response_mask).item(),
-                             masked_mean(capped.float(), response_mask).item())
+    return pg_loss, _metrics(
+        masked_mean(clip_used.float(), response_mask).item(),
+        masked_mean(-log_ratio, response_mask).item(),
+        masked_mean(capped.float(), response_mask).item(),
+    )
 
 
 @register_policy_loss("gspo")
-def compute_policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                             config=None, rollout_is_weights=None):
+def compute_policy_loss_gspo(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """Sequence-level ratio s_i = exp(mean valid log-ratio) on every token, with per-token gradient s_i.
     Always aggregated as seq-mean-token-mean (`loss_agg_mode` is ignored, as in verl)."""
     low, high = _clip_range(config)
@@ -153,13 +167,15 @@ def compute_policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, 
     ratio = torch.exp(torch.clamp(token_log_ratio, max=10.0))
     _, _, losses, clip_used = _ppo_clip(advantages, ratio, low, high)
     pg_loss = _aggregate(_weighted(losses, rollout_is_weights), response_mask, "seq-mean-token-mean", config)
-    return pg_loss, _metrics(masked_mean(clip_used.float(), response_mask).item(),
-                             masked_mean(-delta, response_mask).item())
+    return pg_loss, _metrics(
+        masked_mean(clip_used.float(), response_mask).item(), masked_mean(-delta, response_mask).item()
+    )
 
 
 @register_policy_loss("gpg")
-def compute_policy_loss_gpg(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                            config=None, rollout_is_weights=None):
+def compute_policy_loss_gpg(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """Plain policy gradient −A·log π (no ratio, no clipping); all metrics 0."""
     losses = _weighted(-log_prob * advantages, rollout_is_weights)
     return _aggregate(losses, response_mask, loss_agg_mode, config), _metrics()
@@ -180,14 +196,15 @@ def _clip_cov_selection(advantages, log_prob, response_mask, already_clipped, co
     k = max(int(ratio_option * response_mask.sum().item()), 1)
     corr = torch.ones_like(advantages)
     if len(candidates):
-        chosen = candidates[torch.randperm(len(candidates))[:min(k, len(candidates))]]
+        chosen = candidates[torch.randperm(len(candidates))[: min(k, len(candidates))]]
         corr[chosen[:, 0], chosen[:, 1]] = 0.0
     return corr
 
 
 @register_policy_loss("clip_cov")
-def compute_policy_loss_clip_cov(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                 config=None, rollout_is_weights=None):
+def compute_policy_loss_clip_cov(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """Clip-Cov: PPO clip, plus a few high-covariance tokens dropped from the loss (no ±20 clamp)."""
     low, high = _clip_range(config)
     delta = log_prob - old_log_prob
@@ -195,8 +212,10 @@ def compute_policy_loss_clip_cov(old_log_prob, log_prob, advantages, response_ma
     with torch.no_grad():
         corr = _clip_cov_selection(advantages, log_prob, response_mask, clip_used & (response_mask > 0), config)
     losses = _weighted(clipped * corr, rollout_is_weights)
-    return (_aggregate(losses, response_mask, loss_agg_mode, config),
-            _metrics(masked_mean((corr == 0).float(), response_mask).item(), masked_mean(-delta, response_mask).item()))
+    return (
+        _aggregate(losses, response_mask, loss_agg_mode, config),
+        _metrics(masked_mean((corr == 0).float(), response_mask).item(), masked_mean(-delta, response_mask).item()),
+    )
 
 
 def _kl_cov_selection(advantages, log_prob, response_mask, ratio_option) -> torch.Tensor:
@@ -212,8 +231,9 @@ def _kl_cov_selection(advantages, log_prob, response_mask, ratio_option) -> torc
 
 
 @register_policy_loss("kl_cov")
-def compute_policy_loss_kl_cov(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                               config=None, rollout_is_weights=None):
+def compute_policy_loss_kl_cov(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """KL-Cov: unclipped −A·r, plus κ|δ| on the top-k covariance tokens. ppo_kl reports mean |δ|."""
     coef = _option(config, "ppo_kl_coef")
     coef = 1.0 if coef is None else coef
@@ -224,13 +244,16 @@ def compute_policy_loss_kl_cov(old_log_prob, log_prob, advantages, response_mask
     selected = torch.zeros_like(response_mask, dtype=torch.bool)
     selected[top[:, 0], top[:, 1]] = True
     losses = _weighted(torch.where(selected, losses + coef * delta.abs(), losses), rollout_is_weights)
-    return (_aggregate(losses, response_mask, loss_agg_mode, config),
-            _metrics(ppo_kl=masked_mean(delta.abs(), response_mask).item()))
+    return (
+        _aggregate(losses, response_mask, loss_agg_mode, config),
+        _metrics(ppo_kl=masked_mean(delta.abs(), response_mask).item()),
+    )
 
 
 @register_policy_loss("geo_mean")
-def compute_policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                                 config=None, rollout_is_weights=None):
+def compute_policy_loss_geo_mean(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """GMPO: geometric mean of the (sign-aware, one-sided clipped) token ratios per sequence; plain mean
     over all B rows (`loss_agg_mode` and `global_batch_info` are ignored, as in verl)."""
     low, high = _clip_range(config)
@@ -247,14 +270,17 @@ def compute_policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_ma
         log_w = torch.log(rollout_is_weights.detach() + 1e-10)  # a zero weight becomes ≈1e-10, as in verl
         seq_loss = seq_loss * torch.exp(masked_sum(log_w, response_mask, axis=-1) / lengths)
     clipped = (delta != delta_clipped).float()
-    return seq_loss.mean(), _metrics(masked_mean(clipped * (advantages > 0), response_mask).item(),
-                                     masked_mean(-delta, response_mask).item(),
-                                     masked_mean(clipped * (advantages < 0), response_mask).item())
+    return seq_loss.mean(), _metrics(
+        masked_mean(clipped * (advantages > 0), response_mask).item(),
+        masked_mean(-delta, response_mask).item(),
+        masked_mean(clipped * (advantages < 0), response_mask).item(),
+    )
 
 
 @register_policy_loss("cispo")
-def compute_policy_loss_cispo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                              config=None, rollout_is_weights=None):
+def compute_policy_loss_cispo(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """CISPO: −sg(clip(r))·A·log π — the clipped ratio only weights the gradient, never blocks it."""
     low, high = _clip_range(config)
     log_ratio = _clamped_log_ratio(old_log_prob, log_prob)
@@ -262,18 +288,24 @@ def compute_policy_loss_cispo(old_log_prob, log_prob, advantages, response_mask,
     clipped_ratio = torch.clamp(ratio, 1 - low, 1 + high).detach()
     losses = _weighted(-clipped_ratio * advantages * log_prob, rollout_is_weights)
     clipfrac = masked_mean((ratio != clipped_ratio).float(), response_mask)
-    return (_aggregate(losses, response_mask, loss_agg_mode, config),
-            _metrics(clipfrac.item(), masked_mean(-log_ratio, response_mask).item()))
+    return (
+        _aggregate(losses, response_mask, loss_agg_mode, config),
+        _metrics(clipfrac.item(), masked_mean(-log_ratio, response_mask).item()),
+    )
 
 
 @register_policy_loss("sapo")
-def compute_policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
-                             config=None, rollout_is_weights=None):
+def compute_policy_loss_sapo(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     """SAPO: a smooth sigmoid gate σ(τ(r−1))·4/τ instead of a hard clip; always seq-mean-token-mean."""
     log_ratio = _clamped_log_ratio(old_log_prob, log_prob)
     ratio = torch.exp(log_ratio)
-    tau = torch.where(advantages > 0, torch.full_like(ratio, _option(config, "tau_pos")),
-                      torch.full_like(ratio, _option(config, "tau_neg")))
+    tau = torch.where(
+        advantages > 0,
+        torch.full_like(ratio, _option(config, "tau_pos")),
+        torch.full_like(ratio, _option(config, "tau_neg")),
+    )
     gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
     losses = _weighted(-gate * advantages, rollout_is_weights)
     pg_loss = _aggregate(losses, response_mask, "seq-mean-token-mean", config)

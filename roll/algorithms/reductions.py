@@ -1,4 +1,5 @@
 """Masked reductions shared by every estimator and loss (spec §1)."""
+
 import torch
 
 __all__ = ["masked_sum", "masked_mean", "masked_var", "masked_whiten", "clip_by_value", "entropy_from_logits"]

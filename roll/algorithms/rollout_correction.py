@@ -5,23 +5,43 @@ metrics only), no veto; optional batch normalisation of the weights; rejection a
 response mask only and never touches the weights. Weight statistics and the off-policy diagnostics
 are the seed helpers, so both versions report identical numbers for identical inputs.
 """
+
 import math
 
 import torch
 import torch.distributed as dist
 
 from roll.algorithms.reductions import masked_mean, masked_sum
-from roll.algorithms.rollout_is import (SAFETY_BOUND, check_log_prob_inputs, is_weight_metrics, level_log_ratio,
-                                        offpolicy_metrics, safe_weights, to_floats)
+from roll.algorithms.rollout_is import (
+    SAFETY_BOUND,
+    check_log_prob_inputs,
+    is_weight_metrics,
+    level_log_ratio,
+    offpolicy_metrics,
+    safe_weights,
+    to_floats,
+)
 
 __all__ = ["compute_rollout_correction_and_rejection_mask", "ROLLOUT_RS_OPTIONS"]
 
 CORRECTION_IS_LEVELS = ("token", "sequence")
-ROLLOUT_RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-                      "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
+ROLLOUT_RS_OPTIONS = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
 
 
 # ----------------------------------------------------------------------------- IS weights
+
 
 def _all_reduce_parts(numerator, denominator):
     """Sum numerator and denominator over the data-parallel group, so every rank divides by the same mean."""
@@ -35,7 +55,9 @@ def _all_reduce_parts(numerator, denominator):
 def _batch_norm_factor(weights, response_mask, level):
     """Mean truncated weight: over valid tokens (token level) or over non-empty rows (sequence level)."""
     if level == "token":
-        numerator, denominator = _all_reduce_parts(masked_sum(weights, response_mask), response_mask.sum().to(weights.dtype))
+        numerator, denominator = _all_reduce_parts(
+            masked_sum(weights, response_mask), response_mask.sum().to(weights.dtype)
+        )
         return numerator / (denominator + 1e-8)
     row_weights = masked_mean(weights, response_mask, axis=-1)
     non_empty = (response_mask.sum(dim=-1) > 0).to(weights.dtype)
@@ -64,6 +86,7 @@ def _correction_weights(log_ratio, response_mask, level, threshold, batch_normal
 
 
 # ----------------------------------------------------------------------------- rejection
+
 
 def _parse_options(rollout_rs):
     if not isinstance(rollout_rs, str):
@@ -112,8 +135,10 @@ def _parse_thresholds(options, rollout_rs_threshold):
     if len(specs) == 1:
         specs = specs * len(options)
     if len(specs) != len(options):
-        raise ValueError(f"rollout_rs_threshold gives {len(specs)} thresholds for {len(options)} options "
-                         f"{options}; give one shared threshold or one per option")
+        raise ValueError(
+            f"rollout_rs_threshold gives {len(specs)} thresholds for {len(options)} options "
+            f"{options}; give one shared threshold or one per option"
+        )
     return [_option_bounds(option, spec) for option, spec in zip(options, specs)]
 
 
@@ -206,17 +231,27 @@ def _rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold):
 
 # ----------------------------------------------------------------------------- entry point
 
+
 def _chi2_metrics(log_ratio, response_mask):
     bounded = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)
     seq_log_ratio = masked_sum(log_ratio, response_mask, axis=-1).clamp(-SAFETY_BOUND, SAFETY_BOUND)
-    return {"chi2_token": masked_mean(torch.exp(bounded).square(), response_mask) - 1.0,
-            "chi2_seq": torch.exp(2.0 * seq_log_ratio).mean() - 1.0}
+    return {
+        "chi2_token": masked_mean(torch.exp(bounded).square(), response_mask) - 1.0,
+        "chi2_seq": torch.exp(2.0 * seq_log_ratio).mean() - 1.0,
+    }
 
 
 @torch.no_grad()
-def compute_rollout_correction_and_rejection_mask(old_log_prob, rollout_log_prob, response_mask, rollout_is=None,
-                                                  rollout_is_threshold=2.0, rollout_is_batch_normalize=False,
-                                                  rollout_rs=None, rollout_rs_threshold=None):
+def compute_rollout_correction_and_rejection_mask(
+    old_log_prob,
+    rollout_log_prob,
+    response_mask,
+    rollout_is=None,
+    rollout_is_threshold=2.0,
+    rollout_is_batch_normalize=False,
+    rollout_rs=None,
+    rollout_rs_threshold=None,
+):
     """Head rollout correction: returns (weights or None, modified response mask, metrics `rollout_corr/*`).
 
     rollout_is ∈ {None, "token", "sequence"}: weights min(ρ, U) (optionally divided by their batch mean).
@@ -230,8 +265,9 @@ def compute_rollout_correction_and_rejection_mask(old_log_prob, rollout_log_prob
     metrics = {}
     weights = None
     if rollout_is is not None:
-        weights, is_metrics = _correction_weights(log_ratio, response_mask, rollout_is, rollout_is_threshold,
-                                                  rollout_is_batch_normalize)
+        weights, is_metrics = _correction_weights(
+            log_ratio, response_mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize
+        )
         metrics.update(is_metrics)
     modified_mask = response_mask.clone()
     if rollout_rs is not None:

@@ -6,6 +6,7 @@ geometric level) that is truncated or clipped at thresholds, a per-sequence veto
 tokens, and a set of diagnostics. The head module (`rollout_correction.py`) reuses the weight and
 metric helpers defined here so the two versions cannot drift apart.
 """
+
 import torch
 
 from roll.algorithms.reductions import masked_mean, masked_sum
@@ -22,14 +23,19 @@ PERCENTILES = (25, 50, 75, 95, 99)
 
 # ----------------------------------------------------------------------------- shared helpers
 
+
 def check_log_prob_inputs(old_log_prob, rollout_log_prob, response_mask):
     """Shape and non-empty checks shared by the seed and head entry points."""
     if rollout_log_prob is not None and rollout_log_prob.shape != old_log_prob.shape:
-        raise ValueError(f"rollout_log_prob shape {tuple(rollout_log_prob.shape)} does not match "
-                         f"old_log_prob shape {tuple(old_log_prob.shape)}")
+        raise ValueError(
+            f"rollout_log_prob shape {tuple(rollout_log_prob.shape)} does not match "
+            f"old_log_prob shape {tuple(old_log_prob.shape)}"
+        )
     if response_mask.shape != old_log_prob.shape:
-        raise ValueError(f"response_mask shape {tuple(response_mask.shape)} does not match "
-                         f"old_log_prob shape {tuple(old_log_prob.shape)}")
+        raise ValueError(
+            f"response_mask shape {tuple(response_mask.shape)} does not match "
+            f"old_log_prob shape {tuple(old_log_prob.shape)}"
+        )
     if not response_mask.bool().any():
         raise ValueError("response_mask has no valid token; rollout IS metrics are undefined for an empty batch")
 
@@ -127,17 +133,19 @@ def offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask):
     log_ratio = old_log_prob - rollout_log_prob
     rollout_mean = masked_mean(rollout_log_prob, response_mask, axis=-1)
     diff = rollout_mean - train_mean  # per-row log(ppl_train / ppl_rollout)
-    metrics.update({
-        "kl": masked_mean(-log_ratio, response_mask),
-        "k3_kl": masked_mean(torch.exp(log_ratio) - log_ratio - 1, response_mask),  # unclamped, as verl
-        "rollout_ppl": torch.exp(-rollout_mean).mean(),
-        "rollout_log_ppl": (-rollout_mean).mean(),
-        "log_ppl_diff": diff.mean(),
-        "log_ppl_abs_diff": diff.abs().mean(),
-        "log_ppl_diff_max": diff.max(),
-        "log_ppl_diff_min": diff.min(),
-        "ppl_ratio": torch.exp(diff).mean(),
-    })
+    metrics.update(
+        {
+            "kl": masked_mean(-log_ratio, response_mask),
+            "k3_kl": masked_mean(torch.exp(log_ratio) - log_ratio - 1, response_mask),  # unclamped, as verl
+            "rollout_ppl": torch.exp(-rollout_mean).mean(),
+            "rollout_log_ppl": (-rollout_mean).mean(),
+            "log_ppl_diff": diff.mean(),
+            "log_ppl_abs_diff": diff.abs().mean(),
+            "log_ppl_diff_max": diff.max(),
+            "log_ppl_diff_min": diff.min(),
+            "ppl_ratio": torch.exp(diff).mean(),
+        }
+    )
     return metrics
 
 
@@ -146,6 +154,7 @@ def to_floats(metrics, prefix=""):
 
 
 # ----------------------------------------------------------------------------- seed-only pieces
+
 
 def _thresholds(upper, lower, veto):
     """(U, L) as floats, L = 1/U unless given; rejects values whose logs or reciprocals are meaningless."""
@@ -189,14 +198,23 @@ def _keep_metrics(keep, unit_keep, response_mask, level, mode):
         row_hit = (masked_sum(1.0 - keep, response_mask, axis=-1) > 0).float()
     else:  # one decision per row, empty rows included (their weight is 1)
         row_hit = 1.0 - unit_keep
-    return {f"rollout_is_{name}_fraction": masked_mean(1.0 - keep, response_mask),
-            f"rollout_is_seq_{name}_fraction": row_hit.mean()}
+    return {
+        f"rollout_is_{name}_fraction": masked_mean(1.0 - keep, response_mask),
+        f"rollout_is_seq_{name}_fraction": row_hit.mean(),
+    }
 
 
 @torch.no_grad()
-def compute_rollout_importance_weights(old_log_prob, rollout_log_prob, response_mask, rollout_is_level="token",
-                                       rollout_is_mode="truncate", rollout_is_threshold=None,
-                                       rollout_is_threshold_lower=None, rollout_is_veto_threshold=1e-4):
+def compute_rollout_importance_weights(
+    old_log_prob,
+    rollout_log_prob,
+    response_mask,
+    rollout_is_level="token",
+    rollout_is_mode="truncate",
+    rollout_is_threshold=None,
+    rollout_is_threshold_lower=None,
+    rollout_is_veto_threshold=1e-4,
+):
     """Seed rollout IS: returns (weights (B, T) or None, metrics prefixed `mismatch/`).
 
     truncate caps weights at U (no lower bound); clip/mask zeroes weights outside [L, U] (L = 1/U by
@@ -235,8 +253,9 @@ def compute_rollout_importance_weights(old_log_prob, rollout_log_prob, response_
         weights = weights * keep
     weights = weights * (~has_catastrophic).to(weights.dtype) * response_mask
 
-    metrics.update({f"mismatch_{k}": v for k, v in offpolicy_metrics(old_log_prob, rollout_log_prob,
-                                                                      response_mask).items()})
+    metrics.update(
+        {f"mismatch_{k}": v for k, v in offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask).items()}
+    )
     return weights, to_floats(metrics, "mismatch/")
 
 
@@ -247,5 +266,6 @@ def compute_mismatch_metrics(old_log_prob, rollout_log_prob, response_mask):
     `rollout_log_prob` may be None: only the training perplexities are then reported.
     """
     check_log_prob_inputs(old_log_prob, rollout_log_prob, response_mask)
-    return to_floats({f"mismatch_{k}": v for k, v in offpolicy_metrics(old_log_prob, rollout_log_prob,
-                                                                      response_mask).items()})
+    return to_floats(
+        {f"mismatch_{k}": v for k, v in offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask).items()}
+    )

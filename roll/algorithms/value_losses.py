@@ -1,4 +1,5 @@
 """Value (critic) loss and entropy loss (spec §6)."""
+
 import torch
 
 from roll.algorithms.aggregation import agg_loss

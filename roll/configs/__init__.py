@@ -7,6 +7,7 @@ Shared blocks (e.g. `deepspeed_zero2` from examples/config/) may sit at the top 
 interpolates them (`strategy_config: ${deepspeed_zero2}`) or when they are one of the shipped
 blocks; any other unknown key is an error with the closest valid name.
 """
+
 import dataclasses
 import re
 from pathlib import Path
@@ -15,18 +16,56 @@ from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, check_a
 from roll.configs.base import PipelineConfig
 from roll.configs.loader import ConfigError, build
 from roll.configs.rlvr import RLVRConfig
-from roll.configs.validation import (BatchPlan, batch_plan, check_algorithm, check_generation, check_micro_batching,
-                                     check_roles, roles)
-from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
-                                 ValidationConfig, WorkerConfig)
+from roll.configs.validation import (
+    BatchPlan,
+    batch_plan,
+    check_algorithm,
+    check_generation,
+    check_micro_batching,
+    check_roles,
+    roles,
+)
+from roll.configs.worker import (
+    DataArgs,
+    GeneratingArgs,
+    ModelArgs,
+    RewardConfig,
+    StrategyArgs,
+    TrainingArgs,
+    ValidationConfig,
+    WorkerConfig,
+)
 
-__all__ = ["ConfigError", "PipelineConfig", "RLVRConfig", "WorkerConfig", "RewardConfig", "ModelArgs",
-           "TrainingArgs", "DataArgs", "GeneratingArgs", "StrategyArgs", "ValidationConfig", "BatchPlan",
-           "AgenticConfig", "compose_config", "load_rlvr_config", "load_agentic_config", "batch_plan", "describe_config", "policy_loss_config"]
+__all__ = [
+    "ConfigError",
+    "PipelineConfig",
+    "RLVRConfig",
+    "WorkerConfig",
+    "RewardConfig",
+    "ModelArgs",
+    "TrainingArgs",
+    "DataArgs",
+    "GeneratingArgs",
+    "StrategyArgs",
+    "ValidationConfig",
+    "BatchPlan",
+    "AgenticConfig",
+    "compose_config",
+    "load_rlvr_config",
+    "load_agentic_config",
+    "batch_plan",
+    "describe_config",
+    "policy_loss_config",
+]
 
 # Top-level blocks of the shared files in examples/config/, allowed even when no key uses them.
-SHIPPED_BLOCKS = ("deepspeed_zero", "deepspeed_zero2", "deepspeed_zero2_cpuoffload", "deepspeed_zero3",
-                  "deepspeed_zero3_cpuoffload")
+SHIPPED_BLOCKS = (
+    "deepspeed_zero",
+    "deepspeed_zero2",
+    "deepspeed_zero2_cpuoffload",
+    "deepspeed_zero3",
+    "deepspeed_zero3_cpuoffload",
+)
 ROLE_KEYS = ("actor_train", "actor_infer", "reference", "critic")
 _INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
 
@@ -43,8 +82,10 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
 
     directory = Path(config_path).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
-        raise ConfigError(f"--config_name {config_name!r}: {directory / (config_name + '.yaml')} does not exist "
-                          f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})")
+        raise ConfigError(
+            f"--config_name {config_name!r}: {directory / (config_name + '.yaml')} does not exist "
+            f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})"
+        )
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             return compose(config_name=config_name, overrides=[_set_or_add(o) for o in overrides])
@@ -61,7 +102,7 @@ def load_rlvr_config(config) -> RLVRConfig:
     data = _resolve_and_strip_shared_blocks(config, RLVRConfig)
     for role in ROLE_KEYS:
         _name_role(data, role, role)
-    for domain in list((data.get("rewards") or {})):
+    for domain in list(data.get("rewards") or {}):
         _name_role(data["rewards"], domain, f"rewards.{domain}")
     rlvr = build(RLVRConfig, data)
     check_roles(rlvr)
@@ -128,9 +169,14 @@ def policy_loss_config(config: RLVRConfig):
         clip_ratio_high=config.pg_clip if config.pg_clip_high is None else config.pg_clip_high,
         # no dual clip = a cap that never binds
         clip_ratio_c=config.dual_clip_ratio_c if config.dual_clip_loss else float("inf"),
-        clip_cov_ratio=config.clip_cov_ratio, clip_cov_lb=config.clip_cov_lb, clip_cov_ub=config.clip_cov_ub,
-        kl_cov_ratio=config.kl_cov_ratio, ppo_kl_coef=config.ppo_kl_coef, tau_pos=config.tau_pos,
-        tau_neg=config.tau_neg)
+        clip_cov_ratio=config.clip_cov_ratio,
+        clip_cov_lb=config.clip_cov_lb,
+        clip_cov_ub=config.clip_cov_ub,
+        kl_cov_ratio=config.kl_cov_ratio,
+        ppo_kl_coef=config.ppo_kl_coef,
+        tau_pos=config.tau_pos,
+        tau_neg=config.tau_neg,
+    )
 
 
 def describe_config(config) -> str:
@@ -140,17 +186,30 @@ def describe_config(config) -> str:
     from roll.distributed.resource_manager import format_plan, placement_plan
     from roll.strategies import IMPLEMENTED
 
-    planned = sorted({w.strategy_args.strategy_name for w in roles(config).values()
-                      if w.strategy_args is not None and w.strategy_args.strategy_name not in IMPLEMENTED})
+    planned = sorted(
+        {
+            w.strategy_args.strategy_name
+            for w in roles(config).values()
+            if w.strategy_args is not None and w.strategy_args.strategy_name not in IMPLEMENTED
+        }
+    )
     arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()
-    parts = ["resolved config:", OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(), arithmetic,
-             format_plan(placement_plan(roles(config)), config.num_devices)]
+    parts = [
+        "resolved config:",
+        OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(),
+        arithmetic,
+        format_plan(placement_plan(roles(config)), config.num_devices),
+    ]
     if config.reference is not None and not (config.use_kl_loss or config.add_token_level_kl):
-        parts.append("note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
-                     "reads its log-probs: it will not be started")
+        parts.append(
+            "note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
+            "reads its log-probs: it will not be started"
+        )
     if planned:
-        parts.append(f"note: strategies {planned} are not implemented in this version of roll; this config can be "
-                     f"validated (--dry_run) but not run")
+        parts.append(
+            f"note: strategies {planned} are not implemented in this version of roll; this config can be "
+            f"validated (--dry_run) but not run"
+        )
     return "\n".join(parts)
 
 
@@ -162,10 +221,14 @@ def _describe_envs(config: AgenticConfig) -> str:
             continue
         tags = group_tags(manager)
         per_tag = ", ".join(f"{tag} {tags.count(tag)}" for tag in manager.tags)
-        lines.append(f"  {key:<18} {manager.num_env_groups} groups × {manager.group_size} envs = {manager.num_envs} "
-                     f"envs on {num_env_workers(manager)} env worker(s); groups per tag: {per_tag}")
-    lines.append(f"  trajectories per step  {config.rollout_batch_size} (= {config.episodes_per_env} episode(s) per "
-                 f"training env)")
+        lines.append(
+            f"  {key:<18} {manager.num_env_groups} groups × {manager.group_size} envs = {manager.num_envs} "
+            f"envs on {num_env_workers(manager)} env worker(s); groups per tag: {per_tag}"
+        )
+    lines.append(
+        f"  trajectories per step  {config.rollout_batch_size} (= {config.episodes_per_env} episode(s) per "
+        f"training env)"
+    )
     for name, steps in optimizer_steps(config).items():
         lines.append(f"  {name} optimizer steps ~{steps} per pipeline step")
     return "\n".join(lines)

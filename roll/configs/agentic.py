@@ -8,9 +8,10 @@ Batch shape: every pipeline step collects `rollout_batch_size` trajectories. The
 `num_env_groups × group_size` environments; the `group_size` environments of a group start each episode
 from the same seed (the same initial state), so their trajectories form one GRPO group.
 """
+
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import ConfigError, field_help
@@ -20,13 +21,18 @@ from roll.configs.worker import GeneratingArgs
 
 @dataclass
 class EnvConfig:
-    env_type: str = field_help(help="a registered environment (frozen_lake, sokoban, calculator) or the dotted path "
-                                    "of a roll.agentic.envs.BaseEnv subclass in your own module")
-    env_config: dict[str, Any] = field_help(default_factory=dict,
-                                            help="keyword arguments of the environment's constructor")
+    env_type: str = field_help(
+        help="a registered environment (frozen_lake, sokoban, calculator) or the dotted path "
+        "of a roll.agentic.envs.BaseEnv subclass in your own module"
+    )
+    env_config: dict[str, Any] = field_help(
+        default_factory=dict, help="keyword arguments of the environment's constructor"
+    )
     env_manager: Literal["traj", "step"] = field_help(
-        "traj", "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
-                "step: one sample per turn with a history window and discounted step returns")
+        "traj",
+        "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
+        "step: one sample per turn with a history window and discounted step returns",
+    )
     max_turns: int = field_help(5, "model replies per episode at most (the environment may end it earlier)")
     max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn")
     history_length: int = field_help(2, "step manager: earlier (observation, action) turns shown in each prompt")
@@ -35,21 +41,25 @@ class EnvConfig:
 @dataclass
 class EnvManagerConfig:
     tags: list[str] = field_help(default_factory=list, help="custom_envs keys these environments are drawn from")
-    num_groups_partition: Optional[list[int]] = field_help(
-        None, "env groups per tag (same order as tags, summing to num_env_groups); null = as even as possible")
+    num_groups_partition: list[int] | None = field_help(
+        None, "env groups per tag (same order as tags, summing to num_env_groups); null = as even as possible"
+    )
     num_env_groups: int = field_help(1, "groups of environments; a group's envs share each episode's seed")
     group_size: int = field_help(1, "environments per group (the GRPO group: trajectories from one initial state)")
     max_traj_per_env: int = field_help(
-        1, "episodes one environment may run per pipeline step; rollout_batch_size / (num_env_groups × group_size) "
-           "must not exceed it")
+        1,
+        "episodes one environment may run per pipeline step; rollout_batch_size / (num_env_groups × group_size) "
+        "must not exceed it",
+    )
     max_env_num_per_worker: int = field_help(
-        16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)")
+        16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)"
+    )
     format_penalty: float = field_help(
-        0.0, "added to a turn's reward when its reply does not match the environment's action pattern "
-             "(use a value ≤ 0)")
-    generating_args: Optional[GeneratingArgs] = field_help(
-        None, "sampling for these environments; null = actor_infer.generating_args for training, greedy for "
-              "validation")
+        0.0, "added to a turn's reward when its reply does not match the environment's action pattern (use a value ≤ 0)"
+    )
+    generating_args: GeneratingArgs | None = field_help(
+        None, "sampling for these environments; null = actor_infer.generating_args for training, greedy for validation"
+    )
     rpc_timeout: float = field_help(600.0, "seconds any call to the environment workers may take")
 
     @property
@@ -60,29 +70,39 @@ class EnvManagerConfig:
 @dataclass
 class RewardNormalization:
     grouping: Literal["traj_group_id", "tags", "batch"] = field_help(
-        "traj_group_id", "which episodes are normalised together: the same initial state (traj_group_id), "
-                         "the same environment tag, or the whole batch")
-    norm_mean_type: Optional[Literal["group", "batch"]] = field_help(
-        "group", "subtract the mean of the group or of the batch; null = no centring")
-    norm_std_type: Optional[Literal["group", "batch"]] = field_help(
-        None, "divide by the std of the group or of the batch; null = no scaling")
+        "traj_group_id",
+        "which episodes are normalised together: the same initial state (traj_group_id), "
+        "the same environment tag, or the whole batch",
+    )
+    norm_mean_type: Literal["group", "batch"] | None = field_help(
+        "group", "subtract the mean of the group or of the batch; null = no centring"
+    )
+    norm_std_type: Literal["group", "batch"] | None = field_help(
+        None, "divide by the std of the group or of the batch; null = no scaling"
+    )
 
 
 @dataclass
 class AgenticConfig(RLAlgorithmConfig):
     custom_envs: dict[str, EnvConfig] = field_help(
-        default_factory=dict, help="environments by tag: custom_envs.<tag> with env_type and env_config")
-    train_env_manager: EnvManagerConfig = field_help(default_factory=EnvManagerConfig,
-                                                     help="the environments that produce training trajectories")
-    val_env_manager: Optional[EnvManagerConfig] = field_help(
-        None, "held-out environments, run every eval_steps; success rate per tag")
-    rollout_batch_size: int = field_help(8, "trajectories per pipeline step (a multiple of train_env_manager.group_size)")
-    reward_normalization: RewardNormalization = field_help(default_factory=RewardNormalization,
-                                                           help="episode-reward normalisation before advantages")
-    step_reward_gamma: float = field_help(
-        1.0, "step manager: discount of later turns' rewards in each turn's return")
+        default_factory=dict, help="environments by tag: custom_envs.<tag> with env_type and env_config"
+    )
+    train_env_manager: EnvManagerConfig = field_help(
+        default_factory=EnvManagerConfig, help="the environments that produce training trajectories"
+    )
+    val_env_manager: EnvManagerConfig | None = field_help(
+        None, "held-out environments, run every eval_steps; success rate per tag"
+    )
+    rollout_batch_size: int = field_help(
+        8, "trajectories per pipeline step (a multiple of train_env_manager.group_size)"
+    )
+    reward_normalization: RewardNormalization = field_help(
+        default_factory=RewardNormalization, help="episode-reward normalisation before advantages"
+    )
+    step_reward_gamma: float = field_help(1.0, "step manager: discount of later turns' rewards in each turn's return")
     val_seed_offset: int = field_help(
-        1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)")
+        1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
+    )
 
     @property
     def group(self) -> tuple[str, int]:
@@ -98,45 +118,58 @@ class AgenticConfig(RLAlgorithmConfig):
 
 def check_agentic(config: AgenticConfig) -> None:
     if not config.custom_envs:
-        raise ConfigError("'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "
-                          "env_type: frozen_lake (see examples/config/traj_envs.yaml)")
+        raise ConfigError(
+            "'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "
+            "env_type: frozen_lake (see examples/config/traj_envs.yaml)"
+        )
     for tag, env in config.custom_envs.items():
         for key in ("max_turns", "max_tokens_per_step"):
             if getattr(env, key) < 1:
                 raise ConfigError(f"'custom_envs.{tag}.{key}' = {getattr(env, key)}: must be ≥ 1")
         if env.max_tokens_per_step >= config.response_length:
-            raise ConfigError(f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
-                              f"than response_length = {config.response_length} (a cut reply gets an end-of-turn "
-                              f"token)")
+            raise ConfigError(
+                f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
+                f"than response_length = {config.response_length} (a cut reply gets an end-of-turn "
+                f"token)"
+            )
         if env.history_length < 0:
             raise ConfigError(f"'custom_envs.{tag}.history_length' = {env.history_length}: must be ≥ 0")
     managers = [("train_env_manager", config.train_env_manager)]
     if config.val_env_manager is not None:
         managers.append(("val_env_manager", config.val_env_manager))
     elif config.eval_steps:
-        raise ConfigError(f"eval_steps = {config.eval_steps} but there is no 'val_env_manager'; add one or set "
-                          f"eval_steps: 0")
+        raise ConfigError(
+            f"eval_steps = {config.eval_steps} but there is no 'val_env_manager'; add one or set eval_steps: 0"
+        )
     for key, manager in managers:
         _check_manager(key, manager, config)
     train = config.train_env_manager
     if config.rollout_batch_size % train.group_size:
-        raise ConfigError(f"'rollout_batch_size' = {config.rollout_batch_size} is not a multiple of "
-                          f"'train_env_manager.group_size' = {train.group_size}")
+        raise ConfigError(
+            f"'rollout_batch_size' = {config.rollout_batch_size} is not a multiple of "
+            f"'train_env_manager.group_size' = {train.group_size}"
+        )
     if config.rollout_batch_size % train.num_envs:
-        raise ConfigError(f"'rollout_batch_size' = {config.rollout_batch_size} is not a multiple of the number of "
-                          f"training environments num_env_groups × group_size = {train.num_envs}; every "
-                          f"environment runs the same number of episodes per step")
+        raise ConfigError(
+            f"'rollout_batch_size' = {config.rollout_batch_size} is not a multiple of the number of "
+            f"training environments num_env_groups × group_size = {train.num_envs}; every "
+            f"environment runs the same number of episodes per step"
+        )
     if config.episodes_per_env > train.max_traj_per_env:
-        raise ConfigError(f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
-                          f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
-                          f"raise max_traj_per_env, add environments, or lower rollout_batch_size")
+        raise ConfigError(
+            f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
+            f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
+            f"raise max_traj_per_env, add environments, or lower rollout_batch_size"
+        )
     args, budget = config.actor_infer.generating_args, max(e.max_tokens_per_step for e in config.custom_envs.values())
     if args.max_new_tokens is None:  # each turn passes its env's max_tokens_per_step; this is the default
         args.max_new_tokens = budget
     elif args.max_new_tokens != budget:
-        raise ConfigError(f"'actor_infer.generating_args.max_new_tokens' = {args.max_new_tokens}, but an agentic "
-                          f"turn's budget is custom_envs.<tag>.max_tokens_per_step (largest: {budget}); remove "
-                          f"max_new_tokens")
+        raise ConfigError(
+            f"'actor_infer.generating_args.max_new_tokens' = {args.max_new_tokens}, but an agentic "
+            f"turn's budget is custom_envs.<tag>.max_tokens_per_step (largest: {budget}); remove "
+            f"max_new_tokens"
+        )
     for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs", "max_steps"):
         if getattr(config, key) < 1:
             raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
@@ -144,21 +177,28 @@ def check_agentic(config: AgenticConfig) -> None:
 
 def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -> None:
     if not manager.tags:
-        raise ConfigError(f"'{key}.tags' is empty: list the custom_envs keys to run (have: {sorted(config.custom_envs)})")
+        raise ConfigError(
+            f"'{key}.tags' is empty: list the custom_envs keys to run (have: {sorted(config.custom_envs)})"
+        )
     unknown = [tag for tag in manager.tags if tag not in config.custom_envs]
     if unknown:
-        raise ConfigError(f"'{key}.tags' names {unknown}, which are not in custom_envs "
-                          f"(defined: {sorted(config.custom_envs)})")
+        raise ConfigError(
+            f"'{key}.tags' names {unknown}, which are not in custom_envs (defined: {sorted(config.custom_envs)})"
+        )
     for name in ("num_env_groups", "group_size", "max_traj_per_env", "max_env_num_per_worker"):
         if getattr(manager, name) < 1:
             raise ConfigError(f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1")
     if manager.num_groups_partition is not None:
         if len(manager.num_groups_partition) != len(manager.tags):
-            raise ConfigError(f"'{key}.num_groups_partition' has {len(manager.num_groups_partition)} entries but "
-                              f"tags has {len(manager.tags)}; give one count per tag")
+            raise ConfigError(
+                f"'{key}.num_groups_partition' has {len(manager.num_groups_partition)} entries but "
+                f"tags has {len(manager.tags)}; give one count per tag"
+            )
         if sum(manager.num_groups_partition) != manager.num_env_groups:
-            raise ConfigError(f"'{key}.num_groups_partition' = {manager.num_groups_partition} sums to "
-                              f"{sum(manager.num_groups_partition)}, not num_env_groups = {manager.num_env_groups}")
+            raise ConfigError(
+                f"'{key}.num_groups_partition' = {manager.num_groups_partition} sums to "
+                f"{sum(manager.num_groups_partition)}, not num_env_groups = {manager.num_env_groups}"
+            )
     if manager.format_penalty > 0:
         raise ConfigError(f"'{key}.format_penalty' = {manager.format_penalty}: a penalty must be ≤ 0")
 

@@ -4,8 +4,9 @@ ROLL's key names, verl's defaults for the maths. Every estimator, policy loss, a
 option and the rollout-IS framework of `roll.algorithms` is selected here by name;
 `roll.configs.policy_loss_config` maps the ROLL-style clip keys onto `PolicyLossConfig`.
 """
+
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 from roll.configs.base import PipelineConfig
 from roll.configs.loader import field_help
@@ -17,11 +18,12 @@ LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
 @dataclass
 class RLAlgorithmConfig(PipelineConfig):
     # --- roles --------------------------------------------------------------------------------
-    actor_train: Optional[WorkerConfig] = field_help(None, "the policy being trained (a training strategy)")
-    actor_infer: Optional[WorkerConfig] = field_help(None, "the rollout engine (hf_infer, vllm, sglang)")
-    reference: Optional[WorkerConfig] = field_help(
-        None, "frozen reference policy for KL (needed by use_kl_loss or add_token_level_kl)")
-    critic: Optional[WorkerConfig] = field_help(None, "value model; required by adv_estimator: gae, unused otherwise")
+    actor_train: WorkerConfig | None = field_help(None, "the policy being trained (a training strategy)")
+    actor_infer: WorkerConfig | None = field_help(None, "the rollout engine (hf_infer, vllm, sglang)")
+    reference: WorkerConfig | None = field_help(
+        None, "frozen reference policy for KL (needed by use_kl_loss or add_token_level_kl)"
+    )
+    critic: WorkerConfig | None = field_help(None, "value model; required by adv_estimator: gae, unused otherwise")
     # --- batch shape ----------------------------------------------------------------------------
     prompt_length: int = field_help(256, "maximum prompt tokens (left-padded to this)")
     response_length: int = field_help(256, "maximum response tokens (right-padded to this)")
@@ -29,22 +31,27 @@ class RLAlgorithmConfig(PipelineConfig):
 
     # --- advantages ---------------------------------------------------------------------------------
     adv_estimator: str = field_help(
-        "grpo", "advantage estimator registered in roll.algorithms: gae, grpo, grpo_vectorized, grpo_passk, rloo, "
-                "rloo_vectorized, opo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gpg, ...")
+        "grpo",
+        "advantage estimator registered in roll.algorithms: gae, grpo, grpo_vectorized, grpo_passk, rloo, "
+        "rloo_vectorized, opo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gpg, ...",
+    )
     gamma: float = field_help(1.0, "discount (GAE, REINFORCE++)")
     lambd: float = field_help(1.0, "GAE lambda")
     norm_adv_by_std_in_grpo: bool = field_help(True, "divide GRPO advantages by the group std (false = Dr.GRPO)")
 
     # --- policy loss --------------------------------------------------------------------------------
     policy_loss_mode: str = field_help(
-        "vanilla", "policy loss registered in roll.algorithms: vanilla, gspo, gpg, clip_cov, kl_cov, geo_mean, "
-                   "cispo, sapo")
+        "vanilla",
+        "policy loss registered in roll.algorithms: vanilla, gspo, gpg, clip_cov, kl_cov, geo_mean, cispo, sapo",
+    )
     loss_agg_mode: LossAggMode = field_help("token-mean", "how token losses become one loss")
     pg_clip: float = field_help(0.2, "PPO ratio clip ε")
-    pg_clip_low: Optional[float] = field_help(None, "lower clip ε (1 − ε_low); null means pg_clip")
-    pg_clip_high: Optional[float] = field_help(None, "upper clip ε (1 + ε_high); null means pg_clip")
-    dual_clip_loss: bool = field_help(True, "dual-clip PPO: cap the loss of negative-advantage tokens at "
-                                            "dual_clip_ratio_c × |A| (verl always does this)")
+    pg_clip_low: float | None = field_help(None, "lower clip ε (1 − ε_low); null means pg_clip")
+    pg_clip_high: float | None = field_help(None, "upper clip ε (1 + ε_high); null means pg_clip")
+    dual_clip_loss: bool = field_help(
+        True,
+        "dual-clip PPO: cap the loss of negative-advantage tokens at dual_clip_ratio_c × |A| (verl always does this)",
+    )
     dual_clip_ratio_c: float = field_help(3.0, "the dual-clip constant c (> 1)")
     clip_cov_ratio: float = field_help(0.0002, "clip_cov: fraction of tokens clipped")
     clip_cov_lb: float = field_help(1.0, "clip_cov: covariance lower bound")
@@ -60,21 +67,26 @@ class RLAlgorithmConfig(PipelineConfig):
     use_kl_loss: bool = field_help(False, "add kl_loss_coef × KL(actor‖reference) to the policy loss")
     kl_loss_coef: float = field_help(0.001, "KL-loss coefficient")
     kl_loss_type: str = field_help(
-        "low_var_kl", "KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3, or one of them + '+' "
-                      "(value of that estimator, gradient of k2)")
+        "low_var_kl",
+        "KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3, or one of them + '+' "
+        "(value of that estimator, gradient of k2)",
+    )
     add_token_level_kl: bool = field_help(False, "subtract β × KL(old‖reference) from the token rewards")
     kl_penalty: str = field_help("kl", "KL estimator of the in-reward penalty (same names as kl_loss_type)")
     init_kl_coef: float = field_help(0.001, "β of the in-reward KL penalty (initial value when adaptive)")
-    target_kl: Optional[float] = field_help(None, "adaptive KL controller target; null = fixed β")
+    target_kl: float | None = field_help(None, "adaptive KL controller target; null = fixed β")
     kl_horizon: int = field_help(10000, "adaptive KL controller horizon")
 
     # --- rollout importance sampling (spec §7) -------------------------------------------------------
-    rollout_is_threshold: Optional[float] = field_help(
-        None, "upper IS-weight threshold U; null turns rollout IS off (mismatch metrics are still logged)")
+    rollout_is_threshold: float | None = field_help(
+        None, "upper IS-weight threshold U; null turns rollout IS off (mismatch metrics are still logged)"
+    )
     rollout_is: bool = field_help(False, "apply the IS weights in the policy loss (false: metrics only)")
-    rollout_is_threshold_lower: Optional[float] = field_help(None, "lower threshold L; null means 1/U")
+    rollout_is_threshold_lower: float | None = field_help(None, "lower threshold L; null means 1/U")
     rollout_is_level: Literal["token", "sequence", "geometric"] = field_help("token", "IS ratio granularity")
     rollout_is_mode: Literal["truncate", "clip", "mask"] = field_help(
-        "truncate", "truncate: cap weights at U; clip/mask: zero weights outside [L, U]")
-    rollout_is_veto_threshold: Optional[float] = field_help(
-        1e-4, "a token with ratio below this vetoes its whole sequence; null = no veto")
+        "truncate", "truncate: cap weights at U; clip/mask: zero weights outside [L, U]"
+    )
+    rollout_is_veto_threshold: float | None = field_help(
+        1e-4, "a token with ratio below this vetoes its whole sequence; null = no veto"
+    )

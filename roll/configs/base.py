@@ -1,6 +1,7 @@
 """Settings every pipeline (RLVR, agentic) shares: run bookkeeping, devices, logging, checkpoints."""
+
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from roll.configs.loader import ConfigError, field_help
 
@@ -10,35 +11,47 @@ class PipelineConfig:
     exp_name: str = field_help("roll", "experiment name (shown in logs)")
     seed: int = field_help(42, "seed for data order, sampling and initialisation")
     output_dir: str = field_help("./output", "checkpoints go to <output_dir>/checkpoints/step-N")
-    logging_dir: Optional[str] = field_help(None, "TensorBoard directory; null means <output_dir>/tensorboard")
+    logging_dir: str | None = field_help(None, "TensorBoard directory; null means <output_dir>/tensorboard")
     track_with: Literal["tensorboard", "stdout"] = field_help(
-        "tensorboard", "metric sink besides the console progress line")
+        "tensorboard", "metric sink besides the console progress line"
+    )
     num_nodes: int = field_help(1, "machines in the Ray cluster")
     num_gpus_per_node: int = field_help(
-        1, "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)")
+        1, "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)"
+    )
     max_steps: int = field_help(1, "pipeline steps (rollout + update) to run")
     save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
     eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
     logging_steps: int = field_help(1, "print the progress line every N steps")
     sample_log_steps: int = field_help(
-        0, "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl; 0 = off")
-    resume_from_checkpoint: Union[bool, str] = field_help(
-        False, "true: continue from the newest checkpoint in output_dir (fresh start if none); "
-               "a path: continue from that step directory")
+        0, "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl; 0 = off"
+    )
+    resume_from_checkpoint: bool | str = field_help(
+        False,
+        "true: continue from the newest checkpoint in output_dir (fresh start if none); "
+        "a path: continue from that step directory",
+    )
     system_envs: dict[str, str] = field_help(
-        default_factory=dict, help="environment variables set in every Ray worker (see examples/config/envs.yaml)")
+        default_factory=dict, help="environment variables set in every Ray worker (see examples/config/envs.yaml)"
+    )
     model_update_buffer_size_mb: float = field_help(
-        1024.0, "weight sync actor_train → actor_infer in buckets of at most this many MB (a larger single tensor "
-                "goes alone): the sync needs about one bucket of extra memory, not a second copy of the model")
+        1024.0,
+        "weight sync actor_train → actor_infer in buckets of at most this many MB (a larger single tensor "
+        "goes alone): the sync needs about one bucket of extra memory, not a second copy of the model",
+    )
     weight_sync_method: Literal["auto", "object_store", "collective", "ipc"] = field_help(
-        "auto", "how the buckets travel: ipc (shared memory; colocated roles), collective (a gloo/NCCL broadcast "
-                "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
-                "shares a device with an actor_train worker, collective when none does, else object_store")
+        "auto",
+        "how the buckets travel: ipc (shared memory; colocated roles), collective (a gloo/NCCL broadcast "
+        "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
+        "shares a device with an actor_train worker, collective when none does, else object_store",
+    )
 
     def __post_init__(self):
         if not self.model_update_buffer_size_mb > 0:
-            raise ConfigError(f"'model_update_buffer_size_mb' = {self.model_update_buffer_size_mb}: must be > 0 "
-                              f"(MB per weight-sync bucket, e.g. 1024)")
+            raise ConfigError(
+                f"'model_update_buffer_size_mb' = {self.model_update_buffer_size_mb}: must be > 0 "
+                f"(MB per weight-sync bucket, e.g. 1024)"
+            )
 
     @property
     def num_devices(self) -> int:

@@ -4,6 +4,7 @@ Every key must name a field: an unknown key fails with its full path and the clo
 Every value must have the field's type: a wrong one fails with the expected type or allowed set.
 Nothing is coerced silently except int → float (YAML writes `1` for a float field).
 """
+
 import dataclasses
 import difflib
 import re
@@ -31,14 +32,17 @@ def closest(name: str, candidates) -> str:
 def build(cls, data: dict, path: str = ""):
     """`cls(**data)` with every key and value checked; `path` prefixes key names in errors."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{path or 'the config'}: expected a mapping of {cls.__name__} keys, got "
-                          f"{type(data).__name__} {data!r}")
+        raise ConfigError(
+            f"{path or 'the config'}: expected a mapping of {cls.__name__} keys, got {type(data).__name__} {data!r}"
+        )
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields:
-            raise ConfigError(f"unknown key '{_join(path, key)}'{closest(str(key), fields)} "
-                              f"(valid keys of {path or 'the top level'}: {', '.join(sorted(fields))})")
+            raise ConfigError(
+                f"unknown key '{_join(path, key)}'{closest(str(key), fields)} "
+                f"(valid keys of {path or 'the top level'}: {', '.join(sorted(fields))})"
+            )
     values = {}
     for name, field in fields.items():
         key_path = _join(path, name)
@@ -68,7 +72,9 @@ def convert(hint, value, path: str):
         raise ConfigError(f"'{path}' = {value!r}: expected {describe(hint)}")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"'{path}' = {value!r} is not allowed; choose one of {list(args)}{closest(str(value), map(str, args))}")
+            raise ConfigError(
+                f"'{path}' = {value!r} is not allowed; choose one of {list(args)}{closest(str(value), map(str, args))}"
+            )
         return value
     if dataclasses.is_dataclass(hint):
         return build(hint, value, path)
@@ -122,8 +128,9 @@ def parse_device_mapping(value, path: str):
             if len(numbers) == 3 and numbers[2] == 0:
                 raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
             return list(range(*numbers))
-    raise ConfigError(f"'{path}' = {value!r}: expected a list of device ids such as [0, 1, 2, 3] or the string "
-                      f"'list(range(0, 4))'")
+    raise ConfigError(
+        f"'{path}' = {value!r}: expected a list of device ids such as [0, 1, 2, 3] or the string 'list(range(0, 4))'"
+    )
 
 
 def _join(path: str, key) -> str:

@@ -1,7 +1,8 @@
 """docs/configuration.md, generated from the field declarations (their types, defaults and help).
 
-    python -m roll.configs.reference > docs/configuration.md
+python -m roll.configs.reference > docs/configuration.md
 """
+
 import dataclasses
 import typing
 
@@ -9,8 +10,16 @@ from roll.configs.agentic import AgenticConfig, EnvConfig, EnvManagerConfig, Rew
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import describe
 from roll.configs.rlvr import RLVRConfig
-from roll.configs.worker import (DataArgs, GeneratingArgs, ModelArgs, RewardConfig, StrategyArgs, TrainingArgs,
-                                 ValidationConfig, WorkerConfig)
+from roll.configs.worker import (
+    DataArgs,
+    GeneratingArgs,
+    ModelArgs,
+    RewardConfig,
+    StrategyArgs,
+    TrainingArgs,
+    ValidationConfig,
+    WorkerConfig,
+)
 
 INTRO = """# Configuration reference
 
@@ -34,17 +43,24 @@ is true and infinity (a cap that never binds) when it is false; the clip_cov/kl_
 through under their own names.
 """
 
-SECTIONS = [("Pipeline (top level of an RLVR YAML)", RLVRConfig),
-            ("Roles: `actor_train`, `actor_infer`, `reference`, `critic`", WorkerConfig),
-            ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
-            ("`model_args`", ModelArgs), ("`training_args`", TrainingArgs), ("`data_args`", DataArgs),
-            ("`generating_args`", GeneratingArgs), ("`strategy_args`", StrategyArgs),
-            ("`validation`", ValidationConfig),
-            ("Agentic pipeline (top level of an agentic YAML: the RLVR keys up to `rollout_is_veto_threshold`, "
-             "then)", AgenticConfig),
-            ("Environments: `custom_envs.<tag>`", EnvConfig),
-            ("`train_env_manager`, `val_env_manager`", EnvManagerConfig),
-            ("`reward_normalization`", RewardNormalization)]
+SECTIONS = [
+    ("Pipeline (top level of an RLVR YAML)", RLVRConfig),
+    ("Roles: `actor_train`, `actor_infer`, `reference`, `critic`", WorkerConfig),
+    ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
+    ("`model_args`", ModelArgs),
+    ("`training_args`", TrainingArgs),
+    ("`data_args`", DataArgs),
+    ("`generating_args`", GeneratingArgs),
+    ("`strategy_args`", StrategyArgs),
+    ("`validation`", ValidationConfig),
+    (
+        "Agentic pipeline (top level of an agentic YAML: the RLVR keys up to `rollout_is_veto_threshold`, then)",
+        AgenticConfig,
+    ),
+    ("Environments: `custom_envs.<tag>`", EnvConfig),
+    ("`train_env_manager`, `val_env_manager`", EnvManagerConfig),
+    ("`reward_normalization`", RewardNormalization),
+]
 
 
 def _default(field) -> str:

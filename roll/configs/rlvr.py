@@ -3,8 +3,8 @@
 The roles and the RL maths are shared with the agentic pipeline (`roll.configs.algorithm`); this adds
 the prompt batch shape, the reward domains and the held-out prompts.
 """
+
 from dataclasses import dataclass
-from typing import Optional
 
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import field_help
@@ -14,8 +14,9 @@ from roll.configs.worker import RewardConfig, ValidationConfig
 @dataclass
 class RLVRConfig(RLAlgorithmConfig):
     rewards: dict[str, RewardConfig] = field_help(
-        default_factory=dict, help="reward domains: rewards.<domain> with worker_cls and tag_included")
-    validation: Optional[ValidationConfig] = field_help(None, "held-out prompts scored every eval_steps")
+        default_factory=dict, help="reward domains: rewards.<domain> with worker_cls and tag_included"
+    )
+    validation: ValidationConfig | None = field_help(None, "held-out prompts scored every eval_steps")
     rollout_batch_size: int = field_help(8, "prompts per pipeline step")
     num_return_sequences_in_group: int = field_help(1, "samples per prompt (the group for GRPO-style estimators)")
     val_batch_size: int = field_help(64, "prompts per validation generate call")

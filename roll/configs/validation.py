@@ -4,22 +4,29 @@ Derived quantities (world sizes, global batches, optimizer steps) are computed h
 start-up; an inconsistent combination is an error that names the keys to change. User values are
 never rewritten: only fields left null are filled, and the report says what they became.
 """
+
 from dataclasses import dataclass
 
 from roll.configs.loader import ConfigError, closest
 
-DEFAULT_WORKERS = {"actor_train": "roll.workers.actor_worker.ActorWorker",
-                   "actor_infer": "roll.workers.actor_worker.ActorWorker",
-                   "reference": "roll.workers.actor_worker.ActorWorker",
-                   "critic": "roll.workers.critic_worker.CriticWorker"}
+DEFAULT_WORKERS = {
+    "actor_train": "roll.workers.actor_worker.ActorWorker",
+    "actor_infer": "roll.workers.actor_worker.ActorWorker",
+    "reference": "roll.workers.actor_worker.ActorWorker",
+    "critic": "roll.workers.critic_worker.CriticWorker",
+}
 # What each role must be able to do, by strategy name (see roll/strategies/__init__.py).
 TRAIN = ("deepspeed_train", "fsdp2_train", "megatron_train")
 GENERATE = ("hf_infer", "vllm", "sglang")
 # Generation strategies that return per-token log-probs of the sampled tokens (needed by rollout IS).
 ROLLOUT_LOGPROBS = ("hf_infer", "vllm", "sglang")
 FORWARD = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer", "vllm", "sglang") + TRAIN
-ROLE_STRATEGIES = {"actor_train": TRAIN, "critic": TRAIN, "actor_infer": GENERATE,
-                   "reference": ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer")}
+ROLE_STRATEGIES = {
+    "actor_train": TRAIN,
+    "critic": TRAIN,
+    "actor_infer": GENERATE,
+    "reference": ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer"),
+}
 # Training strategies that can return Σπ² per token (the optimal-token-baseline estimator's input).
 SUM_PI_SQUARED = ("deepspeed_train", "fsdp2_train", "megatron_train")
 GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
@@ -31,28 +38,36 @@ MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_si
 class BatchPlan:
     prompts_per_step: int
     samples_per_step: int
-    dp_size: dict            # role → data-parallel size
+    dp_size: dict  # role → data-parallel size
     global_train_batch: dict  # trained role → per_device × accumulation × dp
-    optimizer_steps: dict     # trained role → optimizer steps per pipeline step
+    optimizer_steps: dict  # trained role → optimizer steps per pipeline step
 
     def describe(self) -> str:
-        lines = ["batch arithmetic:",
-                 f"  prompts per step                  {self.prompts_per_step} (rollout_batch_size)",
-                 f"  samples per step                  {self.samples_per_step} (rollout_batch_size × "
-                 f"num_return_sequences_in_group)"]
+        lines = [
+            "batch arithmetic:",
+            f"  prompts per step                  {self.prompts_per_step} (rollout_batch_size)",
+            f"  samples per step                  {self.samples_per_step} (rollout_batch_size × "
+            f"num_return_sequences_in_group)",
+        ]
         lines += [f"  {role + ' data-parallel size':<34}{size}" for role, size in self.dp_size.items()]
         for role, size in self.global_train_batch.items():
-            lines.append(f"  {role + ' global batch':<34}{size} (per_device_train_batch_size × "
-                         f"gradient_accumulation_steps × dp)")
-            lines.append(f"  {role + ' optimizer steps':<34}{self.optimizer_steps[role]} per pipeline step "
-                         f"(ppo_epochs × samples / global batch)")
+            lines.append(
+                f"  {role + ' global batch':<34}{size} (per_device_train_batch_size × gradient_accumulation_steps × dp)"
+            )
+            lines.append(
+                f"  {role + ' optimizer steps':<34}{self.optimizer_steps[role]} per pipeline step "
+                f"(ppo_epochs × samples / global batch)"
+            )
         return "\n".join(lines)
 
 
 def roles(config) -> dict:
     """name → WorkerConfig of every configured role, rewards included."""
-    out = {name: getattr(config, name) for name in ("actor_train", "actor_infer", "reference", "critic")
-           if getattr(config, name) is not None}
+    out = {
+        name: getattr(config, name)
+        for name in ("actor_train", "actor_infer", "reference", "critic")
+        if getattr(config, name) is not None
+    }
     out.update({f"rewards.{domain}": reward for domain, reward in getattr(config, "rewards", {}).items()})
     return out
 
@@ -65,17 +80,23 @@ def data_parallel_size(worker) -> int:
     for key in MODEL_PARALLEL_KEYS:
         model_parallel *= int(settings.get(key, 1))
     if worker.world_size % model_parallel:
-        raise ConfigError(f"{worker.name}: world_size {worker.world_size} is not divisible by tensor × pipeline × "
-                          f"context parallel size = {model_parallel}; change device_mapping or the parallel sizes")
+        raise ConfigError(
+            f"{worker.name}: world_size {worker.world_size} is not divisible by tensor × pipeline × "
+            f"context parallel size = {model_parallel}; change device_mapping or the parallel sizes"
+        )
     return worker.world_size // model_parallel
 
 
 def check_roles(config) -> None:
     if config.actor_train is None or config.actor_infer is None:
-        raise ConfigError("a pipeline config needs both 'actor_train' (the trainer) and 'actor_infer' (the rollout engine)")
+        raise ConfigError(
+            "a pipeline config needs both 'actor_train' (the trainer) and 'actor_infer' (the rollout engine)"
+        )
     if hasattr(config, "rewards") and not config.rewards:
-        raise ConfigError("'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
-                          "roll.workers.rewards.math_rule.MathRuleRewardWorker")
+        raise ConfigError(
+            "'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
+            "roll.workers.rewards.math_rule.MathRuleRewardWorker"
+        )
     for name, worker in roles(config).items():
         _check_worker(name, worker, config.num_devices)
 
@@ -84,44 +105,59 @@ def _check_worker(name: str, worker, num_devices: int) -> None:
     is_reward = name.startswith("rewards.")
     if worker.worker_cls is None:
         if is_reward:
-            raise ConfigError(f"'{name}.worker_cls' is required: the dotted path of a RewardWorker subclass, "
-                              f"e.g. roll.workers.rewards.math_rule.MathRuleRewardWorker")
+            raise ConfigError(
+                f"'{name}.worker_cls' is required: the dotted path of a RewardWorker subclass, "
+                f"e.g. roll.workers.rewards.math_rule.MathRuleRewardWorker"
+            )
         worker.worker_cls = DEFAULT_WORKERS[name]
     if "." not in worker.worker_cls:
-        raise ConfigError(f"'{name}.worker_cls' = {worker.worker_cls!r}: expected a dotted path such as "
-                          f"'my_package.rewards.MyReward'")
+        raise ConfigError(
+            f"'{name}.worker_cls' = {worker.worker_cls!r}: expected a dotted path such as 'my_package.rewards.MyReward'"
+        )
     if not is_reward:
         if worker.model_args is None:
             raise ConfigError(f"'{name}.model_args.model_name_or_path' is required")
         if worker.strategy_args is None:
-            raise ConfigError(f"'{name}.strategy_args.strategy_name' is required; for this role choose one of "
-                              f"{list(ROLE_STRATEGIES[name])}")
+            raise ConfigError(
+                f"'{name}.strategy_args.strategy_name' is required; for this role choose one of "
+                f"{list(ROLE_STRATEGIES[name])}"
+            )
         allowed = ROLE_STRATEGIES[name]
         strategy = worker.strategy_args.strategy_name
         if strategy not in allowed:
-            raise ConfigError(f"'{name}.strategy_args.strategy_name' = {strategy!r} cannot serve this role; "
-                              f"choose one of {list(allowed)}{closest(strategy, allowed)}")
+            raise ConfigError(
+                f"'{name}.strategy_args.strategy_name' = {strategy!r} cannot serve this role; "
+                f"choose one of {list(allowed)}{closest(strategy, allowed)}"
+            )
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
             raise ConfigError(f"'{name}.device_mapping' = {mapping} repeats a device id")
         bad = [d for d in mapping if not 0 <= d < num_devices]
         if bad:
-            raise ConfigError(f"'{name}.device_mapping' uses device ids {bad}, but num_nodes × num_gpus_per_node = "
-                              f"{num_devices} devices (ids 0..{num_devices - 1}); shorten the mapping or raise "
-                              f"num_gpus_per_node / num_nodes")
+            raise ConfigError(
+                f"'{name}.device_mapping' uses device ids {bad}, but num_nodes × num_gpus_per_node = "
+                f"{num_devices} devices (ids 0..{num_devices - 1}); shorten the mapping or raise "
+                f"num_gpus_per_node / num_nodes"
+            )
         if len(mapping) % worker.num_gpus_per_worker:
-            raise ConfigError(f"'{name}.device_mapping' has {len(mapping)} ids, not a multiple of "
-                              f"'{name}.num_gpus_per_worker' = {worker.num_gpus_per_worker}")
+            raise ConfigError(
+                f"'{name}.device_mapping' has {len(mapping)} ids, not a multiple of "
+                f"'{name}.num_gpus_per_worker' = {worker.num_gpus_per_worker}"
+            )
         derived = len(mapping) // worker.num_gpus_per_worker
         if worker.world_size is not None and worker.world_size != derived:
-            raise ConfigError(f"'{name}.world_size' = {worker.world_size} but device_mapping / num_gpus_per_worker "
-                              f"= {derived}; remove world_size (it is derived) or fix the mapping")
+            raise ConfigError(
+                f"'{name}.world_size' = {worker.world_size} but device_mapping / num_gpus_per_worker "
+                f"= {derived}; remove world_size (it is derived) or fix the mapping"
+            )
         worker.world_size = derived
     else:
         if not is_reward:
-            raise ConfigError(f"'{name}.device_mapping' is required: the device ids of this role's workers, "
-                              f"e.g. device_mapping: list(range(0, 1)) (virtual devices on a CPU-only machine)")
+            raise ConfigError(
+                f"'{name}.device_mapping' is required: the device ids of this role's workers, "
+                f"e.g. device_mapping: list(range(0, 1)) (virtual devices on a CPU-only machine)"
+            )
         worker.world_size = worker.world_size or 1
     if worker.world_size < 1:
         raise ConfigError(f"'{name}.world_size' = {worker.world_size}: must be ≥ 1")
@@ -137,8 +173,10 @@ def check_algorithm(config) -> None:
             raise ConfigError(f"'{key}' = {getattr(config, key)!r}: {error}") from None
     train_strategy = config.actor_train.strategy_args.strategy_name
     if config.adv_estimator == "optimal_token_baseline" and train_strategy not in SUM_PI_SQUARED:
-        raise ConfigError(f"adv_estimator optimal_token_baseline needs per-token Σπ² from actor_train, which "
-                          f"{train_strategy!r} does not compute; use one of {list(SUM_PI_SQUARED)}")
+        raise ConfigError(
+            f"adv_estimator optimal_token_baseline needs per-token Σπ² from actor_train, which "
+            f"{train_strategy!r} does not compute; use one of {list(SUM_PI_SQUARED)}"
+        )
     kl_names = list(KL_ESTIMATORS) + [f"{name}+" for name in KL_ESTIMATORS]
     for key in ("kl_loss_type", "kl_penalty"):
         value = getattr(config, key)
@@ -146,13 +184,17 @@ def check_algorithm(config) -> None:
             raise ConfigError(f"'{key}' = {value!r} is not allowed; choose one of {kl_names}{closest(value, kl_names)}")
     group_key, n = config.group
     if config.adv_estimator in GROUP_ESTIMATORS and n < 2:
-        raise ConfigError(f"adv_estimator {config.adv_estimator!r} compares samples of the same prompt: set "
-                          f"{group_key} ≥ 2 (it is {n})")
+        raise ConfigError(
+            f"adv_estimator {config.adv_estimator!r} compares samples of the same prompt: set "
+            f"{group_key} ≥ 2 (it is {n})"
+        )
     if config.adv_estimator == "gae" and config.critic is None:
         raise ConfigError("adv_estimator: gae needs a 'critic' role (a value model); add one or choose grpo")
     if config.critic is not None and config.adv_estimator != "gae":
-        raise ConfigError(f"a 'critic' role is configured but adv_estimator {config.adv_estimator!r} does not use "
-                          f"values; remove 'critic' or set adv_estimator: gae")
+        raise ConfigError(
+            f"a 'critic' role is configured but adv_estimator {config.adv_estimator!r} does not use "
+            f"values; remove 'critic' or set adv_estimator: gae"
+        )
     if (config.use_kl_loss or config.add_token_level_kl) and config.reference is None:
         raise ConfigError("use_kl_loss / add_token_level_kl need a 'reference' role; add one or turn both off")
     if config.dual_clip_loss and config.dual_clip_ratio_c <= 1.0:
@@ -162,9 +204,11 @@ def check_algorithm(config) -> None:
             raise ConfigError(f"'rollout_is_threshold' = {config.rollout_is_threshold}: must be > 0 (or null = off)")
         strategy = config.actor_infer.strategy_args.strategy_name
         if strategy not in ROLLOUT_LOGPROBS:
-            raise ConfigError(f"rollout_is_threshold is set, but actor_infer strategy {strategy!r} does not return "
-                              f"per-token log-probs of the sampled tokens; use one of {list(ROLLOUT_LOGPROBS)} or "
-                              f"set rollout_is_threshold: null")
+            raise ConfigError(
+                f"rollout_is_threshold is set, but actor_infer strategy {strategy!r} does not return "
+                f"per-token log-probs of the sampled tokens; use one of {list(ROLLOUT_LOGPROBS)} or "
+                f"set rollout_is_threshold: null"
+            )
 
 
 def check_generation(config) -> None:
@@ -176,26 +220,31 @@ def check_generation(config) -> None:
         if args.max_new_tokens is None:
             args.max_new_tokens = config.response_length
         elif args.max_new_tokens != config.response_length:
-            raise ConfigError(f"'{path}.max_new_tokens' = {args.max_new_tokens} differs from response_length = "
-                              f"{config.response_length}; set it to ${{response_length}} or null")
+            raise ConfigError(
+                f"'{path}.max_new_tokens' = {args.max_new_tokens} differs from response_length = "
+                f"{config.response_length}; set it to ${{response_length}} or null"
+            )
         if group is not None:
             if args.num_return_sequences is None:
                 args.num_return_sequences = group
             elif args.num_return_sequences != group:
-                raise ConfigError(f"'{path}.num_return_sequences' = {args.num_return_sequences} differs from "
-                                  f"num_return_sequences_in_group = {group}; set it to "
-                                  f"${{num_return_sequences_in_group}} or null")
+                raise ConfigError(
+                    f"'{path}.num_return_sequences' = {args.num_return_sequences} differs from "
+                    f"num_return_sequences_in_group = {group}; set it to "
+                    f"${{num_return_sequences_in_group}} or null"
+                )
     if config.eval_steps and config.validation is None:
-        raise ConfigError(f"eval_steps = {config.eval_steps} but there is no 'validation' block; add "
-                          f"validation.data_args.file_name or set eval_steps: 0")
+        raise ConfigError(
+            f"eval_steps = {config.eval_steps} but there is no 'validation' block; add "
+            f"validation.data_args.file_name or set eval_steps: 0"
+        )
     if config.actor_train.data_args.file_name is None:
         raise ConfigError("'actor_train.data_args.file_name' is required: the training prompt file(s)")
 
 
 def batch_plan(config) -> BatchPlan:
     samples = config.rollout_batch_size * config.num_return_sequences_in_group
-    dp = {name: data_parallel_size(worker) for name, worker in roles(config).items()
-          if not name.startswith("rewards.")}
+    dp = {name: data_parallel_size(worker) for name, worker in roles(config).items() if not name.startswith("rewards.")}
     global_batch, optimizer_steps = {}, {}
     for name in ("actor_train", "critic"):
         worker = getattr(config, name)
@@ -209,11 +258,19 @@ def batch_plan(config) -> BatchPlan:
                 f"{config.rollout_batch_size} × {config.num_return_sequences_in_group} = {samples} is not a multiple "
                 f"of the global train batch = per_device_train_batch_size × gradient_accumulation_steps × dp = "
                 f"{args.per_device_train_batch_size} × {args.gradient_accumulation_steps} × {dp[name]} = {size}; "
-                f"change {name}.training_args or rollout_batch_size so that it divides")
+                f"change {name}.training_args or rollout_batch_size so that it divides"
+            )
         global_batch[name] = size
         optimizer_steps[name] = config.ppo_epochs * samples // size
-    for key in ("rollout_batch_size", "num_return_sequences_in_group", "prompt_length", "response_length",
-                "ppo_epochs", "max_steps", "val_batch_size"):
+    for key in (
+        "rollout_batch_size",
+        "num_return_sequences_in_group",
+        "prompt_length",
+        "response_length",
+        "ppo_epochs",
+        "max_steps",
+        "val_batch_size",
+    ):
         if getattr(config, key) < 1:
             raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
     check_micro_batching(config)
@@ -231,25 +288,39 @@ def check_micro_batching(config) -> None:
     longest = config.prompt_length + config.response_length
     for name, worker in roles(config).items():
         strategy = worker.strategy_args.strategy_name if worker.strategy_args else None
-        for phase, strategies in (("train", TRAIN if name in ("actor_train", "critic") else ()),
-                                  ("infer", DYNAMIC_BATCHING_INFER)):
+        for phase, strategies in (
+            ("train", TRAIN if name in ("actor_train", "critic") else ()),
+            ("infer", DYNAMIC_BATCHING_INFER),
+        ):
             enabled, budget_key = f"use_dynamic_batching_in_{phase}", f"max_tokens_per_microbatch_in_{phase}"
             budget = getattr(worker, budget_key)
             if not getattr(worker, enabled):
                 if budget is not None:
-                    raise ConfigError(f"'{name}.{budget_key}' = {budget} is only read with '{name}.{enabled}: true'; "
-                                      f"turn that on or remove the budget")
+                    raise ConfigError(
+                        f"'{name}.{budget_key}' = {budget} is only read with '{name}.{enabled}: true'; "
+                        f"turn that on or remove the budget"
+                    )
                 continue
             if strategy not in strategies:
-                raise ConfigError(f"'{name}.{enabled}' is not supported for role {name} with strategy {strategy!r}; "
-                                  f"supported: {list(strategies)} (docs/strategies.md)")
+                raise ConfigError(
+                    f"'{name}.{enabled}' is not supported for role {name} with strategy {strategy!r}; "
+                    f"supported: {list(strategies)} (docs/strategies.md)"
+                )
             if budget is None or budget < longest:
-                raise ConfigError(f"'{name}.{budget_key}' = {budget}: must be ≥ prompt_length + response_length = "
-                                  f"{longest} (the longest possible row)")
-            if strategy.startswith("megatron") and \
-                    int((worker.strategy_args.strategy_config or {}).get("pipeline_model_parallel_size", 1)) > 1:
-                raise ConfigError(f"'{name}.{enabled}' needs pipeline_model_parallel_size 1 with {strategy} "
-                                  f"(pipeline stages exchange fixed shapes)")
+                raise ConfigError(
+                    f"'{name}.{budget_key}' = {budget}: must be ≥ prompt_length + response_length = "
+                    f"{longest} (the longest possible row)"
+                )
+            if (
+                strategy.startswith("megatron")
+                and int((worker.strategy_args.strategy_config or {}).get("pipeline_model_parallel_size", 1)) > 1
+            ):
+                raise ConfigError(
+                    f"'{name}.{enabled}' needs pipeline_model_parallel_size 1 with {strategy} "
+                    f"(pipeline stages exchange fixed shapes)"
+                )
         if worker.use_sequence_packing and strategy not in SEQUENCE_PACKING:
-            raise ConfigError(f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
-                              f"supported: {list(SEQUENCE_PACKING)}; set it to false")
+            raise ConfigError(
+                f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
+                f"supported: {list(SEQUENCE_PACKING)}; set it to false"
+            )

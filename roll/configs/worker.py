@@ -4,8 +4,9 @@ Each role names a strategy (the engine) and a `device_mapping` (which device ids
 Roles whose ids overlap are colocated; disjoint ids are separate — on GPUs or on the virtual devices
 of a CPU-only machine alike.
 """
+
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from roll.configs.loader import ConfigError, field_help, parse_device_mapping
 
@@ -17,7 +18,8 @@ class ModelArgs:
     model_name_or_path: str = field_help(help="HF model directory (config, weights, tokenizer) this role loads")
     dtype: Dtype = field_help("float32", "parameter dtype; bfloat16 on GPUs, float32 on CPU (bf16 is ~5x slower there)")
     disable_gradient_checkpointing: bool = field_help(
-        False, "train without activation checkpointing (faster, more memory); only read by training strategies")
+        False, "train without activation checkpointing (faster, more memory); only read by training strategies"
+    )
 
 
 @dataclass
@@ -36,69 +38,88 @@ class TrainingArgs:
 
 @dataclass
 class DataArgs:
-    file_name: Optional[Union[str, list[str]]] = field_help(
-        None, "prompt file(s): .json, .jsonl, .csv or .parquet (one format per role), read with `datasets`")
+    file_name: str | list[str] | None = field_help(
+        None, "prompt file(s): .json, .jsonl, .csv or .parquet (one format per role), read with `datasets`"
+    )
     prompt_key: str = field_help("prompt", "column holding the prompt text")
     messages_key: str = field_help("messages", "column holding chat messages (used instead of prompt_key when present)")
     ground_truth_key: str = field_help("ground_truth", "column holding the reference answer for reward workers")
     tag_key: str = field_help("tag", "column whose value selects the reward domain (rewards.<domain>.tag_included)")
     apply_chat_template: bool = field_help(True, "wrap prompts with the tokenizer's chat template")
     on_long_prompt: Literal["drop", "error"] = field_help(
-        "drop", "prompts longer than prompt_length: drop them (count logged) or stop with an error")
+        "drop", "prompts longer than prompt_length: drop them (count logged) or stop with an error"
+    )
 
 
 @dataclass
 class GeneratingArgs:
-    max_new_tokens: Optional[int] = field_help(None, "tokens generated per sample; null means response_length")
+    max_new_tokens: int | None = field_help(None, "tokens generated per sample; null means response_length")
     temperature: float = field_help(1.0, "sampling temperature (log-probs everywhere use the same temperature)")
     top_p: float = field_help(1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's")
     top_k: int = field_help(0, "top-k sampling (0 = off); > 0 makes rollout log-probs differ from the trainer's")
     do_sample: bool = field_help(True, "sample (true) or decode greedily (false)")
-    num_return_sequences: Optional[int] = field_help(
-        None, "samples per prompt; null means num_return_sequences_in_group")
+    num_return_sequences: int | None = field_help(None, "samples per prompt; null means num_return_sequences_in_group")
 
 
 @dataclass
 class StrategyArgs:
-    strategy_name: str = field_help(help="engine: deepspeed_train, fsdp2_train (training roles); hf_infer, vllm "
-                                         "(rollout); hf_infer, deepspeed_infer, fsdp2_infer (reference); "
-                                         "what runs where: docs/strategies.md")
-    strategy_config: Optional[dict[str, Any]] = field_help(
-        None, "engine settings, e.g. a DeepSpeed config via `${deepspeed_zero2}` (see examples/config/)")
+    strategy_name: str = field_help(
+        help="engine: deepspeed_train, fsdp2_train (training roles); hf_infer, vllm "
+        "(rollout); hf_infer, deepspeed_infer, fsdp2_infer (reference); "
+        "what runs where: docs/strategies.md"
+    )
+    strategy_config: dict[str, Any] | None = field_help(
+        None, "engine settings, e.g. a DeepSpeed config via `${deepspeed_zero2}` (see examples/config/)"
+    )
 
 
 @dataclass
 class WorkerConfig:
     name: str = field_help("", "filled in from the role's key (actor_train, rewards.math, ...); do not set")
-    worker_cls: Optional[str] = field_help(
-        None, "dotted path of the Ray worker class; null picks the role's default (ActorWorker, CriticWorker)")
-    model_args: Optional[ModelArgs] = field_help(None, "the model this role loads (not needed by rule rewards)")
-    training_args: TrainingArgs = field_help(default_factory=TrainingArgs, help="optimizer and batch settings (training roles)")
+    worker_cls: str | None = field_help(
+        None, "dotted path of the Ray worker class; null picks the role's default (ActorWorker, CriticWorker)"
+    )
+    model_args: ModelArgs | None = field_help(None, "the model this role loads (not needed by rule rewards)")
+    training_args: TrainingArgs = field_help(
+        default_factory=TrainingArgs, help="optimizer and batch settings (training roles)"
+    )
     data_args: DataArgs = field_help(default_factory=DataArgs, help="prompt data (actor_train: the training prompts)")
     generating_args: GeneratingArgs = field_help(default_factory=GeneratingArgs, help="sampling settings (actor_infer)")
-    strategy_args: Optional[StrategyArgs] = field_help(None, "which engine runs this role")
-    device_mapping: Optional[Union[list[int], str]] = field_help(
-        None, "device ids of this role's workers: a list or 'list(range(a,b))'; null = CPU-only workers")
+    strategy_args: StrategyArgs | None = field_help(None, "which engine runs this role")
+    device_mapping: list[int] | str | None = field_help(
+        None, "device ids of this role's workers: a list or 'list(range(a,b))'; null = CPU-only workers"
+    )
     num_gpus_per_worker: int = field_help(1, "devices per worker; world_size = len(device_mapping) / this")
-    world_size: Optional[int] = field_help(
-        None, "number of workers; derived from device_mapping when that is set, else required (default 1)")
+    world_size: int | None = field_help(
+        None, "number of workers; derived from device_mapping when that is set, else required (default 1)"
+    )
     infer_batch_size: int = field_help(16, "rows per forward pass when computing log-probs or generating")
     # token-budget micro-batches and packing (ROLL's key names); support per strategy: docs/strategies.md
     use_dynamic_batching_in_train: bool = field_help(
-        False, "training roles: form each optimizer step's micro-batches by a token budget instead of "
-               "per_device_train_batch_size rows (the step still takes per_device × accumulation rows)")
-    max_tokens_per_microbatch_in_train: Optional[int] = field_help(
-        None, "real (unpadded) tokens per training micro-batch with use_dynamic_batching_in_train; "
-              "≥ prompt_length + response_length")
+        False,
+        "training roles: form each optimizer step's micro-batches by a token budget instead of "
+        "per_device_train_batch_size rows (the step still takes per_device × accumulation rows)",
+    )
+    max_tokens_per_microbatch_in_train: int | None = field_help(
+        None,
+        "real (unpadded) tokens per training micro-batch with use_dynamic_batching_in_train; "
+        "≥ prompt_length + response_length",
+    )
     use_dynamic_batching_in_infer: bool = field_help(
-        False, "scoring forwards (log-probs, values, Σπ²) in micro-batches by a token budget instead of "
-               "infer_batch_size rows; generation is not affected")
-    max_tokens_per_microbatch_in_infer: Optional[int] = field_help(
-        None, "real (unpadded) tokens per scoring micro-batch with use_dynamic_batching_in_infer; "
-              "≥ prompt_length + response_length")
+        False,
+        "scoring forwards (log-probs, values, Σπ²) in micro-batches by a token budget instead of "
+        "infer_batch_size rows; generation is not affected",
+    )
+    max_tokens_per_microbatch_in_infer: int | None = field_help(
+        None,
+        "real (unpadded) tokens per scoring micro-batch with use_dynamic_batching_in_infer; "
+        "≥ prompt_length + response_length",
+    )
     use_sequence_packing: bool = field_help(
-        False, "concatenate each micro-batch's rows into one row without padding (position ids restart per "
-               "row) for training and scoring forwards; HF-module strategies only")
+        False,
+        "concatenate each micro-batch's rows into one row without padding (position ids restart per "
+        "row) for training and scoring forwards; HF-module strategies only",
+    )
     rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
 
     def __post_init__(self):
@@ -109,11 +130,13 @@ class WorkerConfig:
 
 @dataclass
 class RewardConfig(WorkerConfig):
-    tag_included: list[str] = field_help(default_factory=list,
-                                         help="data tags routed to this domain; empty with one domain = every row")
+    tag_included: list[str] = field_help(
+        default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
+    )
     timeout: float = field_help(5.0, "per-sample grading time limit in seconds (the sample then scores 0)")
-    reward_args: dict[str, Any] = field_help(default_factory=dict,
-                                             help="free-form settings for a custom reward worker (self.worker_config.reward_args)")
+    reward_args: dict[str, Any] = field_help(
+        default_factory=dict, help="free-form settings for a custom reward worker (self.worker_config.reward_args)"
+    )
 
 
 @dataclass
@@ -121,4 +144,5 @@ class ValidationConfig:
     data_args: DataArgs = field_help(default_factory=DataArgs, help="held-out prompt file(s)")
     generating_args: GeneratingArgs = field_help(
         default_factory=lambda: GeneratingArgs(do_sample=False, num_return_sequences=1),
-        help="sampling for validation (greedy by default)")
+        help="sampling for validation (greedy by default)",
+    )

@@ -9,6 +9,7 @@ of a held-out phrasing (all 16 facts) is held out, so no held-out sentence frame
 occurs in training. The facts are shared, so held-out accuracy measures whether the model learned to
 read the two numbers and add them, not whether it generalises arithmetic to new numbers.
 """
+
 import itertools
 import json
 import random
@@ -51,13 +52,21 @@ def all_problems() -> list[dict]:
         if "{name}" not in template and (name, obj) != (NAMES[0], OBJECTS[0]):
             continue  # templates without a name/object exist once per fact
         phrasing = f"{t}|{name}|{obj}" if "{name}" in template else str(t)
-        problems.append({"prompt": template.format(name=name, obj=obj, a=a, b=b), "ground_truth": str(a + b),
-                         "tag": TAG, "operands": [a, b], "phrasing": phrasing})
+        problems.append(
+            {
+                "prompt": template.format(name=name, obj=obj, a=a, b=b),
+                "ground_truth": str(a + b),
+                "tag": TAG,
+                "operands": [a, b],
+                "phrasing": phrasing,
+            }
+        )
     return problems
 
 
-def split_problems(seed: int = 0, heldout_phrasings: int = 12,
-                   balance_answers: bool = False) -> tuple[list[dict], list[dict]]:
+def split_problems(
+    seed: int = 0, heldout_phrasings: int = 12, balance_answers: bool = False
+) -> tuple[list[dict], list[dict]]:
     """(train, heldout): `heldout_phrasings` random (template, name, object) phrasings with all their
     16 facts go to heldout (12 → 192 problems, each fact 12 times); both lists are shuffled.
 
@@ -96,8 +105,11 @@ def reading_problems() -> list[dict]:
 
 def tokenizer_corpus() -> list[str]:
     """Texts the demo tokenizer is trained on: every prompt, warm-start prompt and possible reply."""
-    return ([p["prompt"] for p in all_problems()] + [p["prompt"] for p in reading_problems()]
-            + [answer_text(v) for v in answer_pool()])
+    return (
+        [p["prompt"] for p in all_problems()]
+        + [p["prompt"] for p in reading_problems()]
+        + [answer_text(v) for v in answer_pool()]
+    )
 
 
 def write_jsonl(rows: list[dict], path: Path) -> None:

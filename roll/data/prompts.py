@@ -4,6 +4,7 @@ Each row becomes: prompt token ids (chat template applied if asked), the prompt 
 `ground_truth` and its reward-domain `tag`. Rows that cannot be used raise an error naming the file
 and row; prompts longer than `prompt_length` are dropped with a count, or rejected, per config.
 """
+
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +23,9 @@ def _builder_for(files: list[str]) -> str:
     for name in files:
         suffix = Path(name).suffix.lower()
         if suffix not in _LOADERS:
-            raise ValueError(f"data_args.file_name: {name!r} has an unsupported extension {suffix!r}; "
-                             f"use one of {sorted(_LOADERS)}")
+            raise ValueError(
+                f"data_args.file_name: {name!r} has an unsupported extension {suffix!r}; use one of {sorted(_LOADERS)}"
+            )
         if not Path(name).is_file():
             raise FileNotFoundError(f"data_args.file_name: {name!r} does not exist")
         kinds.add(_LOADERS[suffix])
@@ -36,8 +38,10 @@ def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
     messages = row.get(data_args.messages_key)
     prompt = row.get(data_args.prompt_key)
     if messages is None and prompt is None:
-        raise ValueError(f"{where}: neither a '{data_args.prompt_key}' nor a '{data_args.messages_key}' value "
-                         f"(set data_args.prompt_key / data_args.messages_key to your column names)")
+        raise ValueError(
+            f"{where}: neither a '{data_args.prompt_key}' nor a '{data_args.messages_key}' value "
+            f"(set data_args.prompt_key / data_args.messages_key to your column names)"
+        )
     if messages is None:
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError(f"{where}: '{data_args.prompt_key}' must be a non-empty string, got {prompt!r}")
@@ -64,15 +68,28 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
             too_long.append(index)
             continue
         truth = row.get(data_args.ground_truth_key)
-        rows.append({"prompt_ids": ids, "prompt_text": text, "ground_truth": None if truth is None else str(truth),
-                     "tag": row.get(data_args.tag_key)})
+        rows.append(
+            {
+                "prompt_ids": ids,
+                "prompt_text": text,
+                "ground_truth": None if truth is None else str(truth),
+                "tag": row.get(data_args.tag_key),
+            }
+        )
     if too_long:
         if data_args.on_long_prompt == "error":
-            raise ValueError(f"{files}: {len(too_long)} prompts are longer than prompt_length={prompt_length} "
-                             f"tokens (first rows: {too_long[:5]}); raise prompt_length or set "
-                             f"data_args.on_long_prompt: drop")
-        logger.warning("%s: dropped %d of %d prompts longer than prompt_length=%d tokens",
-                       files, len(too_long), len(table), prompt_length)
+            raise ValueError(
+                f"{files}: {len(too_long)} prompts are longer than prompt_length={prompt_length} "
+                f"tokens (first rows: {too_long[:5]}); raise prompt_length or set "
+                f"data_args.on_long_prompt: drop"
+            )
+        logger.warning(
+            "%s: dropped %d of %d prompts longer than prompt_length=%d tokens",
+            files,
+            len(too_long),
+            len(table),
+            prompt_length,
+        )
     if not rows:
         raise ValueError(f"{files}: no usable prompt rows")
     return rows
@@ -84,10 +101,11 @@ def collate_prompts(rows: list[dict], prompt_length: int, pad_token_id: int) -> 
     mask = torch.zeros((len(rows), prompt_length), dtype=torch.long)
     for i, row in enumerate(rows):
         ids = row["prompt_ids"]
-        prompts[i, prompt_length - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        mask[i, prompt_length - len(ids):] = 1
-    non_tensors = {key: np.array([row[key] for row in rows], dtype=object)
-                   for key in ("prompt_text", "ground_truth", "tag")}
+        prompts[i, prompt_length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[i, prompt_length - len(ids) :] = 1
+    non_tensors = {
+        key: np.array([row[key] for row in rows], dtype=object) for key in ("prompt_text", "ground_truth", "tag")
+    }
     return DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask}, non_tensors=non_tensors)
 
 

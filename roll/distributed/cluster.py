@@ -1,4 +1,5 @@
 """A role's workers as one object: every @register-ed method becomes a cluster-wide call."""
+
 import sys
 import time
 
@@ -16,16 +17,19 @@ class Cluster:
     def __init__(self, name: str, worker_cls, resource_manager, worker_config):
         self.name, self.worker_config = name, worker_config
         self.rpc_timeout = worker_config.rpc_timeout
-        placements = plan_role(name, worker_config.device_mapping, worker_config.num_gpus_per_worker,
-                               worker_config.world_size)
+        placements = plan_role(
+            name, worker_config.device_mapping, worker_config.num_gpus_per_worker, worker_config.world_size
+        )
         self.world_size = len(placements)
         remote_cls = ray.remote(ship_by_value(worker_cls))
         # Workers start in the background (several roles start at once); the first call waits for rank 0
         # to pick the torch.distributed rendezvous address and hands it to the other ranks.
-        self.workers = [remote_cls.options(name=f"{name}-{placement.rank}-{id(self)}",
-                                           **resource_manager.actor_options(placement)).remote(
-                            worker_config, placement.rank, self.world_size, placement.devices)
-                        for placement in placements]
+        self.workers = [
+            remote_cls.options(
+                name=f"{name}-{placement.rank}-{id(self)}", **resource_manager.actor_options(placement)
+            ).remote(worker_config, placement.rank, self.world_size, placement.devices)
+            for placement in placements
+        ]
         self._master_ref = self.workers[0].get_master_address.remote()
         self._rendezvous_set = False
         for method_name in dir(worker_cls):
@@ -65,7 +69,8 @@ class Cluster:
             except GetTimeoutError:
                 raise TimeoutError(
                     f"{self.name}.{method} did not answer within {timeout} s "
-                    f"(rank {rank} of {len(refs)}); raise rpc_timeout if the work is legitimately slow") from None
+                    f"(rank {rank} of {len(refs)}); raise rpc_timeout if the work is legitimately slow"
+                ) from None
             except RayTaskError as error:
                 raise RuntimeError(f"{self.name}.{method} failed on rank {rank} of {len(refs)}:\n{error}") from None
             except RayActorError as error:

@@ -4,6 +4,7 @@
 arrays with the same rows (texts, uids, tags), `meta_info` holds per-call settings that are not
 per-row. Tensors pickle as raw buffers, so sending one through Ray costs a copy, not a conversion.
 """
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,22 +46,32 @@ class DataProto:
         else:
             rows = torch.as_tensor(np.asarray(index), dtype=torch.long)
         np_rows = rows if isinstance(rows, slice) else rows.numpy()
-        return DataProto({k: v[rows] for k, v in self.batch.items()},
-                         {k: v[np_rows] for k, v in self.non_tensor_batch.items()}, dict(self.meta_info))
+        return DataProto(
+            {k: v[rows] for k, v in self.batch.items()},
+            {k: v[np_rows] for k, v in self.non_tensor_batch.items()},
+            dict(self.meta_info),
+        )
 
     def select(self, batch_keys=None, non_tensor_keys=None, meta_info_keys=None) -> "DataProto":
         """A view with only the named keys (None keeps all; missing keys raise)."""
-        return DataProto(_pick(self.batch, batch_keys, "batch"),
-                         _pick(self.non_tensor_batch, non_tensor_keys, "non_tensor_batch"),
-                         _pick(self.meta_info, meta_info_keys, "meta_info"))
+        return DataProto(
+            _pick(self.batch, batch_keys, "batch"),
+            _pick(self.non_tensor_batch, non_tensor_keys, "non_tensor_batch"),
+            _pick(self.meta_info, meta_info_keys, "meta_info"),
+        )
 
     def pop(self, batch_keys=(), non_tensor_keys=(), meta_info_keys=()) -> "DataProto":
         """Remove the named keys from self and return them as a new DataProto."""
-        popped = DataProto(_pick(self.batch, batch_keys or [], "batch"),
-                           _pick(self.non_tensor_batch, non_tensor_keys or [], "non_tensor_batch"),
-                           _pick(self.meta_info, meta_info_keys or [], "meta_info"))
-        for store, keys in ((self.batch, batch_keys), (self.non_tensor_batch, non_tensor_keys),
-                            (self.meta_info, meta_info_keys)):
+        popped = DataProto(
+            _pick(self.batch, batch_keys or [], "batch"),
+            _pick(self.non_tensor_batch, non_tensor_keys or [], "non_tensor_batch"),
+            _pick(self.meta_info, meta_info_keys or [], "meta_info"),
+        )
+        for store, keys in (
+            (self.batch, batch_keys),
+            (self.non_tensor_batch, non_tensor_keys),
+            (self.meta_info, meta_info_keys),
+        ):
             for key in keys or []:
                 del store[key]
         return popped
@@ -86,8 +97,10 @@ class DataProto:
 
     def chunk(self, chunks: int) -> list["DataProto"]:
         if len(self) % chunks:
-            raise ValueError(f"DataProto.chunk: {len(self)} rows do not split into {chunks} equal parts; "
-                             f"make the batch size a multiple of {chunks}")
+            raise ValueError(
+                f"DataProto.chunk: {len(self)} rows do not split into {chunks} equal parts; "
+                f"make the batch size a multiple of {chunks}"
+            )
         size = len(self) // chunks
         return [self[slice(i * size, (i + 1) * size)] for i in range(chunks)]
 
@@ -103,9 +116,11 @@ class DataProto:
         meta = {}
         for part in reversed(parts):
             meta.update(part.meta_info)
-        return DataProto({k: torch.cat([p.batch[k] for p in parts]) for k in parts[0].batch},
-                         {k: np.concatenate([p.non_tensor_batch[k] for p in parts])
-                          for k in parts[0].non_tensor_batch}, meta)
+        return DataProto(
+            {k: torch.cat([p.batch[k] for p in parts]) for k in parts[0].batch},
+            {k: np.concatenate([p.non_tensor_batch[k] for p in parts]) for k in parts[0].non_tensor_batch},
+            meta,
+        )
 
     def repeat(self, repeat_times: int, interleave: bool = True) -> "DataProto":
         """Each row `repeat_times` times: adjacent copies (interleave) or whole-batch copies."""

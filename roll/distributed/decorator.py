@@ -1,13 +1,14 @@
 """`@register(dispatch_mode=...)`: how a Cluster fans a call out to its workers and gathers results."""
+
 from enum import Enum
 
 from roll.distributed.data_proto import DataProto
 
 
 class Dispatch(Enum):
-    ONE_TO_ALL = "one_to_all"        # same arguments to every worker; a list of results
+    ONE_TO_ALL = "one_to_all"  # same arguments to every worker; a list of results
     DP_MP_COMPUTE = "dp_mp_compute"  # DataProto arguments split by rank; DataProto results concatenated
-    RANK0 = "rank0"                  # only rank 0 runs; its result
+    RANK0 = "rank0"  # only rank 0 runs; its result
 
 
 DISPATCH_ATTR = "_roll_dispatch_mode"
@@ -31,10 +32,8 @@ def split_arguments(mode: Dispatch, world_size: int, args: tuple, kwargs: dict) 
     if mode is Dispatch.ONE_TO_ALL:
         return [(args, kwargs)] * world_size
     split_args = [a.chunk(world_size) if isinstance(a, DataProto) else [a] * world_size for a in args]
-    split_kwargs = {k: v.chunk(world_size) if isinstance(v, DataProto) else [v] * world_size
-                    for k, v in kwargs.items()}
-    return [(tuple(a[r] for a in split_args), {k: v[r] for k, v in split_kwargs.items()})
-            for r in range(world_size)]
+    split_kwargs = {k: v.chunk(world_size) if isinstance(v, DataProto) else [v] * world_size for k, v in kwargs.items()}
+    return [(tuple(a[r] for a in split_args), {k: v[r] for k, v in split_kwargs.items()}) for r in range(world_size)]
 
 
 def collect_results(mode: Dispatch, results: list):

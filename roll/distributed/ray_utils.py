@@ -1,11 +1,18 @@
 """Starting Ray for a pipeline: virtual devices on CPU-only machines, quiet and bounded."""
+
 import os
 
 # Actors inherit these: 2-core machines slow down 10-40x when every process spawns its own threads.
-WORKER_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": "disabled",
-              "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0",
-              # progress bars of every weight load and data read would drown the per-step lines
-              "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_AUTH_MODE": "disabled",
+    "PYTHONUNBUFFERED": "1",
+    "RAY_DEDUP_LOGS": "0",
+    # progress bars of every weight load and data read would drown the per-step lines
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+}
 VIRTUAL_DEVICE = "roll_device"
 
 
@@ -32,8 +39,14 @@ def init_ray(num_devices: int, env_vars: dict | None = None) -> None:
     # Workers import user modules named by dotted path (custom reward workers) the way the driver does.
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    ray.init(resources=resources, include_dashboard=False, object_store_memory=1 << 30,
-             runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
+    ray.init(
+        resources=resources,
+        include_dashboard=False,
+        object_store_memory=1 << 30,
+        runtime_env={"env_vars": env_vars},
+        log_to_driver=True,
+        configure_logging=False,
+    )
 
 
 def _check_session_devices(num_devices: int) -> None:
@@ -43,5 +56,7 @@ def _check_session_devices(num_devices: int) -> None:
         return
     have = ray.cluster_resources().get(VIRTUAL_DEVICE, 0)
     if have < num_devices:
-        raise RuntimeError(f"this process's Ray session was started with {have:g} virtual devices but the pipeline "
-                           f"needs num_nodes × num_gpus_per_node = {num_devices}; call ray.shutdown() first")
+        raise RuntimeError(
+            f"this process's Ray session was started with {have:g} virtual devices but the pipeline "
+            f"needs num_nodes × num_gpus_per_node = {num_devices}; call ray.shutdown() first"
+        )

@@ -4,6 +4,7 @@ share a bundle (colocated), disjoint ids never do.
 On GPU machines a bundle is one GPU; on CPU-only machines it is one unit of the custom resource
 `roll_device` (a virtual device), so colocation behaves exactly as it would on GPUs.
 """
+
 from dataclasses import dataclass
 
 # Each worker takes a sliver of its device so any number of colocated roles fit on it.
@@ -22,17 +23,24 @@ def plan_role(role: str, device_mapping, num_gpus_per_worker: int, world_size: i
     if not device_mapping:
         return [WorkerPlacement(role, rank, ()) for rank in range(world_size)]
     if len(device_mapping) % num_gpus_per_worker:
-        raise ValueError(f"{role}.device_mapping has {len(device_mapping)} ids, not a multiple of "
-                         f"{role}.num_gpus_per_worker={num_gpus_per_worker}")
+        raise ValueError(
+            f"{role}.device_mapping has {len(device_mapping)} ids, not a multiple of "
+            f"{role}.num_gpus_per_worker={num_gpus_per_worker}"
+        )
     k = num_gpus_per_worker
-    return [WorkerPlacement(role, rank, tuple(device_mapping[rank * k:(rank + 1) * k]))
-            for rank in range(len(device_mapping) // k)]
+    return [
+        WorkerPlacement(role, rank, tuple(device_mapping[rank * k : (rank + 1) * k]))
+        for rank in range(len(device_mapping) // k)
+    ]
 
 
 def placement_plan(roles: dict) -> list[WorkerPlacement]:
     """roles: name → worker config (device_mapping, num_gpus_per_worker, world_size)."""
-    return [p for name, cfg in roles.items()
-            for p in plan_role(name, cfg.device_mapping, cfg.num_gpus_per_worker, cfg.world_size)]
+    return [
+        p
+        for name, cfg in roles.items()
+        for p in plan_role(name, cfg.device_mapping, cfg.num_gpus_per_worker, cfg.world_size)
+    ]
 
 
 def format_plan(plan: list[WorkerPlacement], num_devices: int) -> str:
@@ -74,7 +82,8 @@ class ResourceManager:
             raise TimeoutError(
                 f"could not reserve {self.num_devices} {self.device_resource} devices within 120 s (Ray has "
                 f"{ray.available_resources().get(self.device_resource, 0)} free); is another pipeline still "
-                f"holding them in this Ray session? Call its close() first") from None
+                f"holding them in this Ray session? Call its close() first"
+            ) from None
 
     def shutdown(self) -> None:
         """Release the devices (call after the roles' workers are stopped)."""
@@ -91,11 +100,14 @@ class ResourceManager:
             return {"num_cpus": 0}
         bad = [d for d in placement.devices if not 0 <= d < self.num_devices]
         if bad:
-            raise ValueError(f"{placement.role}.device_mapping uses device ids {bad}, but the pool has "
-                             f"{self.num_devices} devices (0..{self.num_devices - 1}); "
-                             f"raise num_nodes/num_gpus_per_node or change the mapping")
+            raise ValueError(
+                f"{placement.role}.device_mapping uses device ids {bad}, but the pool has "
+                f"{self.num_devices} devices (0..{self.num_devices - 1}); "
+                f"raise num_nodes/num_gpus_per_node or change the mapping"
+            )
         share = {"num_gpus": WORKER_SHARE} if self.use_gpus else {"resources": {self.device_resource: WORKER_SHARE}}
         # A Ray actor lives in one bundle: multi-device workers sit in their first device's bundle.
-        strategy = PlacementGroupSchedulingStrategy(self.placement_group,
-                                                    placement_group_bundle_index=placement.devices[0])
+        strategy = PlacementGroupSchedulingStrategy(
+            self.placement_group, placement_group_bundle_index=placement.devices[0]
+        )
         return {"num_cpus": 0, "scheduling_strategy": strategy, **share}

@@ -11,6 +11,7 @@ every transport moves a single tensor per bucket and the receiver rebuilds the n
 - ipc (colocated workers): on CPU the buffer is a file in /dev/shm that the receiver maps (no copy
   through Ray); on GPU a CUDA IPC handle of the device buffer (not verified by this project).
 """
+
 import datetime
 import os
 import shutil
@@ -33,9 +34,9 @@ def bucket_layout(bucket) -> tuple[list, int]:
 
 
 def pack_into(bucket, buffer: torch.Tensor, entries) -> None:
-    for (name, tensor), (_, _, _, offset) in zip(bucket, entries):
+    for (_, tensor), (_, _, _, offset) in zip(bucket, entries):
         flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-        buffer[offset:offset + flat.numel()].copy_(flat)
+        buffer[offset : offset + flat.numel()].copy_(flat)
 
 
 def unpack(buffer: torch.Tensor, entries) -> list[tuple[str, torch.Tensor]]:
@@ -44,7 +45,7 @@ def unpack(buffer: torch.Tensor, entries) -> list[tuple[str, torch.Tensor]]:
     for name, dtype, shape, offset in entries:
         dtype = getattr(torch, dtype)
         nbytes = torch.Size(shape).numel() * dtype.itemsize
-        out.append((name, buffer[offset:offset + nbytes].view(dtype).view(shape)))
+        out.append((name, buffer[offset : offset + nbytes].view(dtype).view(shape)))
     return out
 
 
@@ -61,8 +62,10 @@ def write_shm(bucket) -> tuple[str, int, list]:
     entries, size = bucket_layout(bucket)
     free = shutil.disk_usage(SHM_DIR).free
     if size > free:
-        raise RuntimeError(f"weight sync (ipc): a bucket of {size / 2**20:.1f} MB does not fit in {SHM_DIR} "
-                           f"({free / 2**20:.1f} MB free); lower model_update_buffer_size_mb or enlarge {SHM_DIR}")
+        raise RuntimeError(
+            f"weight sync (ipc): a bucket of {size / 2**20:.1f} MB does not fit in {SHM_DIR} "
+            f"({free / 2**20:.1f} MB free); lower model_update_buffer_size_mb or enlarge {SHM_DIR}"
+        )
     path = os.path.join(SHM_DIR, f"roll-weights-{os.getpid()}-{uuid.uuid4().hex}")
     mapped = torch.from_file(path, shared=True, size=max(size, 1), dtype=torch.uint8)
     pack_into(bucket, mapped, entries)
@@ -72,8 +75,10 @@ def write_shm(bucket) -> tuple[str, int, list]:
 def map_shm(path: str, size: int) -> torch.Tensor:
     """The writer's file mapped into this process (shared pages, no copy); valid after the file is unlinked."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"weight sync (ipc): {path} is missing: the trainer worker is on another node or "
-                                f"removed it; use weight_sync_method collective or object_store")
+        raise FileNotFoundError(
+            f"weight sync (ipc): {path} is missing: the trainer worker is on another node or "
+            f"removed it; use weight_sync_method collective or object_store"
+        )
     return torch.from_file(path, shared=True, size=max(size, 1), dtype=torch.uint8)[:size]
 
 

@@ -1,4 +1,5 @@
 """Base class of every role's Ray actor: rank, world size and the torch.distributed environment."""
+
 import os
 import socket
 
@@ -12,8 +13,15 @@ def _free_port() -> int:
 
 
 class Worker:
-    def __init__(self, worker_config, rank: int, world_size: int, devices: tuple = (),
-                 master_addr: str | None = None, master_port: int | None = None):
+    def __init__(
+        self,
+        worker_config,
+        rank: int,
+        world_size: int,
+        devices: tuple = (),
+        master_addr: str | None = None,
+        master_port: int | None = None,
+    ):
         self.worker_config = worker_config
         self.worker_name = worker_config.name
         self.rank, self.world_size, self.devices = rank, world_size, tuple(devices)
@@ -39,6 +47,11 @@ class Worker:
         import ray
 
         context = ray.get_runtime_context()
-        return {"role": self.worker_name, "rank": self.rank, "devices": self.devices,
-                "node_id": context.get_node_id(), "resources": context.get_assigned_resources(),
-                "pid": os.getpid()}
+        return {
+            "role": self.worker_name,
+            "rank": self.rank,
+            "devices": self.devices,
+            "node_id": context.get_node_id(),
+            "resources": context.get_assigned_resources(),
+            "pid": os.getpid(),
+        }

@@ -14,6 +14,7 @@ map cell and action word is one token. Two supervised warm-start phases follow, 
 Every action in the data is drawn uniformly at random, so which action is good is left to RL: the
 validation success rates start at the random-play level.
 """
+
 import dataclasses
 import json
 import random
@@ -31,8 +32,7 @@ ACTIONS = ["Left", "Down", "Right", "Up"]
 # Renderings for the tokenizer corpus and random-play conversations: env_type → env_config.
 ENVS = {"frozen_lake": {}, "sokoban": {}}
 # Dynamics phase: shallow 5×5 Sokoban puzzles, so random episodes push the box often.
-DYNAMICS_ENVS = {"sokoban": {"dim_room": [5, 5], "num_boxes": 1, "search_depth": 2, "max_steps": 10},
-                 "frozen_lake": {}}
+DYNAMICS_ENVS = {"sokoban": {"dim_room": [5, 5], "num_boxes": 1, "search_depth": 2, "max_steps": 10}, "frozen_lake": {}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,15 +41,15 @@ class AgenticDemoSettings:
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 2
-    episodes_per_env: int = 200       # random-play episodes per environment for the warm start
+    episodes_per_env: int = 200  # random-play episodes per environment for the warm start
     max_turns: int = 10
-    history_length: int = 2           # the step layout's window (custom_envs.<tag>.history_length)
+    history_length: int = 2  # the step layout's window (custom_envs.<tag>.history_length)
     warm_start_steps: int = 80
     warm_start_batch_size: int = 16
     warm_start_lr: float = 3e-3
-    dynamics_episodes: int = 2000     # random episodes per DYNAMICS_ENVS entry (FrozenLake: half)
+    dynamics_episodes: int = 2000  # random episodes per DYNAMICS_ENVS entry (FrozenLake: half)
     dynamics_max_turns: int = 6
-    dynamics_steps: int = 1000        # phase 2 steps (batch size and lr as phase 1); ~3 min on 2 cores
+    dynamics_steps: int = 1000  # phase 2 steps (batch size and lr as phase 1); ~3 min on 2 cores
 
 
 def random_play(env_type: str, env_config: dict, seeds: range, max_turns: int, rng: random.Random) -> list[list]:
@@ -88,9 +88,13 @@ def conversations(played: list, history_length: int) -> list[list[dict]]:
     out = []
     for instructions, turns in played:
         for index, (observation, action) in enumerate(turns):
-            window = turns[max(0, index - history_length):index] if history_length else []
-            out.append([{"role": "user", "content": _user(instructions, render_step_prompt(window, observation))},
-                        {"role": "assistant", "content": action}])
+            window = turns[max(0, index - history_length) : index] if history_length else []
+            out.append(
+                [
+                    {"role": "user", "content": _user(instructions, render_step_prompt(window, observation))},
+                    {"role": "assistant", "content": action},
+                ]
+            )
         out.append(trajectory_chat(instructions, turns))
     return out
 
@@ -105,8 +109,9 @@ def dynamics_chats(settings: AgenticDemoSettings, rng: random.Random) -> list[li
     return [trajectory_chat(instructions, turns) for instructions, turns in played if len(turns) > 1]
 
 
-def prepare_agentic_demo(output_dir, settings: AgenticDemoSettings = AgenticDemoSettings(), force: bool = False,
-                         log=print) -> dict:
+def prepare_agentic_demo(
+    output_dir, settings: AgenticDemoSettings = AgenticDemoSettings(), force: bool = False, log=print
+) -> dict:
     out = Path(output_dir)
     marker = out / MARKER
     payload = {"format_version": FORMAT_VERSION, "settings": dataclasses.asdict(settings)}
@@ -118,26 +123,44 @@ def prepare_agentic_demo(output_dir, settings: AgenticDemoSettings = AgenticDemo
     started, rng = time.perf_counter(), random.Random(settings.seed)
     out.mkdir(parents=True, exist_ok=True)
     marker.unlink(missing_ok=True)  # written last: a half-done preparation is redone
-    played = [episode for env_type, env_config in ENVS.items()
-              for episode in random_play(env_type, env_config, range(settings.episodes_per_env),
-                                         settings.max_turns, rng)]
+    played = [
+        episode
+        for env_type, env_config in ENVS.items()
+        for episode in random_play(env_type, env_config, range(settings.episodes_per_env), settings.max_turns, rng)
+    ]
     chats = conversations(played, settings.history_length)
     dynamics = dynamics_chats(settings, rng)
-    corpus = sorted({message["content"] for chat in chats + dynamics for message in chat} |
-                    set(ACTIONS) | {f"<answer>{a}</answer>" for a in ACTIONS} | {"Invalid action."})
+    corpus = sorted(
+        {message["content"] for chat in chats + dynamics for message in chat}
+        | set(ACTIONS)
+        | {f"<answer>{a}</answer>" for a in ACTIONS}
+        | {"Invalid action."}
+    )
     model_dir = out / "model"
-    build_tiny_model(str(model_dir), corpus, hidden_size=settings.hidden_size, num_layers=settings.num_layers,
-                     num_heads=settings.num_heads, seed=settings.seed, max_position_embeddings=1024)
+    build_tiny_model(
+        str(model_dir),
+        corpus,
+        hidden_size=settings.hidden_size,
+        num_layers=settings.num_layers,
+        num_heads=settings.num_heads,
+        seed=settings.seed,
+        max_position_embeddings=1024,
+    )
     train = dict(batch_size=settings.warm_start_batch_size, lr=settings.warm_start_lr)
     log(f"warm start 1/2 (format): {settings.warm_start_steps} steps on {len(chats)} conversations")
     losses = warm_start(str(model_dir), chats, steps=settings.warm_start_steps, seed=settings.seed, log=log, **train)
     log(f"warm start 2/2 (dynamics): {settings.dynamics_steps} steps on {len(dynamics)} episodes")
-    dynamics_losses = warm_start(str(model_dir), dynamics, steps=settings.dynamics_steps, seed=settings.seed + 1,
-                                 log=log, **train)
-    summary = {"conversations": len(chats), "warm_start_loss_first": losses[0],
-               "warm_start_loss_last": sum(losses[-10:]) / len(losses[-10:]),
-               "dynamics_episodes": len(dynamics), "dynamics_loss_first": dynamics_losses[0],
-               "dynamics_loss_last": sum(dynamics_losses[-10:]) / len(dynamics_losses[-10:]),
-               "seconds": round(time.perf_counter() - started, 1)}
+    dynamics_losses = warm_start(
+        str(model_dir), dynamics, steps=settings.dynamics_steps, seed=settings.seed + 1, log=log, **train
+    )
+    summary = {
+        "conversations": len(chats),
+        "warm_start_loss_first": losses[0],
+        "warm_start_loss_last": sum(losses[-10:]) / len(losses[-10:]),
+        "dynamics_episodes": len(dynamics),
+        "dynamics_loss_first": dynamics_losses[0],
+        "dynamics_loss_last": sum(dynamics_losses[-10:]) / len(dynamics_losses[-10:]),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     marker.write_text(json.dumps(dict(payload, summary=summary), indent=1))
     return dict(summary, skipped=False)

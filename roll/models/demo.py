@@ -7,6 +7,7 @@
     <output_dir>/prepared.json   the settings + a summary; a second call with equal settings is a no-op
 and returns the summary. `greedy_eval` is the held-out measurement used before/after RL.
 """
+
 import dataclasses
 import json
 import shutil
@@ -18,8 +19,8 @@ import torch
 
 from roll.data import demo_task
 from roll.models.tiny import build_tiny_model
-from roll.utils.functional import left_pad
 from roll.models.warm_start import format_only_examples, warm_start
+from roll.utils.functional import left_pad
 
 MARKER = "prepared.json"
 FORMAT_VERSION = 3  # bump when the files' meaning changes (tokenizer, task, split)
@@ -54,8 +55,9 @@ def is_prepared(output_dir, settings: DemoSettings) -> dict | None:
     except json.JSONDecodeError:
         return None
     required = ["model/config.json", "model/model.safetensors", "model/tokenizer.json", "train.jsonl", "heldout.jsonl"]
-    if any(stored.get(k) != v for k, v in _marker_payload(settings).items()) or \
-            not all((Path(output_dir) / name).is_file() for name in required):
+    if any(stored.get(k) != v for k, v in _marker_payload(settings).items()) or not all(
+        (Path(output_dir) / name).is_file() for name in required
+    ):
         return None
     return stored.get("summary")
 
@@ -84,26 +86,42 @@ def _prepare_locked(out: Path, settings: DemoSettings, force: bool, log) -> dict
     model_dir = out / "model"
     if model_dir.exists():
         shutil.rmtree(model_dir)
-    train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings,
-                                                settings.balance_answers)
+    train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings, settings.balance_answers)
     demo_task.write_jsonl(train, out / "train.jsonl")
     demo_task.write_jsonl(heldout, out / "heldout.jsonl")
-    build_tiny_model(str(model_dir), demo_task.tokenizer_corpus(), hidden_size=settings.hidden_size,
-                     num_layers=settings.num_layers, num_heads=settings.num_heads, seed=settings.seed)
+    build_tiny_model(
+        str(model_dir),
+        demo_task.tokenizer_corpus(),
+        hidden_size=settings.hidden_size,
+        num_layers=settings.num_layers,
+        num_heads=settings.num_heads,
+        seed=settings.seed,
+    )
     conversations = warm_start_conversations(settings, train)
-    losses = warm_start(str(model_dir), conversations, steps=settings.warm_start_steps,
-                        batch_size=settings.warm_start_batch_size, lr=settings.warm_start_lr, seed=settings.seed)
+    losses = warm_start(
+        str(model_dir),
+        conversations,
+        steps=settings.warm_start_steps,
+        batch_size=settings.warm_start_batch_size,
+        lr=settings.warm_start_lr,
+        seed=settings.seed,
+    )
     model, tokenizer = load_model(model_dir)
     evaluation = greedy_eval(model, tokenizer, heldout, settings.eval_max_new_tokens)
     n_params = sum(p.numel() for p in model.parameters())
     prompt_tokens = max(len(ids) for ids in encode_prompts(tokenizer, [r["prompt"] for r in train + heldout]))
     summary = {
-        "train_rows": len(train), "heldout_rows": len(heldout), "vocab_size": len(tokenizer),
-        "parameters": n_params, "max_prompt_tokens": prompt_tokens,
+        "train_rows": len(train),
+        "heldout_rows": len(heldout),
+        "vocab_size": len(tokenizer),
+        "parameters": n_params,
+        "max_prompt_tokens": prompt_tokens,
         "warm_start_loss_first": losses[0] if losses else None,
         "warm_start_loss_last": sum(losses[-10:]) / len(losses[-10:]) if losses else None,
-        "heldout_accuracy": evaluation["accuracy"], "heldout_format_ok": evaluation["format_ok"],
-        "heldout_answer_counts": evaluation["answer_counts"], "seconds": round(time.perf_counter() - started, 1),
+        "heldout_accuracy": evaluation["accuracy"],
+        "heldout_format_ok": evaluation["format_ok"],
+        "heldout_answer_counts": evaluation["answer_counts"],
+        "seconds": round(time.perf_counter() - started, 1),
     }
     (out / MARKER).write_text(json.dumps(dict(_marker_payload(settings), summary=summary), indent=1))
     return dict(summary, skipped=False)
@@ -111,16 +129,25 @@ def _prepare_locked(out: Path, settings: DemoSettings, force: bool, log) -> dict
 
 def warm_start_conversations(settings: DemoSettings, train: list[dict]) -> list[list[dict]]:
     if settings.warm_start == "random":
-        return format_only_examples([p["prompt"] for p in train], demo_task.answer_pool(), settings.seed,
-                                    answer_format=demo_task.answer_text)
-    reading = [[{"role": "user", "content": r["prompt"]},
-                {"role": "assistant", "content": demo_task.answer_text(r["ground_truth"])}]
-               for r in demo_task.reading_problems()]
+        return format_only_examples(
+            [p["prompt"] for p in train], demo_task.answer_pool(), settings.seed, answer_format=demo_task.answer_text
+        )
+    reading = [
+        [
+            {"role": "user", "content": r["prompt"]},
+            {"role": "assistant", "content": demo_task.answer_text(r["ground_truth"])},
+        ]
+        for r in demo_task.reading_problems()
+    ]
     if settings.warm_start == "reading":
         return reading
     if settings.warm_start == "mixed":  # reading + task prompts with random answers, half and half
-        random_part = format_only_examples([p["prompt"] for p in train[:len(reading)]], demo_task.answer_pool(),
-                                           settings.seed, answer_format=demo_task.answer_text)
+        random_part = format_only_examples(
+            [p["prompt"] for p in train[: len(reading)]],
+            demo_task.answer_pool(),
+            settings.seed,
+            answer_format=demo_task.answer_text,
+        )
         return reading + random_part
     raise ValueError(f"warm_start must be 'reading', 'mixed' or 'random', got {settings.warm_start!r}")
 
@@ -135,8 +162,10 @@ def load_model(model_dir):
 
 
 def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                           tokenize=False) for p in prompts]
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
@@ -150,16 +179,27 @@ def greedy_eval(model, tokenizer, rows: list[dict], max_new_tokens: int = 8, bat
     model.eval()
     replies = []
     for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
+        chunk = rows[start : start + batch_size]
         ids, mask = left_pad(encode_prompts(tokenizer, [r["prompt"] for r in chunk]), tokenizer.pad_token_id)
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-        replies += tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        replies += tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
     model.train(was_training)
     scores = [grade(reply, row["ground_truth"]) for reply, row in zip(replies, rows)]
     boxed = [r.strip() for r in replies]
-    counts = Counter(r[len("\\boxed{"):-1] if r.startswith("\\boxed{") and r.endswith("}") else "other"
-                     for r in boxed)
-    return {"accuracy": sum(scores) / len(scores),
-            "format_ok": sum(r.startswith("\\boxed{") and r.endswith("}") for r in boxed) / len(boxed),
-            "answer_counts": dict(sorted(counts.items())), "replies": replies, "scores": scores}
+    counts = Counter(
+        r[len("\\boxed{") : -1] if r.startswith("\\boxed{") and r.endswith("}") else "other" for r in boxed
+    )
+    return {
+        "accuracy": sum(scores) / len(scores),
+        "format_ok": sum(r.startswith("\\boxed{") and r.endswith("}") for r in boxed) / len(boxed),
+        "answer_counts": dict(sorted(counts.items())),
+        "replies": replies,
+        "scores": scores,
+    }

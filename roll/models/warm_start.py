@@ -6,9 +6,10 @@ has a format it can be graded on and everything about the task left to learn. Th
 (`roll.models.agentic_demo`) also uses it on random-play episodes, where the trained tokens include
 the environment's observations: the environment's dynamics, still not which action is good.
 """
+
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -18,16 +19,26 @@ def default_answer_format(value: str) -> str:
     return f"\\boxed{{{value}}}"
 
 
-def format_only_examples(prompts: list[str], answer_pool: list[str], seed: int,
-                         answer_format: Callable[[str], str] = default_answer_format) -> list[list[dict]]:
+def format_only_examples(
+    prompts: list[str], answer_pool: list[str], seed: int, answer_format: Callable[[str], str] = default_answer_format
+) -> list[list[dict]]:
     """One conversation per prompt, answered with a uniformly random number from `answer_pool`."""
     rng = random.Random(seed)
-    return [[{"role": "user", "content": p}, {"role": "assistant", "content": answer_format(rng.choice(answer_pool))}]
-            for p in prompts]
+    return [
+        [{"role": "user", "content": p}, {"role": "assistant", "content": answer_format(rng.choice(answer_pool))}]
+        for p in prompts
+    ]
 
 
-def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150, batch_size: int = 32,
-               lr: float = 3e-3, seed: int = 0, log: Callable[[str], None] | None = None) -> list[float]:
+def warm_start(
+    model_dir: str,
+    conversations: list[list[dict]],
+    steps: int = 150,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> list[float]:
     """Trains in place on every token after the first prompt (AdamW, constant lr); returns the loss curve.
     `log`, if given, gets a progress line every tenth of the run."""
     torch.manual_seed(seed)
@@ -40,9 +51,11 @@ def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150
         full = tokenizer.apply_chat_template(conversation, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-        if full_ids[:len(prompt_ids)] != prompt_ids:
-            raise ValueError("warm start: the chat template's generation prompt is not a prefix of the full "
-                             "conversation; the answer tokens cannot be located")
+        if full_ids[: len(prompt_ids)] != prompt_ids:
+            raise ValueError(
+                "warm start: the chat template's generation prompt is not a prefix of the full "
+                "conversation; the answer tokens cannot be located"
+            )
         encoded.append((full_ids, len(prompt_ids)))
     rng = random.Random(seed)
     losses = []
@@ -55,9 +68,9 @@ def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150
         labels = torch.full((len(batch), width), -100)
         attention = torch.zeros((len(batch), width), dtype=torch.long)
         for i, (ids, prompt_len) in enumerate(batch):
-            input_ids[i, :len(ids)] = torch.tensor(ids)
-            labels[i, prompt_len:len(ids)] = torch.tensor(ids[prompt_len:])
-            attention[i, :len(ids)] = 1
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            labels[i, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
+            attention[i, : len(ids)] = 1
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         loss.backward()
         optimizer.step()
@@ -65,7 +78,9 @@ def warm_start(model_dir: str, conversations: list[list[dict]], steps: int = 150
         losses.append(loss.item())
         if log is not None and steps >= 10 and (step + 1) % (steps // 10) == 0:
             elapsed = time.perf_counter() - started
-            log(f"  step {step + 1}/{steps} loss {sum(losses[-20:]) / len(losses[-20:]):.3f} "
-                f"elapsed {elapsed:.0f}s ETA {elapsed / (step + 1) * (steps - step - 1):.0f}s")
+            log(
+                f"  step {step + 1}/{steps} loss {sum(losses[-20:]) / len(losses[-20:]):.3f} "
+                f"elapsed {elapsed:.0f}s ETA {elapsed / (step + 1) * (steps - step - 1):.0f}s"
+            )
     model.save_pretrained(model_dir)
     return losses

@@ -5,6 +5,7 @@ A subclass brings the rollout: `step(step)` (one pipeline step, returning its me
 `_role_configs()` (the roles to start besides the model roles' defaults) and `_probe_batch()` (the fixed
 prompt of the weight-sync check). RLVR: `roll.pipeline.rlvr`; agentic: `roll.pipeline.agentic`.
 """
+
 import time
 
 from transformers import AutoTokenizer
@@ -43,8 +44,9 @@ class BasePipeline:
         self.resource_manager = None
         set_seed(config.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
-        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        )
         self._setup_data()
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
         self.tracker = Tracker(config.track_with, config.tensorboard_dir)
@@ -53,9 +55,13 @@ class BasePipeline:
         except BaseException:
             self.close()  # a half-built pipeline must not keep workers and devices
             raise
-        self.weight_sync = WeightSync(self.actor_train, self.actor_infer, self._probe_batch(),
-                                      buffer_size_mb=config.model_update_buffer_size_mb,
-                                      method=config.weight_sync_method)
+        self.weight_sync = WeightSync(
+            self.actor_train,
+            self.actor_infer,
+            self._probe_batch(),
+            buffer_size_mb=config.model_update_buffer_size_mb,
+            method=config.weight_sync_method,
+        )
         self.checkpointer = PipelineCheckpointer(self)
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
@@ -69,8 +75,10 @@ class BasePipeline:
         if config.reference is not None and (config.use_kl_loss or config.add_token_level_kl):
             roles["reference"] = config.reference
         elif config.reference is not None:
-            logger.info("reference role not started: use_kl_loss and add_token_level_kl are both off, so "
-                        "nothing reads reference log-probs")
+            logger.info(
+                "reference role not started: use_kl_loss and add_token_level_kl are both off, so "
+                "nothing reads reference log-probs"
+            )
         return {name: worker_config for name, worker_config in roles.items() if worker_config is not None}
 
     def _probe_batch(self) -> DataProto:
@@ -93,22 +101,31 @@ class BasePipeline:
     def _create_clusters(self) -> None:
         config, started = self.config, time.perf_counter()
         init_ray(num_devices=config.num_devices, env_vars=config.system_envs)
-        self.resource_manager = ResourceManager(num_nodes=config.num_nodes,
-                                                num_gpus_per_node=config.num_gpus_per_node)
+        self.resource_manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
         for name, worker_config in self._role_configs().items():
-            self.clusters[name] = Cluster(name=name, worker_cls=import_class(worker_config.worker_cls),
-                                          resource_manager=self.resource_manager, worker_config=worker_config)
+            self.clusters[name] = Cluster(
+                name=name,
+                worker_cls=import_class(worker_config.worker_cls),
+                resource_manager=self.resource_manager,
+                worker_config=worker_config,
+            )
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
         self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
         steps = optimizer_steps(config)  # per pipeline step, for LR schedules
-        pending = [cluster.initialize.submit(total_steps=config.max_steps * steps.get(name, 0))
-                   for name, cluster in self.clusters.items()]
+        pending = [
+            cluster.initialize.submit(total_steps=config.max_steps * steps.get(name, 0))
+            for name, cluster in self.clusters.items()
+        ]
         for call in pending:  # every role loads its model at once; each wait keeps the role's timeout
             call.result()
-        logger.info("started %d roles (%d workers) in %.1f s", len(self.clusters),
-                    sum(c.world_size for c in self.clusters.values()), time.perf_counter() - started)
+        logger.info(
+            "started %d roles (%d workers) in %.1f s",
+            len(self.clusters),
+            sum(c.world_size for c in self.clusters.values()),
+            time.perf_counter() - started,
+        )
 
     def close(self) -> None:
         """Stop every role's workers and release the devices; the Ray session stays up."""
@@ -129,8 +146,7 @@ class BasePipeline:
     # ---- phases shared by every pipeline kind ------------------------------------------------------
     def forward_log_probs(self, cluster: Cluster, batch: DataProto, key: str) -> None:
         """`key` ← a per-token forward quantity of the responses: log-probs, or Σπ² for key "sum_pi_squared"."""
-        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses",
-                                        "response_mask"])
+        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
         view, pad = pad_to_multiple(view, cluster.world_size)
         self.memory.use(cluster.name)
@@ -141,21 +157,27 @@ class BasePipeline:
         batch.batch[key] = values[: len(batch)]
 
     def compute_values(self, batch: DataProto) -> None:
-        view, pad = pad_to_multiple(batch.select(batch_keys=["input_ids", "attention_mask", "position_ids",
-                                                             "responses", "response_mask"]),
-                                    self.critic.world_size)
+        view, pad = pad_to_multiple(
+            batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]),
+            self.critic.world_size,
+        )
         self.memory.use("critic")
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
         config = self.config
         batch.meta_info["loss"] = {
-            "ppo_epochs": config.ppo_epochs, "shuffle_seed": config.seed * 7919 + step,
+            "ppo_epochs": config.ppo_epochs,
+            "shuffle_seed": config.seed * 7919 + step,
             "temperature": config.actor_infer.generating_args.temperature,
-            "policy_loss_mode": config.policy_loss_mode, "loss_agg_mode": config.loss_agg_mode,
-            "policy_loss_config": policy_loss_config(config), "use_kl_loss": config.use_kl_loss,
-            "kl_loss_coef": config.kl_loss_coef, "kl_loss_type": config.kl_loss_type,
-            "entropy_loss_coef": config.entropy_loss_coef, "value_clip": config.value_clip,
+            "policy_loss_mode": config.policy_loss_mode,
+            "loss_agg_mode": config.loss_agg_mode,
+            "policy_loss_config": policy_loss_config(config),
+            "use_kl_loss": config.use_kl_loss,
+            "kl_loss_coef": config.kl_loss_coef,
+            "kl_loss_type": config.kl_loss_type,
+            "entropy_loss_coef": config.entropy_loss_coef,
+            "value_clip": config.value_clip,
         }
         metrics = {}
         if self.critic is not None:
@@ -205,8 +227,7 @@ class BasePipeline:
         first_step = self.checkpointer.resume()
         self.memory.use("actor_train", "actor_infer")
         self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
-        history = {"first_step": first_step, "before": self._validate_before(first_step), "steps": {},
-                   "after": None}
+        history = {"first_step": first_step, "before": self._validate_before(first_step), "steps": {}, "after": None}
         eta = ETA(first_step, self.config.max_steps - 1)
         for step in range(first_step, self.config.max_steps):
             metrics = self._run_step(step, eta)
@@ -243,7 +264,9 @@ class BasePipeline:
 
 def _kl_ctrl_settings(config) -> dict:
     kind = "fixed" if config.target_kl is None else "adaptive"
-    return {"type": kind, "kl_coef": config.init_kl_coef, "horizon": config.kl_horizon,
-            "target_kl": config.target_kl if config.target_kl is not None else 0.0}
-
-
+    return {
+        "type": kind,
+        "kl_coef": config.init_kl_coef,
+        "horizon": config.kl_horizon,
+        "target_kl": config.target_kl if config.target_kl is not None else 0.0,
+    }

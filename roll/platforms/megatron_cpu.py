@@ -19,6 +19,7 @@ sites above was read from 0.16.1's source and must be re-checked for another rel
 TransformerEngine, fused kernels and CUDA graphs are not made to work; use the local (non-TE) spec with
 fusions off.
 """
+
 import functools
 import sys
 import types
@@ -26,16 +27,30 @@ import types
 import torch
 
 PINNED_VERSION = "0.16.1"
-_FACTORIES = ("tensor", "zeros", "ones", "empty", "full", "arange", "randn", "rand", "zeros_like",
-              "ones_like", "empty_like")
+_FACTORIES = (
+    "tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "arange",
+    "randn",
+    "rand",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+)
 _applied = False
 
 
 def _cpu_device(device):
     if device is None:
         return None
-    if isinstance(device, int) or (isinstance(device, str) and device.startswith("cuda")) or \
-            (isinstance(device, torch.device) and device.type == "cuda"):
+    if (
+        isinstance(device, int)
+        or (isinstance(device, str) and device.startswith("cuda"))
+        or (isinstance(device, torch.device) and device.type == "cuda")
+    ):
         return torch.device("cpu")
     return device
 
@@ -91,6 +106,7 @@ class _CpuTorch(types.ModuleType):
             if "device" in kwargs:
                 kwargs["device"] = _cpu_device(kwargs["device"])
             return factory(*args, **kwargs)
+
         return wrapper
 
     def __getattr__(self, name):
@@ -99,6 +115,7 @@ class _CpuTorch(types.ModuleType):
 
 def _reports_cuda_float_type(fn):
     """Run `fn` with float32 CPU tensors answering `.type()` as 'torch.cuda.FloatTensor'."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         original = torch.Tensor.type
@@ -112,6 +129,7 @@ def _reports_cuda_float_type(fn):
             return fn(*args, **kwargs)
         finally:
             torch.Tensor.type = original
+
     return wrapper
 
 
@@ -124,9 +142,11 @@ def apply() -> bool:
     from megatron.core import package_info
 
     if package_info.__version__ != PINNED_VERSION:
-        raise RuntimeError(f"roll.platforms.megatron_cpu is pinned to megatron-core {PINNED_VERSION} (its CUDA call "
-                           f"sites were read from that release); found {package_info.__version__}. Install "
-                           f"megatron-core=={PINNED_VERSION} (the `megatron` extra) or re-check the shim.")
+        raise RuntimeError(
+            f"roll.platforms.megatron_cpu is pinned to megatron-core {PINNED_VERSION} (its CUDA call "
+            f"sites were read from that release); found {package_info.__version__}. Install "
+            f"megatron-core=={PINNED_VERSION} (the `megatron` extra) or re-check the shim."
+        )
     if _applied:
         return True
     # import every module with a redirected call site before swapping their `torch`
@@ -148,7 +168,8 @@ def apply() -> bool:
     clip_grads.clip_grad_by_total_norm_fp32 = wrapped
     optimizer.clip_grad_by_total_norm_fp32 = wrapped
     builder = distrib_optimizer.DistributedOptimizer.__dict__["_build_model_and_main_param_groups"].__func__
-    distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = \
-        classmethod(_reports_cuda_float_type(builder))
+    distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = classmethod(
+        _reports_cuda_float_type(builder)
+    )
     _applied = True
     return True

@@ -3,6 +3,7 @@
 Started as `python -I -S -B prelude.py CODE_FILE SCRATCH_DIR LIMITS_JSON`. Limits are applied here rather
 than in a `preexec_fn`, because preexec_fn can deadlock when the caller has threads (Ray workers do).
 """
+
 import json
 import linecache
 import os
@@ -20,6 +21,7 @@ def unshare_network() -> None:
             os.unshare(os.CLONE_NEWNET)
         else:
             import ctypes
+
             libc = ctypes.CDLL(None, use_errno=True)
             try:
                 if libc.unshare(0x40000000) != 0:  # CLONE_NEWNET
@@ -33,9 +35,14 @@ def unshare_network() -> None:
 
 def set_limits() -> None:
     mb = 1024 * 1024
-    for name, value in (("RLIMIT_AS", limits["memory_mb"] * mb), ("RLIMIT_CPU", limits["cpu_seconds"]),
-                        ("RLIMIT_FSIZE", limits["fsize_mb"] * mb), ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_NPROC", limits["nproc"])):
+    for name, value in (
+        ("RLIMIT_AS", limits["memory_mb"] * mb),
+        ("RLIMIT_CPU", limits["cpu_seconds"]),
+        ("RLIMIT_FSIZE", limits["fsize_mb"] * mb),
+        ("RLIMIT_NOFILE", 64),
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_NPROC", limits["nproc"]),
+    ):
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
         except (ValueError, OSError):
@@ -45,13 +52,48 @@ def set_limits() -> None:
 # Audit events that would reach the network, start processes, signal other processes, load native code
 # or change the limits above. The audit hook is defence in depth, not a boundary on its own.
 BLOCKED_PREFIXES = ("socket.",)
-BLOCKED = {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-           "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym",
-           "ctypes.dlsym/handle", "resource.setrlimit", "resource.prlimit", "os.setns", "os.unshare",
-           "sys.addaudithook", "os.chroot", "os.mknod", "os.mkfifo", "urllib.Request", "ftplib.connect",
-           "smtplib.connect", "http.client.connect", "webbrowser.open"}
-PATH_EVENTS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.truncate": 1,
-               "os.utime": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "shutil.rmtree": 1}
+BLOCKED = {
+    "os.fork",
+    "os.forkpty",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "pty.spawn",
+    "os.kill",
+    "os.killpg",
+    "signal.pthread_kill",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.dlsym/handle",
+    "resource.setrlimit",
+    "resource.prlimit",
+    "os.setns",
+    "os.unshare",
+    "sys.addaudithook",
+    "os.chroot",
+    "os.mknod",
+    "os.mkfifo",
+    "urllib.Request",
+    "ftplib.connect",
+    "smtplib.connect",
+    "http.client.connect",
+    "webbrowser.open",
+}
+PATH_EVENTS = {
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.truncate": 1,
+    "os.utime": 1,
+    "os.rename": 2,
+    "os.link": 2,
+    "os.symlink": 2,
+    "shutil.rmtree": 1,
+}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -76,7 +118,7 @@ def audit(event, args):
         if writes and path is not None and not inside_scratch(path):
             raise PermissionError(f"sandbox: writing outside the scratch directory is not allowed: {path!r}")
     elif event in PATH_EVENTS:
-        for path in args[:PATH_EVENTS[event]]:
+        for path in args[: PATH_EVENTS[event]]:
             if path is not None and not inside_scratch(path):
                 raise PermissionError(f"sandbox: {event} outside the scratch directory is not allowed: {path!r}")
 

@@ -8,6 +8,7 @@ Layers (see docs/agentic_envs.md for which ones hold on a given machine):
 - a temporary scratch directory as cwd, removed afterwards; an environment of only PATH and LANG;
 - stdout/stderr truncated to `max_output_bytes` each.
 """
+
 import json
 import math
 import os
@@ -19,7 +20,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 PRELUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.py")
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -30,7 +30,7 @@ TRUNCATED = "\n[output truncated]"
 class SandboxResult:
     stdout: str
     stderr: str
-    returncode: Optional[int]  # None if the process had to be killed on timeout; negative = killed by signal
+    returncode: int | None  # None if the process had to be killed on timeout; negative = killed by signal
     timed_out: bool
     duration: float  # wall-clock seconds
 
@@ -43,7 +43,7 @@ def _drain(stream, chunks: list, limit: int) -> None:
         if not data:
             break
         if kept < limit:
-            chunks.append(data[:limit - kept])
+            chunks.append(data[: limit - kept])
         kept += len(data)
     chunks.append(b"" if kept <= limit else TRUNCATED.encode())
     stream.close()
@@ -68,8 +68,17 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _run(code: str, timeout: float, memory_mb: int, stdin: str, max_output_bytes: int = MAX_OUTPUT_BYTES,
-         fsize_mb: int = 16, nproc: int = 64, netns: bool = True, audit_hook: bool = True) -> SandboxResult:
+def _run(
+    code: str,
+    timeout: float,
+    memory_mb: int,
+    stdin: str,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
+    fsize_mb: int = 16,
+    nproc: int = 64,
+    netns: bool = True,
+    audit_hook: bool = True,
+) -> SandboxResult:
     if timeout <= 0 or memory_mb <= 0:
         raise ValueError(f"run_python: timeout and memory_mb must be positive, got {timeout}, {memory_mb}")
     root = tempfile.mkdtemp(prefix="roll_sandbox_")
@@ -79,17 +88,32 @@ def _run(code: str, timeout: float, memory_mb: int, stdin: str, max_output_bytes
         code_path = os.path.join(root, "main.py")  # outside the scratch dir: the code cannot rewrite itself
         with open(code_path, "w", encoding="utf-8") as f:
             f.write(code)
-        limits = {"memory_mb": memory_mb, "cpu_seconds": math.ceil(timeout) + 1, "fsize_mb": fsize_mb,
-                  "nproc": nproc, "netns": netns, "audit_hook": audit_hook}
+        limits = {
+            "memory_mb": memory_mb,
+            "cpu_seconds": math.ceil(timeout) + 1,
+            "fsize_mb": fsize_mb,
+            "nproc": nproc,
+            "netns": netns,
+            "audit_hook": audit_hook,
+        }
         env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8")}
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", PRELUDE, code_path, scratch, json.dumps(limits)],
-                                cwd=scratch, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", PRELUDE, code_path, scratch, json.dumps(limits)],
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
         out, err = [], []
-        threads = [threading.Thread(target=_drain, args=(proc.stdout, out, max_output_bytes), daemon=True),
-                   threading.Thread(target=_drain, args=(proc.stderr, err, max_output_bytes), daemon=True),
-                   threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True)]
+        threads = [
+            threading.Thread(target=_drain, args=(proc.stdout, out, max_output_bytes), daemon=True),
+            threading.Thread(target=_drain, args=(proc.stderr, err, max_output_bytes), daemon=True),
+            threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), daemon=True),
+        ]
         for thread in threads:
             thread.start()
         timed_out = False
@@ -105,9 +129,13 @@ def _run(code: str, timeout: float, memory_mb: int, stdin: str, max_output_bytes
         duration = time.monotonic() - start
         for thread in threads:
             thread.join(timeout=2.0)
-        return SandboxResult(stdout=b"".join(out).decode("utf-8", "replace"),
-                             stderr=b"".join(err).decode("utf-8", "replace"),
-                             returncode=None if timed_out else returncode, timed_out=timed_out, duration=duration)
+        return SandboxResult(
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            returncode=None if timed_out else returncode,
+            timed_out=timed_out,
+            duration=duration,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -129,8 +157,12 @@ def capabilities() -> dict:
             parent_ns = os.readlink("/proc/self/ns/net")
         except OSError:
             parent_ns = None
-        probe = _run("import os\ntry:\n    print(os.readlink('/proc/self/ns/net'))\nexcept OSError:\n    print('')",
-                     timeout=10.0, memory_mb=256, stdin="")
+        probe = _run(
+            "import os\ntry:\n    print(os.readlink('/proc/self/ns/net'))\nexcept OSError:\n    print('')",
+            timeout=10.0,
+            memory_mb=256,
+            stdin="",
+        )
         child_ns = probe.stdout.strip()
         _CAPABILITIES = {
             "process_isolation": True,

@@ -1,4 +1,5 @@
 """Strategy registry: `strategy_name` in a role's `strategy_args` → engine adapter class."""
+
 from importlib import import_module
 
 _STRATEGIES = {
@@ -20,8 +21,9 @@ IMPLEMENTED = tuple(_STRATEGIES)
 
 def create_strategy(name: str, worker):
     if name in _PLANNED:
-        raise NotImplementedError(f"strategy_name {name!r} is not implemented yet ({_PLANNED[name]}); "
-                                  f"available now: {sorted(_STRATEGIES)}")
+        raise NotImplementedError(
+            f"strategy_name {name!r} is not implemented yet ({_PLANNED[name]}); available now: {sorted(_STRATEGIES)}"
+        )
     if name not in _STRATEGIES:
         raise ValueError(f"unknown strategy_name {name!r}; valid: {sorted(_STRATEGIES) + sorted(_PLANNED)}")
     module_name, _, class_name = _STRATEGIES[name].rpartition(".")

@@ -4,6 +4,7 @@ A strategy belongs to one worker (one process) and is built from its worker_conf
 strategies generate and score; training strategies also take optimizer steps, export weights and
 save checkpoints. Everything here is engine-independent; subclasses bring the engine.
 """
+
 import threading
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ REQUEST_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_
 @dataclass
 class RequestResult:
     """One request's completion (request-level generation: dynamic sampling, async rollout)."""
+
     request_id: str
     token_ids: list[int] = field(default_factory=list)  # generated ids; ends with the EOS id if finish_reason == "stop"
     log_probs: list[float] = field(default_factory=list)  # log-prob of each generated token, as rollout_log_probs
@@ -51,15 +53,16 @@ class InferenceStrategy:
         args = self.config.model_args
         dtype = DTYPES[args.dtype] if dtype is None else dtype
         if dtype != torch.float32 and not torch.cuda.is_available():
-            self.logger.warning("model_args.dtype=%s on a CPU-only machine: expect it to be several times "
-                                "slower than float32", args.dtype)
+            self.logger.warning(
+                "model_args.dtype=%s on a CPU-only machine: expect it to be several times slower than float32",
+                args.dtype,
+            )
         if getattr(self.worker, "model_kind", "causal_lm") == "value":
             # No dropout before the value head (HF's default is 0.1): value targets are regressed exactly,
             # as in verl, and a resumed run does not depend on the worker's dropout RNG stream.
             config = AutoConfig.from_pretrained(args.model_name_or_path, num_labels=1)
             config.classifier_dropout = 0.0
-            return AutoModelForTokenClassification.from_pretrained(args.model_name_or_path, config=config,
-                                                                   dtype=dtype)
+            return AutoModelForTokenClassification.from_pretrained(args.model_name_or_path, config=config, dtype=dtype)
         return AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype)
 
     @property
@@ -95,32 +98,44 @@ class InferenceStrategy:
     @torch.no_grad()
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
-        return self._score(batch, lambda micro, logits: response_log_probs(
-            logits, micro.batch["responses"], temperature) * micro.batch["response_mask"])
+        return self._score(
+            batch,
+            lambda micro, logits: (
+                response_log_probs(logits, micro.batch["responses"], temperature) * micro.batch["response_mask"]
+            ),
+        )
 
     @torch.no_grad()
     def compute_sum_pi_squared(self, batch: DataProto) -> torch.Tensor:
         """Σ_v π_v² at every response position (B, R), at the sampling temperature; 0 on padding.
         The optimal-token-baseline estimator weighs tokens by 1 − 2π(token) + Σπ²."""
         temperature = batch.meta_info.get("temperature", 1.0)
-        return self._score(batch, lambda micro, logits: (logits.float() / temperature).softmax(dim=-1)
-                           .square().sum(dim=-1) * micro.batch["response_mask"])
+        return self._score(
+            batch,
+            lambda micro, logits: (
+                (logits.float() / temperature).softmax(dim=-1).square().sum(dim=-1) * micro.batch["response_mask"]
+            ),
+        )
 
     @torch.no_grad()
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         return self._score(batch, lambda micro, logits: logits.squeeze(-1).float())
 
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
-        raise NotImplementedError(f"strategy {self.config.strategy_args.strategy_name!r} cannot generate; "
-                                  f"use hf_infer, vllm or sglang for actor_infer")
+        raise NotImplementedError(
+            f"strategy {self.config.strategy_args.strategy_name!r} cannot generate; "
+            f"use hf_infer, vllm or sglang for actor_infer"
+        )
 
     # --- request-level generation and abort (same semantics for hf_infer, vllm, sglang) ------------
     def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
         """Generate ONE sample for one prompt (unpadded token ids), blocking until it finishes or is aborted.
         `sampling` overrides generating_args with keys from REQUEST_SAMPLING_KEYS (`seed` makes it
         reproducible). An id already in flight is an error."""
-        raise NotImplementedError(f"strategy {self.config.strategy_args.strategy_name!r} has no request-level "
-                                  f"generation; use hf_infer, vllm or sglang")
+        raise NotImplementedError(
+            f"strategy {self.config.strategy_args.strategy_name!r} has no request-level "
+            f"generation; use hf_infer, vllm or sglang"
+        )
 
     def abort_request(self, request_id: str) -> bool:
         """Stop an in-flight request: its generate_request returns the tokens so far with finish_reason
@@ -157,10 +172,18 @@ class InferenceStrategy:
         sampling = dict(sampling or {})
         unknown = sorted(set(sampling) - set(REQUEST_SAMPLING_KEYS))
         if unknown:
-            raise ValueError(f"{self.config.strategy_args.strategy_name}: unknown request sampling keys {unknown}; "
-                             f"valid: {list(REQUEST_SAMPLING_KEYS)}")
-        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                  "top_k": args.top_k, "do_sample": args.do_sample, "seed": None}
+            raise ValueError(
+                f"{self.config.strategy_args.strategy_name}: unknown request sampling keys {unknown}; "
+                f"valid: {list(REQUEST_SAMPLING_KEYS)}"
+            )
+        merged = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "do_sample": args.do_sample,
+            "seed": None,
+        }
         merged.update(sampling)
         return merged
 
@@ -171,14 +194,17 @@ class InferenceStrategy:
         loaded = set()
         for name, tensor in named_tensors:
             if name not in params:
-                raise KeyError(f"{self.config.name}: weight {name!r} from the trainer has no parameter here "
-                               f"(e.g. {sorted(params)[:3]})")
+                raise KeyError(
+                    f"{self.config.name}: weight {name!r} from the trainer has no parameter here "
+                    f"(e.g. {sorted(params)[:3]})"
+                )
             params[name].copy_(tensor.to(params[name].dtype))
             loaded.add(name)
         missing = sorted(set(params) - loaded)
         if missing:
-            raise KeyError(f"{self.config.name}: the trainer sent no value for {len(missing)} parameters, "
-                           f"e.g. {missing[:3]}")
+            raise KeyError(
+                f"{self.config.name}: the trainer sent no value for {len(missing)} parameters, e.g. {missing[:3]}"
+            )
 
     @torch.no_grad()
     def state_checksum(self) -> float:

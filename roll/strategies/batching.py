@@ -11,6 +11,7 @@ flash-attention (varlen) alike — so every token attends to exactly the tokens 
 Logits are scattered back to the padded (rows, T, V) layout, zeros at padding positions, so losses and
 scoring code see the same shapes either way.
 """
+
 import torch
 
 from roll.distributed.data_proto import DataProto
@@ -29,8 +30,10 @@ def token_budget_groups(lengths: list[int], budget: int, key: str, min_groups: i
     if budget is None or budget < 1:
         raise ValueError(f"{key}={budget!r}: dynamic batching needs a token budget ≥ the longest row")
     if lengths and max(lengths) > budget:
-        raise ValueError(f"{key}={budget} is smaller than a row of {max(lengths)} tokens; set it to at least "
-                         f"prompt_length + response_length")
+        raise ValueError(
+            f"{key}={budget} is smaller than a row of {max(lengths)} tokens; set it to at least "
+            f"prompt_length + response_length"
+        )
     order = sorted(range(len(lengths)), key=lambda row: (-lengths[row], row))
     groups: list[list[int]] = []
     loads: list[int] = []
@@ -48,7 +51,7 @@ def token_budget_groups(lengths: list[int], budget: int, key: str, min_groups: i
         rows = groups.pop(fullest)
         if len(rows) < 2:
             raise ValueError(f"cannot form {min_groups} micro-batches from {len(lengths)} rows")
-        groups += [rows[: len(rows) // 2], rows[len(rows) // 2:]]
+        groups += [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
     return sorted(sorted(group) for group in groups)
 
 
@@ -71,8 +74,11 @@ def scoring_micro_batches(config, batch: DataProto) -> tuple[list[DataProto], to
     if not config.use_dynamic_batching_in_infer:
         size = config.infer_batch_size
         return [batch[slice(start, start + size)] for start in range(0, len(batch), size)], None
-    groups = token_budget_groups(row_lengths(batch), config.max_tokens_per_microbatch_in_infer,
-                                 f"{config.name}.max_tokens_per_microbatch_in_infer")
+    groups = token_budget_groups(
+        row_lengths(batch),
+        config.max_tokens_per_microbatch_in_infer,
+        f"{config.name}.max_tokens_per_microbatch_in_infer",
+    )
     return [batch[group] for group in groups], torch.tensor([row for group in groups for row in group])
 
 
@@ -101,8 +107,10 @@ def pack(micro: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
     positions = micro.batch["position_ids"][mask]
     expected = (mask.long().cumsum(dim=-1) - 1)[mask]
     if not torch.equal(positions, expected):  # packed rows are told apart by their position ids restarting at 0
-        raise ValueError("use_sequence_packing needs each row's real tokens to be contiguous with position ids "
-                         "0..n-1 (left-padded prompt + right-padded response)")
+        raise ValueError(
+            "use_sequence_packing needs each row's real tokens to be contiguous with position ids "
+            "0..n-1 (left-padded prompt + right-padded response)"
+        )
     return micro.batch["input_ids"][mask].unsqueeze(0), positions.unsqueeze(0)
 
 
@@ -114,8 +122,9 @@ def hf_logits(model, micro: DataProto, device, packing: bool) -> torch.Tensor:
     input_ids, position_ids = pack(micro)
     # attention_mask=None and use_cache=False: the conditions under which transformers reads packing from
     # the position ids (a padding mask or a cache would switch that off)
-    packed = model(input_ids=input_ids.to(device), position_ids=position_ids.to(device), attention_mask=None,
-                   use_cache=False).logits
+    packed = model(
+        input_ids=input_ids.to(device), position_ids=position_ids.to(device), attention_mask=None, use_cache=False
+    ).logits
     mask = micro.batch["attention_mask"].bool().to(device)
     out = packed.new_zeros(*mask.shape, packed.shape[-1])
     out[mask] = packed[0]

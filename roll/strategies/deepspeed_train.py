@@ -4,6 +4,7 @@
 keys left as "auto" (or absent) are taken from training_args; an explicit value that disagrees with
 training_args is an error, never silently replaced.
 """
+
 import copy
 import sys
 from pathlib import Path
@@ -13,8 +14,17 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy
 from roll.strategies.batching import hf_logits
-from roll.strategies.train_common import (EvalModeScoring, align_forward_counts, build_adamw, build_lr_scheduler,
-                                          checksum, lr_lambda, mean_metrics, save_tokenizer, split_train_batch)
+from roll.strategies.train_common import (
+    EvalModeScoring,
+    align_forward_counts,
+    build_adamw,
+    build_lr_scheduler,
+    checksum,
+    lr_lambda,
+    mean_metrics,
+    save_tokenizer,
+    split_train_batch,
+)
 
 __all__ = ["DeepSpeedTrainStrategy", "DeepSpeedInferStrategy", "resolve_ds_config", "zero_stage", "lr_lambda"]
 
@@ -35,31 +45,41 @@ def resolve_ds_config(strategy_config: dict, training_args, world_size: int, dty
     config = copy.deepcopy(dict(strategy_config))
     for section in ("optimizer", "scheduler"):
         if section in config:
-            raise ValueError(f"strategy_config.{section}: roll builds the optimizer and LR schedule from "
-                             f"training_args (learning_rate, weight_decay, lr_scheduler_type, warmup_steps); "
-                             f"remove the {section!r} section")
-    pairs = {"train_micro_batch_size_per_gpu": ("per_device_train_batch_size", training_args.per_device_train_batch_size),
-             "gradient_accumulation_steps": ("gradient_accumulation_steps", training_args.gradient_accumulation_steps),
-             "gradient_clipping": ("max_grad_norm", training_args.max_grad_norm)}
+            raise ValueError(
+                f"strategy_config.{section}: roll builds the optimizer and LR schedule from "
+                f"training_args (learning_rate, weight_decay, lr_scheduler_type, warmup_steps); "
+                f"remove the {section!r} section"
+            )
+    pairs = {
+        "train_micro_batch_size_per_gpu": ("per_device_train_batch_size", training_args.per_device_train_batch_size),
+        "gradient_accumulation_steps": ("gradient_accumulation_steps", training_args.gradient_accumulation_steps),
+        "gradient_clipping": ("max_grad_norm", training_args.max_grad_norm),
+    }
     for ds_key, (arg_key, value) in pairs.items():
         given = config.get(ds_key, "auto")
         if given != "auto" and given != value:
-            raise ValueError(f"strategy_config.{ds_key}={given!r} disagrees with training_args.{arg_key}={value!r}; "
-                             f"set it to \"auto\" (or remove it) and keep training_args.{arg_key}")
+            raise ValueError(
+                f"strategy_config.{ds_key}={given!r} disagrees with training_args.{arg_key}={value!r}; "
+                f'set it to "auto" (or remove it) and keep training_args.{arg_key}'
+            )
         config[ds_key] = value
     global_batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps * world_size
     given = config.get("train_batch_size", "auto")
     if given != "auto" and given != global_batch:
-        raise ValueError(f"strategy_config.train_batch_size={given!r} but per_device_train_batch_size × "
-                         f"gradient_accumulation_steps × world_size = {global_batch}; set it to \"auto\"")
+        raise ValueError(
+            f"strategy_config.train_batch_size={given!r} but per_device_train_batch_size × "
+            f'gradient_accumulation_steps × world_size = {global_batch}; set it to "auto"'
+        )
     config["train_batch_size"] = global_batch
     for precision, wanted in (("bf16", dtype == "bfloat16"), ("fp16", dtype == "float16")):
         section = dict(config.get(precision, {}))
         if section.get("enabled", "auto") == "auto":
             section["enabled"] = wanted
         elif section["enabled"] != wanted:
-            raise ValueError(f"strategy_config.{precision}.enabled={section['enabled']} disagrees with "
-                             f"model_args.dtype={dtype!r}; set it to \"auto\"")
+            raise ValueError(
+                f"strategy_config.{precision}.enabled={section['enabled']} disagrees with "
+                f'model_args.dtype={dtype!r}; set it to "auto"'
+            )
         config[precision] = section
     config.setdefault("steps_per_print", 10**9)  # roll prints its own progress
     return config
@@ -75,8 +95,9 @@ class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
 
         _init_deepspeed_distributed()
         args = self.config.training_args
-        self.ds_config = resolve_ds_config(self.config.strategy_args.strategy_config, args, self.world_size,
-                                           self.config.model_args.dtype)
+        self.ds_config = resolve_ds_config(
+            self.config.strategy_args.strategy_config, args, self.world_size, self.config.model_args.dtype
+        )
         model = self.load_model()  # deepspeed.initialize broadcasts rank 0's weights (ZeRO-3: while partitioning)
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -85,13 +106,20 @@ class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
         if offload not in (None, "none"):
             from deepspeed.ops.adam import DeepSpeedCPUAdam  # JIT-builds cpu_adam once (~2 min with gcc)
 
-            optimizer = DeepSpeedCPUAdam(params, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-                                         eps=args.adam_epsilon, weight_decay=args.weight_decay, adamw_mode=True)
+            optimizer = DeepSpeedCPUAdam(
+                params,
+                lr=args.learning_rate,
+                betas=(args.adam_beta1, args.adam_beta2),
+                eps=args.adam_epsilon,
+                weight_decay=args.weight_decay,
+                adamw_mode=True,
+            )
         else:
             optimizer = build_adamw(params, args)
         scheduler = build_lr_scheduler(optimizer, args, total_steps)
         self.model, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config)
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config
+        )
         self.model.train()
 
     @property
@@ -112,7 +140,7 @@ class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
             self.model.backward(loss / len(micros), scale_wrt_gas=False)
             if last:
                 own_norm = self._unpartitioned_grad_norm()
-            self.model.step()          # steps the optimizer only at the accumulation boundary
+            self.model.step()  # steps the optimizer only at the accumulation boundary
             for key, value in metrics.items():
                 history.setdefault(key, []).append(value)
         out = mean_metrics(history)
@@ -209,8 +237,13 @@ class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
         optimizer is keyed by)."""
         from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
 
-        self.model.offload_states(include=[OffloadStateTypeEnum.lp_params, OffloadStateTypeEnum.lp_grads,
-                                           OffloadStateTypeEnum.contiguous_grad_buffer])
+        self.model.offload_states(
+            include=[
+                OffloadStateTypeEnum.lp_params,
+                OffloadStateTypeEnum.lp_grads,
+                OffloadStateTypeEnum.contiguous_grad_buffer,
+            ]
+        )
         self._move_zero3_master_and_adam(device)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -243,7 +276,9 @@ def resolve_ds_infer_config(strategy_config: dict, world_size: int, dtype: str) 
     config = copy.deepcopy(dict(strategy_config or {}))
     for section in ("optimizer", "scheduler"):
         if section in config:
-            raise ValueError(f"strategy_config.{section}: deepspeed_infer does not train; remove the {section!r} section")
+            raise ValueError(
+                f"strategy_config.{section}: deepspeed_infer does not train; remove the {section!r} section"
+            )
     micro = config.get("train_micro_batch_size_per_gpu", "auto")
     config["train_micro_batch_size_per_gpu"] = 1 if micro == "auto" else micro
     config["gradient_accumulation_steps"] = 1
@@ -263,8 +298,9 @@ class DeepSpeedInferStrategy(InferenceStrategy):
     keep a full copy per rank, so a plain module is enough."""
 
     def initialize(self, total_steps: int = 0) -> None:
-        self.ds_config = resolve_ds_infer_config(self.config.strategy_args.strategy_config, self.world_size,
-                                                 self.config.model_args.dtype)
+        self.ds_config = resolve_ds_infer_config(
+            self.config.strategy_args.strategy_config, self.world_size, self.config.model_args.dtype
+        )
         if zero_stage(self.ds_config) != 3:
             super().initialize(total_steps)
             return
@@ -300,8 +336,9 @@ class DeepSpeedInferStrategy(InferenceStrategy):
         weights = dict(named_tensors)
         unknown, missing = sorted(set(weights) - set(params)), sorted(set(params) - set(weights))
         if unknown or missing:
-            raise KeyError(f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, "
-                           f"missing {missing[:3]}")
+            raise KeyError(
+                f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, missing {missing[:3]}"
+            )
         for name, param in params.items():
             with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
                 if self.rank == 0:

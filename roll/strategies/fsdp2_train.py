@@ -26,6 +26,7 @@ Checkpoints (`save_checkpoint(path)`): `path/fsdp2/` is a torch.distributed.chec
 file per rank, reshardable to another world size) of model and optimizer state, plus the LR scheduler
 in `path/fsdp2/scheduler.pt`; `path/hf/` is a full HF copy (weights gathered to rank 0, tokenizer).
 """
+
 from pathlib import Path
 
 import torch
@@ -33,12 +34,26 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy
 from roll.strategies.batching import hf_logits
-from roll.strategies.train_common import (EvalModeScoring, align_forward_counts, broadcast_parameters, build_adamw,
-                                          build_lr_scheduler, checksum, gradient_clip_value, mean_metrics,
-                                          save_tokenizer, split_train_batch)
+from roll.strategies.train_common import (
+    EvalModeScoring,
+    align_forward_counts,
+    broadcast_parameters,
+    build_adamw,
+    build_lr_scheduler,
+    checksum,
+    gradient_clip_value,
+    mean_metrics,
+    save_tokenizer,
+    split_train_batch,
+)
 
-FSDP2_DEFAULTS = {"reshard_after_forward": True, "cpu_offload": False, "param_dtype": "auto",
-                  "reduce_dtype": "float32", "wrap_modules": None}
+FSDP2_DEFAULTS = {
+    "reshard_after_forward": True,
+    "cpu_offload": False,
+    "param_dtype": "auto",
+    "reduce_dtype": "float32",
+    "wrap_modules": None,
+}
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
 
 
@@ -47,9 +62,11 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str) -> dict:
     given = dict(strategy_config or {})
     unknown = sorted(set(given) - set(FSDP2_DEFAULTS))
     if unknown:
-        raise ValueError(f"fsdp2 strategy_config has unknown keys {unknown}; valid: {sorted(FSDP2_DEFAULTS)} "
-                         f"(a DeepSpeed config such as ${{deepspeed_zero2}} does not apply to fsdp2: set "
-                         f"strategy_config to null or to these keys)")
+        raise ValueError(
+            f"fsdp2 strategy_config has unknown keys {unknown}; valid: {sorted(FSDP2_DEFAULTS)} "
+            f"(a DeepSpeed config such as ${{deepspeed_zero2}} does not apply to fsdp2: set "
+            f"strategy_config to null or to these keys)"
+        )
     config = {**FSDP2_DEFAULTS, **given}
     for key in ("reshard_after_forward", "cpu_offload"):
         if not isinstance(config[key], bool):
@@ -58,8 +75,10 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str) -> dict:
         config["param_dtype"] = model_dtype
     for key in ("param_dtype", "reduce_dtype"):
         if config[key] not in DTYPES:
-            raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}; valid: {sorted(DTYPES)} "
-                             f"(param_dtype also 'auto' = model_args.dtype)")
+            raise ValueError(
+                f"fsdp2 strategy_config.{key}={config[key]!r}; valid: {sorted(DTYPES)} "
+                f"(param_dtype also 'auto' = model_args.dtype)"
+            )
     wrap = config["wrap_modules"]
     if wrap is not None and (isinstance(wrap, str) or not all(isinstance(name, str) for name in wrap)):
         raise ValueError(f"fsdp2 strategy_config.wrap_modules={wrap!r}: expected a list of module class names")
@@ -84,8 +103,9 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def shard_model(model: torch.nn.Module, world_size: int, fsdp_config: dict, device: torch.device,
-                logger) -> torch.nn.Module:
+def shard_model(
+    model: torch.nn.Module, world_size: int, fsdp_config: dict, device: torch.device, logger
+) -> torch.nn.Module:
     """fully_shard each `wrap_modules` unit, then the root (which takes the remaining parameters:
     embeddings, final norm, output layer). Module and parameter names stay the HF ones."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -94,13 +114,17 @@ def shard_model(model: torch.nn.Module, world_size: int, fsdp_config: dict, devi
     mesh = init_device_mesh(device.type, (world_size,))
     param_dtype, reduce_dtype = DTYPES[fsdp_config["param_dtype"]], DTYPES[fsdp_config["reduce_dtype"]]
     stored_dtype = next(model.parameters()).dtype
-    mp_policy = MixedPrecisionPolicy(param_dtype=None if param_dtype == stored_dtype else param_dtype,
-                                     reduce_dtype=None if reduce_dtype == stored_dtype else reduce_dtype)
+    mp_policy = MixedPrecisionPolicy(
+        param_dtype=None if param_dtype == stored_dtype else param_dtype,
+        reduce_dtype=None if reduce_dtype == stored_dtype else reduce_dtype,
+    )
     offload_policy = OffloadPolicy()
     if fsdp_config["cpu_offload"]:
         if device.type == "cpu":
-            logger.info("fsdp2: cpu_offload=true has nothing to do on a CPU-only machine (everything is in host "
-                        "memory already); ignored")
+            logger.info(
+                "fsdp2: cpu_offload=true has nothing to do on a CPU-only machine (everything is in host "
+                "memory already); ignored"
+            )
         else:
             offload_policy = CPUOffloadPolicy(pin_memory=True)
     unit_names = fsdp_config["wrap_modules"]
@@ -109,16 +133,28 @@ def shard_model(model: torch.nn.Module, world_size: int, fsdp_config: dict, devi
     broadcast_parameters(model, device)
     units = [m for m in model.modules() if type(m).__name__ in set(unit_names)]
     if unit_names and not units:
-        raise ValueError(f"fsdp2 strategy_config.wrap_modules={unit_names}: no module of {type(model).__name__} "
-                         f"has one of these class names")
-    kwargs = {"mesh": mesh, "reshard_after_forward": fsdp_config["reshard_after_forward"],
-              "mp_policy": mp_policy, "offload_policy": offload_policy}
+        raise ValueError(
+            f"fsdp2 strategy_config.wrap_modules={unit_names}: no module of {type(model).__name__} "
+            f"has one of these class names"
+        )
+    kwargs = {
+        "mesh": mesh,
+        "reshard_after_forward": fsdp_config["reshard_after_forward"],
+        "mp_policy": mp_policy,
+        "offload_policy": offload_policy,
+    }
     for unit in units:
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
-    logger.info("fsdp2: %d %s units + root sharded over %d ranks (%s)", len(units), "/".join(unit_names) or "no",
-                world_size, ", ".join(f"{k}={fsdp_config[k]}" for k in ("reshard_after_forward", "param_dtype",
-                                                                        "reduce_dtype", "cpu_offload")))
+    logger.info(
+        "fsdp2: %d %s units + root sharded over %d ranks (%s)",
+        len(units),
+        "/".join(unit_names) or "no",
+        world_size,
+        ", ".join(
+            f"{k}={fsdp_config[k]}" for k in ("reshard_after_forward", "param_dtype", "reduce_dtype", "cpu_offload")
+        ),
+    )
     return model
 
 
@@ -135,11 +171,11 @@ class FSDP2InferStrategy(InferenceStrategy):
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
         self.device = _device()
-        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config,
-                                                self.config.model_args.dtype)
+        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config, self.config.model_args.dtype)
         # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
-        self.model = shard_model(self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config,
-                                 self.device, self.logger)
+        self.model = shard_model(
+            self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config, self.device, self.logger
+        )
         self.model.eval()
         self._said_nothing_to_move = False
 
@@ -172,8 +208,9 @@ class FSDP2InferStrategy(InferenceStrategy):
         known = {name for name, _ in self.model.named_parameters()}
         unknown, missing = sorted(set(state) - known), sorted(known - set(state))
         if unknown or missing:
-            raise KeyError(f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, "
-                           f"missing {missing[:3]}")
+            raise KeyError(
+                f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, missing {missing[:3]}"
+            )
         set_model_state_dict(self.model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
     def state_checksum(self) -> float:
@@ -193,8 +230,11 @@ class FSDP2InferStrategy(InferenceStrategy):
         memory anyway. On a CPU-only machine there is nothing to move: logged once, then skipped."""
         if self.device.type == "cpu":
             if not self._said_nothing_to_move:
-                self.logger.info("%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                                 "optimizer state are in host memory already)", type(self).__name__)
+                self.logger.info(
+                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
+                    "optimizer state are in host memory already)",
+                    type(self).__name__,
+                )
                 self._said_nothing_to_move = True
             return
         if not self.fsdp_config["cpu_offload"]:
@@ -213,8 +253,7 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
         init_process_group()
         self.device = _device()
         args = self.config.training_args
-        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config,
-                                                self.config.model_args.dtype)
+        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config, self.config.model_args.dtype)
         model = self.load_model(dtype=self._stored_dtype())
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -240,7 +279,8 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
             for key, value in metrics.items():
                 history.setdefault(key, []).append(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), gradient_clip_value(self.config.training_args.max_grad_norm))
+            self.model.parameters(), gradient_clip_value(self.config.training_args.max_grad_norm)
+        )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -262,8 +302,9 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(engine_dir))
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
-            torch.save({"scheduler": self.scheduler.state_dict(), "world_size": self.world_size},
-                       engine_dir / SCHEDULER_FILE)
+            torch.save(
+                {"scheduler": self.scheduler.state_dict(), "world_size": self.world_size}, engine_dir / SCHEDULER_FILE
+            )
             self.module.save_pretrained(str(Path(path) / "hf"), state_dict=full)
             save_tokenizer(self.config.model_args.model_name_or_path, Path(path) / "hf", self.logger)
         dist.barrier()
@@ -276,13 +317,14 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
 
         engine_dir = Path(path) / CHECKPOINT_DIR
         if not (engine_dir / SCHEDULER_FILE).is_file():
-            raise FileNotFoundError(f"{self.config.name}: {path} has no complete fsdp2 checkpoint "
-                                    f"({CHECKPOINT_DIR}/{SCHEDULER_FILE} missing)")
+            raise FileNotFoundError(
+                f"{self.config.name}: {path} has no complete fsdp2 checkpoint "
+                f"({CHECKPOINT_DIR}/{SCHEDULER_FILE} missing)"
+            )
         model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=str(engine_dir))
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         extra = torch.load(engine_dir / SCHEDULER_FILE, weights_only=False)
         self.scheduler.load_state_dict(extra["scheduler"])
 

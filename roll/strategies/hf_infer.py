@@ -5,6 +5,7 @@ logits, after top-k/top-p filtering when those are on. The trainer's log-probs u
 temperature without filtering, so keep top_k=0 and top_p=1.0 for exact on-policy log-probs
 (the defaults); filtering shows up as mismatch in the `mismatch/*` metrics.
 """
+
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -30,9 +31,14 @@ class HFInferStrategy(InferenceStrategy):
 
     def _sampling_kwargs(self, generation_config: dict) -> dict:
         args = self.config.generating_args
-        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                  "top_k": args.top_k, "do_sample": args.do_sample,
-                  "num_return_sequences": args.num_return_sequences}
+        merged = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "do_sample": args.do_sample,
+            "num_return_sequences": args.num_return_sequences,
+        }
         unknown = set(generation_config) - set(merged) - {"seed"}
         if unknown:
             raise ValueError(f"hf_infer: unknown generation settings {sorted(unknown)}; valid: {sorted(merged)}")
@@ -57,10 +63,16 @@ class HFInferStrategy(InferenceStrategy):
     def _generate_chunk(self, chunk: DataProto, kwargs: dict, response_length: int) -> DataProto:
         prompts, prompt_mask = chunk.batch["prompts"], chunk.batch["attention_mask"]
         output = self.model.generate(
-            input_ids=prompts.to(self.device), attention_mask=prompt_mask.to(self.device),
-            eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id, output_scores=True,
-            return_dict_in_generate=True, use_cache=True, **kwargs)
-        generated = output.sequences[:, prompts.shape[1]:].cpu()
+            input_ids=prompts.to(self.device),
+            attention_mask=prompt_mask.to(self.device),
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            output_scores=True,
+            return_dict_in_generate=True,
+            use_cache=True,
+            **kwargs,
+        )
+        generated = output.sequences[:, prompts.shape[1] :].cpu()
         length = generated.shape[1]
         responses = torch.full((generated.shape[0], response_length), self.pad_token_id, dtype=torch.long)
         responses[:, :length] = generated
@@ -73,10 +85,17 @@ class HFInferStrategy(InferenceStrategy):
         n = kwargs["num_return_sequences"]
         prompts = prompts.repeat_interleave(n, dim=0)
         attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0), response_mask.long()], dim=1)
-        return DataProto.from_dict(tensors={
-            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
-            "response_mask": response_mask, "rollout_log_probs": log_probs * response_mask})
+        return DataProto.from_dict(
+            tensors={
+                "prompts": prompts,
+                "responses": responses,
+                "input_ids": torch.cat([prompts, responses], dim=1),
+                "attention_mask": attention_mask,
+                "position_ids": compute_position_ids(attention_mask),
+                "response_mask": response_mask,
+                "rollout_log_probs": log_probs * response_mask,
+            }
+        )
 
     # --- request-level generation (synchronous; abort from another thread stops at the next token) ---------
     @torch.no_grad()
@@ -93,14 +112,23 @@ class HFInferStrategy(InferenceStrategy):
                 torch.manual_seed(int(seed))
             prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
             stop = StoppingCriteriaList([_AbortCriterion(lambda: self._is_aborted(request_id))])
-            output = self.model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
-                                         eos_token_id=self.eos_token_id, pad_token_id=self.pad_token_id,
-                                         output_scores=True, return_dict_in_generate=True, use_cache=True,
-                                         stopping_criteria=stop, **kwargs)
+            output = self.model.generate(
+                input_ids=prompt,
+                attention_mask=torch.ones_like(prompt),
+                eos_token_id=self.eos_token_id,
+                pad_token_id=self.pad_token_id,
+                output_scores=True,
+                return_dict_in_generate=True,
+                use_cache=True,
+                stopping_criteria=stop,
+                **kwargs,
+            )
         finally:
             aborted = self._end_request(request_id)
-        generated = output.sequences[0, prompt.shape[1]:].cpu().tolist()
-        log_probs = [torch.log_softmax(score[0].float(), -1)[token].item() for score, token in zip(output.scores, generated)]
+        generated = output.sequences[0, prompt.shape[1] :].cpu().tolist()
+        log_probs = [
+            torch.log_softmax(score[0].float(), -1)[token].item() for score, token in zip(output.scores, generated)
+        ]
         if self.eos_token_id in generated:
             end = generated.index(self.eos_token_id) + 1
             return RequestResult(request_id, generated[:end], log_probs[:end], "stop")

@@ -30,6 +30,7 @@ train_common.build_adamw; the LR follows train_common.lr_lambda, set on the para
 step; clipping at training_args.max_grad_norm by megatron's clip_grad (total norm over all TP/PP/DP
 shards), reported grad_norm is the pre-clip norm.
 """
+
 from pathlib import Path
 
 import torch
@@ -40,17 +41,33 @@ from roll.strategies.base import DTYPES, InferenceStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
-from roll.strategies.train_common import (checksum, gradient_clip_value, lr_lambda, mean_metrics, save_tokenizer,
-                                          split_train_batch)
+from roll.strategies.train_common import (
+    checksum,
+    gradient_clip_value,
+    lr_lambda,
+    mean_metrics,
+    save_tokenizer,
+    split_train_batch,
+)
 from roll.utils.functional import response_log_probs, slice_response_logits
 
 MEGATRON_DEFAULTS = {
-    "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None, "context_parallel_size": 1, "expert_model_parallel_size": 1,
-    "sequence_parallel": False, "recompute_granularity": None, "use_distributed_optimizer": False,
-    "overlap_grad_reduce": False, "overlap_param_gather": False, "seed": 1234,
-    "moe_router_topk": 2, "moe_grouped_gemm": False, "moe_token_dispatcher_type": "allgather",
-    "moe_aux_loss_coeff": 0.0, "moe_router_load_balancing_type": "aux_loss",
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "sequence_parallel": False,
+    "recompute_granularity": None,
+    "use_distributed_optimizer": False,
+    "overlap_grad_reduce": False,
+    "overlap_param_gather": False,
+    "seed": 1234,
+    "moe_router_topk": 2,
+    "moe_grouped_gemm": False,
+    "moe_token_dispatcher_type": "allgather",
+    "moe_aux_loss_coeff": 0.0,
+    "moe_router_load_balancing_type": "aux_loss",
 }
 _MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
 CHECKPOINT_DIR = "megatron"
@@ -70,41 +87,63 @@ def resolve_megatron_config(strategy_config, world_size: int) -> dict:
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
     config = {**MEGATRON_DEFAULTS, **given}
-    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                "expert_model_parallel_size"):
+    for key in (
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+    ):
         if not isinstance(config[key], int) or config[key] < 1:
             raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected an integer ≥ 1")
-    for key in ("sequence_parallel", "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
-                "moe_grouped_gemm"):
+    for key in (
+        "sequence_parallel",
+        "use_distributed_optimizer",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+        "moe_grouped_gemm",
+    ):
         if not isinstance(config[key], bool):
             raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected true or false")
     if config["recompute_granularity"] not in (None, "full", "selective"):
-        raise ValueError(f"megatron strategy_config.recompute_granularity={config['recompute_granularity']!r}; "
-                         f"valid: null, 'full', 'selective'")
+        raise ValueError(
+            f"megatron strategy_config.recompute_granularity={config['recompute_granularity']!r}; "
+            f"valid: null, 'full', 'selective'"
+        )
     if config["virtual_pipeline_model_parallel_size"] not in (None, 1):
-        raise ValueError("megatron strategy_config.virtual_pipeline_model_parallel_size > 1 (interleaved pipeline) "
-                         "is not supported by roll's megatron strategy yet; set it to null")
+        raise ValueError(
+            "megatron strategy_config.virtual_pipeline_model_parallel_size > 1 (interleaved pipeline) "
+            "is not supported by roll's megatron strategy yet; set it to null"
+        )
     if config["context_parallel_size"] > 1:
-        raise ValueError("megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
-                         "which roll's megatron strategy does not use (local spec); set it to 1")
+        raise ValueError(
+            "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
+            "which roll's megatron strategy does not use (local spec); set it to 1"
+        )
     if config["expert_model_parallel_size"] > 1 or any(config[k] != MEGATRON_DEFAULTS[k] for k in _MOE_KEYS):
-        raise ValueError(f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
-                         f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense")
+        raise ValueError(
+            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
+            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
+        )
     if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
         raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
     if config["sequence_parallel"] and not _has_apex():
-        raise ValueError("megatron strategy_config.sequence_parallel=true needs Apex's fused norms: megatron-core "
-                         "0.16.1's torch RMSNorm (the fallback without Apex/TransformerEngine, e.g. on CPU) refuses "
-                         "sequence parallelism; set it to false")
+        raise ValueError(
+            "megatron strategy_config.sequence_parallel=true needs Apex's fused norms: megatron-core "
+            "0.16.1's torch RMSNorm (the fallback without Apex/TransformerEngine, e.g. on CPU) refuses "
+            "sequence parallelism; set it to false"
+        )
     if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
         raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")
     model_parallel = config["tensor_model_parallel_size"] * config["pipeline_model_parallel_size"]
     if world_size % model_parallel:
-        raise ValueError(f"megatron: world_size {world_size} is not divisible by tensor × pipeline parallel size "
-                         f"= {model_parallel}")
+        raise ValueError(
+            f"megatron: world_size {world_size} is not divisible by tensor × pipeline parallel size = {model_parallel}"
+        )
     if not torch.cuda.is_available() and (config["overlap_grad_reduce"] or config["overlap_param_gather"]):
-        raise ValueError("megatron strategy_config.overlap_grad_reduce / overlap_param_gather use CUDA streams; "
-                         "not available on a CPU-only machine — set them to false")
+        raise ValueError(
+            "megatron strategy_config.overlap_grad_reduce / overlap_param_gather use CUDA streams; "
+            "not available on a CPU-only machine — set them to false"
+        )
     return config
 
 
@@ -113,17 +152,22 @@ def check_micro_batching(config, parallel: dict) -> None:
     not take; dynamic batching varies micro-batch shapes, which the pipeline schedules' fixed p2p shapes do
     not allow."""
     if config.use_sequence_packing:
-        raise ValueError(f"{config.name}.use_sequence_packing: not supported by the megatron strategies yet; set it "
-                         f"to false (packing runs with deepspeed_train, fsdp2_train, hf_infer, deepspeed_infer, "
-                         f"fsdp2_infer)")
+        raise ValueError(
+            f"{config.name}.use_sequence_packing: not supported by the megatron strategies yet; set it "
+            f"to false (packing runs with deepspeed_train, fsdp2_train, hf_infer, deepspeed_infer, "
+            f"fsdp2_infer)"
+        )
     dynamic = config.use_dynamic_batching_in_train or config.use_dynamic_batching_in_infer
     if dynamic and parallel["pipeline_model_parallel_size"] > 1:
-        raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer need "
-                         f"pipeline_model_parallel_size 1 with megatron (pipeline stages exchange fixed shapes)")
+        raise ValueError(
+            f"{config.name}: use_dynamic_batching_in_train/_in_infer need "
+            f"pipeline_model_parallel_size 1 with megatron (pipeline stages exchange fixed shapes)"
+        )
 
 
 class MegatronInferStrategy(InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
+
     training = False
 
     def initialize(self, total_steps: int = 0) -> None:
@@ -144,8 +188,13 @@ class MegatronInferStrategy(InferenceStrategy):
         convert.check_supported(self.hf_config)
         dtype = torch.float32 if self.training else DTYPES[self.config.model_args.dtype]
         self.tf_config = mm.transformer_config(self.hf_config, self.parallel, params_dtype=dtype)
-        self.model = mm.build_gpt_model(self.hf_config, self.tf_config, self.tp_size,
-                                        pre_process=self.pp_rank == 0, post_process=self.pp_rank == self.pp_size - 1)
+        self.model = mm.build_gpt_model(
+            self.hf_config,
+            self.tf_config,
+            self.tp_size,
+            pre_process=self.pp_rank == 0,
+            post_process=self.pp_rank == self.pp_size - 1,
+        )
         self.model.to(self.device)
         self.load_weights(self._hf_state_from_disk())
         self._said_nothing_to_move = False
@@ -201,9 +250,14 @@ class MegatronInferStrategy(InferenceStrategy):
             return output, lambda output_tensor, *args, **kwargs: step_fn(micro, output_tensor)
 
         get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iterator, model=[self.model],
-            num_microbatches=len(micros), seq_length=micros[0].batch["input_ids"].shape[1],
-            micro_batch_size=len(micros[0]), forward_only=forward_only)
+            forward_step_func=forward_step,
+            data_iterator=iterator,
+            model=[self.model],
+            num_microbatches=len(micros),
+            seq_length=micros[0].batch["input_ids"].shape[1],
+            micro_batch_size=len(micros[0]),
+            forward_only=forward_only,
+        )
 
     def _vocab_logits(self, output: torch.Tensor) -> torch.Tensor:
         return output[..., : self.hf_config.vocab_size]
@@ -214,8 +268,9 @@ class MegatronInferStrategy(InferenceStrategy):
         if self.pp_size == 1:
             return obj
         holder = [obj]
-        dist.broadcast_object_list(holder, src=ps.get_pipeline_model_parallel_last_rank(),
-                                   group=ps.get_pipeline_model_parallel_group())
+        dist.broadcast_object_list(
+            holder, src=ps.get_pipeline_model_parallel_last_rank(), group=ps.get_pipeline_model_parallel_group()
+        )
         return holder[0]
 
     @torch.no_grad()
@@ -267,8 +322,9 @@ class MegatronInferStrategy(InferenceStrategy):
         return self._score(batch, fn)
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
-        raise NotImplementedError("megatron strategies serve causal LMs only; use deepspeed_train or fsdp2_train "
-                                  "for the critic")
+        raise NotImplementedError(
+            "megatron strategies serve causal LMs only; use deepspeed_train or fsdp2_train for the critic"
+        )
 
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
         raise NotImplementedError("megatron strategies score through megatron's schedules (_score), not forward_logits")
@@ -286,11 +342,13 @@ class MegatronInferStrategy(InferenceStrategy):
         expected = convert.hf_parameter_names(self.hf_config)
         unknown, missing = sorted(set(hf_state) - expected), sorted(expected - set(hf_state))
         if unknown or missing:
-            raise KeyError(f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, "
-                           f"missing {missing[:3]}")
+            raise KeyError(
+                f"{self.config.name}: weights do not match the model: unknown {unknown[:3]}, missing {missing[:3]}"
+            )
         full = convert.hf_to_mcore(hf_state, self.hf_config, self.tp_size)
-        stage = convert.select_pp(full, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank,
-                                  convert.tied(self.hf_config))
+        stage = convert.select_pp(
+            full, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank, convert.tied(self.hf_config)
+        )
         mm.load_into(self.module, convert.shard_tp(stage, self.tp_size, self.tp_rank))
 
     @torch.no_grad()
@@ -336,13 +394,17 @@ class MegatronInferStrategy(InferenceStrategy):
         state. On a CPU-only machine everything is in host memory already: logged once, skipped."""
         if self.device.type == "cpu":
             if not self._said_nothing_to_move:
-                self.logger.info("%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                                 "optimizer state are in host memory already)", type(self).__name__)
+                self.logger.info(
+                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
+                    "optimizer state are in host memory already)",
+                    type(self).__name__,
+                )
                 self._said_nothing_to_move = True
             return
         self.model.to(device)
-        for state in getattr(getattr(self, "optimizer", None), "state", {}).values() if hasattr(self, "optimizer") \
-                else ():
+        for state in (
+            getattr(getattr(self, "optimizer", None), "state", {}).values() if hasattr(self, "optimizer") else ()
+        ):
             for key, value in state.items():
                 if torch.is_tensor(value) and key != "step":
                     state[key] = value.to(device, non_blocking=True)
@@ -359,9 +421,11 @@ class MegatronTrainStrategy(MegatronInferStrategy):
 
         args = self.config.training_args
         ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, overlap_grad_reduce=self.parallel["overlap_grad_reduce"],
+            grad_reduce_in_fp32=True,
+            overlap_grad_reduce=self.parallel["overlap_grad_reduce"],
             use_distributed_optimizer=self.parallel["use_distributed_optimizer"],
-            overlap_param_gather=self.parallel["overlap_param_gather"])
+            overlap_param_gather=self.parallel["overlap_param_gather"],
+        )
         self.model = DistributedDataParallel(self.tf_config, ddp_config, self.model)
         from megatron.core.distributed import finalize_model_grads
 
@@ -371,11 +435,20 @@ class MegatronTrainStrategy(MegatronInferStrategy):
         self.tf_config.no_sync_func = self.model.no_sync
         clip = gradient_clip_value(args.max_grad_norm)
         optimizer_config = OptimizerConfig(
-            optimizer="adam", lr=args.learning_rate, min_lr=0.0, weight_decay=args.weight_decay,
-            adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, adam_eps=args.adam_epsilon,
-            clip_grad=0.0 if clip == float("inf") else clip, decoupled_weight_decay=True,
+            optimizer="adam",
+            lr=args.learning_rate,
+            min_lr=0.0,
+            weight_decay=args.weight_decay,
+            adam_beta1=args.adam_beta1,
+            adam_beta2=args.adam_beta2,
+            adam_eps=args.adam_epsilon,
+            clip_grad=0.0 if clip == float("inf") else clip,
+            decoupled_weight_decay=True,
             use_distributed_optimizer=self.parallel["use_distributed_optimizer"],
-            bf16=False, fp16=False, params_dtype=torch.float32)
+            bf16=False,
+            fp16=False,
+            params_dtype=torch.float32,
+        )
         # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
         # biases and norms)
         self.optimizer = get_megatron_optimizer(optimizer_config, [self.model], config_overrides={})
@@ -415,8 +488,7 @@ class MegatronTrainStrategy(MegatronInferStrategy):
     def _rank_file(self, path: str) -> Path:
         from megatron.core import parallel_state as ps
 
-        return Path(path) / CHECKPOINT_DIR / (f"tp{self.tp_rank}_pp{self.pp_rank}_"
-                                              f"dp{ps.get_data_parallel_rank()}.pt")
+        return Path(path) / CHECKPOINT_DIR / (f"tp{self.tp_rank}_pp{self.pp_rank}_dp{ps.get_data_parallel_rank()}.pt")
 
     def save_checkpoint(self, path: str) -> None:
         """Collective. Per rank: its model shard, its optimizer state (its shard with the distributed
@@ -427,8 +499,15 @@ class MegatronTrainStrategy(MegatronInferStrategy):
         # each rank's torch optimizer (AdamW over its parameters, or its shard of them with the distributed
         # optimizer): exact on reload into the same TP/PP/DP layout
         optimizer_state = [part.optimizer.state_dict() for part in self._optimizers()]
-        torch.save({"model": self._local_state(), "optimizer": optimizer_state, "steps_done": self.steps_done,
-                    "layout": (self.tp_size, self.pp_size, self.world_size)}, target)
+        torch.save(
+            {
+                "model": self._local_state(),
+                "optimizer": optimizer_state,
+                "steps_done": self.steps_done,
+                "layout": (self.tp_size, self.pp_size, self.world_size),
+            },
+            target,
+        )
         hf_state = dict(self.named_hf_parameters())
         if self.rank == 0:
             from transformers import AutoModelForCausalLM
@@ -453,8 +532,10 @@ class MegatronTrainStrategy(MegatronInferStrategy):
             raise FileNotFoundError(f"{self.config.name}: {path} has no megatron checkpoint for this rank ({source})")
         saved = torch.load(source, weights_only=False)
         if tuple(saved["layout"]) != (self.tp_size, self.pp_size, self.world_size):
-            raise ValueError(f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "
-                             f"{(self.tp_size, self.pp_size, self.world_size)}; load its HF copy instead")
+            raise ValueError(
+                f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "
+                f"{(self.tp_size, self.pp_size, self.world_size)}; load its HF copy instead"
+            )
         mm.load_into(self.module, saved["model"])
         for part, state in zip(self._optimizers(), saved["optimizer"]):
             part.optimizer.load_state_dict(state)

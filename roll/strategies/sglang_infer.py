@@ -33,6 +33,7 @@ does not depend on how SGLang orders the expansion of n. The radix cache shares 
         fed by the Ray object store — the pipeline's path; "distributed": a collective group, see
         init_weight_update_group / update_weights_from_distributed — not wired into the pipeline yet)
 """
+
 import time
 
 import torch
@@ -41,16 +42,29 @@ from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, RequestResult, buckets
 from roll.utils.functional import compute_position_ids
 
-ENGINE_KEYS = {"mem_fraction_static": float, "tp_size": int, "dtype": str, "max_running_requests": int,
-               "max_total_tokens": int, "context_length": int, "chunked_prefill_size": int,
-               "max_prefill_tokens": int, "disable_radix_cache": bool, "disable_cuda_graph": bool,
-               "enable_memory_saver": bool, "attention_backend": str, "load_format": str, "random_seed": int,
-               "base_gpu_id": int, "log_level": str}
+ENGINE_KEYS = {
+    "mem_fraction_static": float,
+    "tp_size": int,
+    "dtype": str,
+    "max_running_requests": int,
+    "max_total_tokens": int,
+    "context_length": int,
+    "chunked_prefill_size": int,
+    "max_prefill_tokens": int,
+    "disable_radix_cache": bool,
+    "disable_cuda_graph": bool,
+    "enable_memory_saver": bool,
+    "attention_backend": str,
+    "load_format": str,
+    "random_seed": int,
+    "base_gpu_id": int,
+    "log_level": str,
+}
 ROLL_KEYS = {"model_update_buffer_size_mb": float, "weight_update_mode": str}
 WEIGHT_UPDATE_MODES = ("tensor", "distributed")
 DEFAULT_BUFFER_MB = 512.0
 GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
-SEED_STRIDE = 2 ** 20  # per-request seeds: base + prompt_index * n + sample_index
+SEED_STRIDE = 2**20  # per-request seeds: base + prompt_index * n + sample_index
 
 
 def create_engine(**kwargs):
@@ -79,22 +93,31 @@ def validate_strategy_config(config: dict | None, model_dtype: str) -> tuple[dic
         if not _type_ok(value, valid[key]):
             raise ValueError(f"sglang: strategy_config.{key} = {value!r} must be of type {valid[key].__name__}")
     if "mem_fraction_static" in config and not 0 < config["mem_fraction_static"] <= 1:
-        raise ValueError(f"sglang: strategy_config.mem_fraction_static = {config['mem_fraction_static']} "
-                         f"must be in (0, 1]")
+        raise ValueError(
+            f"sglang: strategy_config.mem_fraction_static = {config['mem_fraction_static']} must be in (0, 1]"
+        )
     if config.get("tp_size", 1) < 1:
         raise ValueError("sglang: strategy_config.tp_size must be >= 1")
     if config.setdefault("dtype", model_dtype) != model_dtype:
-        raise ValueError(f"sglang: strategy_config.dtype = {config['dtype']!r} differs from model_args.dtype = "
-                         f"{model_dtype!r}; the trainer and the sync check use model_args.dtype — set that instead")
-    roll = {"model_update_buffer_size_mb": float(config.pop("model_update_buffer_size_mb", DEFAULT_BUFFER_MB)),
-            "weight_update_mode": config.pop("weight_update_mode", "tensor")}
+        raise ValueError(
+            f"sglang: strategy_config.dtype = {config['dtype']!r} differs from model_args.dtype = "
+            f"{model_dtype!r}; the trainer and the sync check use model_args.dtype — set that instead"
+        )
+    roll = {
+        "model_update_buffer_size_mb": float(config.pop("model_update_buffer_size_mb", DEFAULT_BUFFER_MB)),
+        "weight_update_mode": config.pop("weight_update_mode", "tensor"),
+    }
     if roll["model_update_buffer_size_mb"] <= 0:
         raise ValueError("sglang: strategy_config.model_update_buffer_size_mb must be > 0")
     if roll["weight_update_mode"] not in WEIGHT_UPDATE_MODES:
-        raise ValueError(f"sglang: strategy_config.weight_update_mode = {roll['weight_update_mode']!r}; "
-                         f"valid: {list(WEIGHT_UPDATE_MODES)}")
+        raise ValueError(
+            f"sglang: strategy_config.weight_update_mode = {roll['weight_update_mode']!r}; "
+            f"valid: {list(WEIGHT_UPDATE_MODES)}"
+        )
     config.setdefault("random_seed", 0)
-    config.setdefault("enable_memory_saver", True)  # release/resume_memory_occupation free real memory (verl does the same)
+    config.setdefault(
+        "enable_memory_saver", True
+    )  # release/resume_memory_occupation free real memory (verl does the same)
     config.setdefault("log_level", "error")
     return config, roll
 
@@ -102,18 +125,24 @@ def validate_strategy_config(config: dict | None, model_dtype: str) -> tuple[dic
 def sampling_params(settings: dict, stop_token_ids: list[int], seed: int | None) -> dict:
     """One request's SGLang sampling_params dict (always n = 1) from roll's generation settings."""
     greedy = not settings["do_sample"]
-    params = {"max_new_tokens": int(settings["max_new_tokens"]), "n": 1,
-              "temperature": 0.0 if greedy else float(settings["temperature"]),
-              "top_p": 1.0 if greedy else float(settings["top_p"]),
-              "top_k": -1 if greedy or not settings["top_k"] else int(settings["top_k"]),
-              "stop_token_ids": list(stop_token_ids), "ignore_eos": False, "no_stop_trim": True}
+    params = {
+        "max_new_tokens": int(settings["max_new_tokens"]),
+        "n": 1,
+        "temperature": 0.0 if greedy else float(settings["temperature"]),
+        "top_p": 1.0 if greedy else float(settings["top_p"]),
+        "top_k": -1 if greedy or not settings["top_k"] else int(settings["top_k"]),
+        "stop_token_ids": list(stop_token_ids),
+        "ignore_eos": False,
+        "no_stop_trim": True,
+    }
     if seed is not None:
         params["sampling_seed"] = int(seed)
     return params
 
 
-def build_requests(prompts: torch.Tensor, prompt_mask: torch.Tensor, settings: dict, stop_token_ids: list[int],
-                   base_seed: int | None) -> tuple[list[list[int]], list[dict]]:
+def build_requests(
+    prompts: torch.Tensor, prompt_mask: torch.Tensor, settings: dict, stop_token_ids: list[int], base_seed: int | None
+) -> tuple[list[list[int]], list[dict]]:
     """input_ids and sampling_params of the B * n requests, row i * n + j = sample j of prompt i."""
     n = settings["num_return_sequences"]
     input_ids, params = [], []
@@ -121,7 +150,9 @@ def build_requests(prompts: torch.Tensor, prompt_mask: torch.Tensor, settings: d
         ids = row[keep.bool()].tolist()
         for j in range(n):
             input_ids.append(ids)
-            params.append(sampling_params(settings, stop_token_ids, None if base_seed is None else base_seed + i * n + j))
+            params.append(
+                sampling_params(settings, stop_token_ids, None if base_seed is None else base_seed + i * n + j)
+            )
     return input_ids, params
 
 
@@ -131,14 +162,22 @@ def completion_of(output: dict) -> tuple[list[int], list[float], str]:
     meta = output["meta_info"]
     entries = meta.get("output_token_logprobs")
     if entries is None:
-        raise RuntimeError("sglang: the output has no meta_info['output_token_logprobs'] (return_logprob=True was "
-                           "not honoured)")
+        raise RuntimeError(
+            "sglang: the output has no meta_info['output_token_logprobs'] (return_logprob=True was not honoured)"
+        )
     finish = meta.get("finish_reason") or {}
     return [int(e[1]) for e in entries], [float(e[0]) for e in entries], finish.get("type", "length")
 
 
-def outputs_to_batch(outputs: list[dict], prompts: torch.Tensor, prompt_mask: torch.Tensor, n: int,
-                     response_length: int, pad_token_id: int, stop_token_ids: list[int]) -> dict:
+def outputs_to_batch(
+    outputs: list[dict],
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    n: int,
+    response_length: int,
+    pad_token_id: int,
+    stop_token_ids: list[int],
+) -> dict:
     """The contract's tensors (docs/contracts.md) from B * n outputs in request order."""
     rows = len(prompts) * n
     if len(outputs) != rows:
@@ -151,18 +190,24 @@ def outputs_to_batch(outputs: list[dict], prompts: torch.Tensor, prompt_mask: to
         ids, lps, _ = completion_of(output)
         for k, token in enumerate(ids):  # up to and including the first stop token (defensive: SGLang stops there)
             if token in stops:
-                ids, lps = ids[:k + 1], lps[:k + 1]
+                ids, lps = ids[: k + 1], lps[: k + 1]
                 break
         ids, lps = ids[:response_length], lps[:response_length]
         if ids:
-            responses[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            response_mask[row, :len(ids)] = 1.0
-            log_probs[row, :len(ids)] = torch.tensor(lps, dtype=torch.float32)
+            responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            response_mask[row, : len(ids)] = 1.0
+            log_probs[row, : len(ids)] = torch.tensor(lps, dtype=torch.float32)
     prompts = prompts.repeat_interleave(n, dim=0)
     attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0).long(), response_mask.long()], dim=1)
-    return {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
-            "response_mask": response_mask, "rollout_log_probs": log_probs}
+    return {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_ids(attention_mask),
+        "response_mask": response_mask,
+        "rollout_log_probs": log_probs,
+    }
 
 
 def _check_update(result, what: str) -> None:
@@ -202,15 +247,22 @@ class SGLangInferStrategy(InferenceStrategy):
         if self.released:
             raise RuntimeError("sglang: the engine's memory is released (offload() without reload())")
         if not self.weights_loaded:
-            raise RuntimeError("sglang: no weights since start (load_format=dummy) or since offload(): "
-                               "call load_weights first (the pipeline syncs before every rollout)")
+            raise RuntimeError(
+                "sglang: no weights since start (load_format=dummy) or since offload(): "
+                "call load_weights first (the pipeline syncs before every rollout)"
+            )
 
     # --- generation ---------------------------------------------------------------------------------
     def _sampling_settings(self, generation_config: dict) -> dict:
         args = self.config.generating_args
-        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                  "top_k": args.top_k, "do_sample": args.do_sample,
-                  "num_return_sequences": args.num_return_sequences}
+        merged = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "do_sample": args.do_sample,
+            "num_return_sequences": args.num_return_sequences,
+        }
         unknown = set(generation_config) - set(GENERATION_KEYS) - {"seed"}
         if unknown:
             raise ValueError(f"sglang: unknown generation settings {sorted(unknown)}; valid: {sorted(GENERATION_KEYS)}")
@@ -222,15 +274,18 @@ class SGLangInferStrategy(InferenceStrategy):
         self._check_ready()
         settings = self._sampling_settings(generation_config)
         prompts = batch.batch["prompts"]
-        prompt_mask = batch.batch["attention_mask"][:, :prompts.shape[1]]
+        prompt_mask = batch.batch["attention_mask"][:, : prompts.shape[1]]
         seed = batch.meta_info.get("seed")
         # folded below 2**63 as in vllm_infer: agentic rollouts pass large per-turn seeds
-        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE % 2 ** 63
+        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE % 2**63
         input_ids, params = build_requests(prompts, prompt_mask, settings, self.stop_token_ids, base)
         outputs = self.engine.generate(input_ids=input_ids, sampling_params=params, return_logprob=True)
         n = settings["num_return_sequences"]
-        out = DataProto.from_dict(tensors=outputs_to_batch(outputs, prompts, prompt_mask, n, settings["max_new_tokens"],
-                                                           self.pad_token_id, self.stop_token_ids))
+        out = DataProto.from_dict(
+            tensors=outputs_to_batch(
+                outputs, prompts, prompt_mask, n, settings["max_new_tokens"], self.pad_token_id, self.stop_token_ids
+            )
+        )
         for key, values in batch.non_tensor_batch.items():
             out.non_tensor_batch[key] = values.repeat(n)
         out.meta_info = dict(batch.meta_info)
@@ -248,8 +303,9 @@ class SGLangInferStrategy(InferenceStrategy):
         params = sampling_params(settings, self.stop_token_ids, seed)
         self._begin_request(request_id)
         try:
-            output = self.engine.generate(input_ids=list(prompt_ids), sampling_params=params, return_logprob=True,
-                                          rid=request_id)
+            output = self.engine.generate(
+                input_ids=list(prompt_ids), sampling_params=params, return_logprob=True, rid=request_id
+            )
         finally:
             aborted = self._end_request(request_id)
         ids, lps, finish = completion_of(output)
@@ -272,16 +328,22 @@ class SGLangInferStrategy(InferenceStrategy):
         self._check_ready()
         temperature = batch.meta_info.get("temperature", 1.0)
         if temperature != 1.0:
-            raise ValueError(f"sglang: compute_log_probs at temperature {temperature}: only 1.0 is supported; "
-                             f"score with hf_infer / deepspeed_infer")
+            raise ValueError(
+                f"sglang: compute_log_probs at temperature {temperature}: only 1.0 is supported; "
+                f"score with hf_infer / deepspeed_infer"
+            )
         responses, response_mask = batch.batch["responses"], batch.batch["response_mask"]
         prompt_width = batch.batch["input_ids"].shape[1] - responses.shape[1]
         mask = batch.batch["attention_mask"]
         sequences = [row[keep.bool()].tolist() for row, keep in zip(batch.batch["input_ids"], mask)]
         starts = mask[:, :prompt_width].sum(dim=1).tolist()
         params = {"max_new_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "n": 1}
-        outputs = self.engine.generate(input_ids=sequences, sampling_params=[dict(params) for _ in sequences],
-                                       return_logprob=True, logprob_start_len=0)
+        outputs = self.engine.generate(
+            input_ids=sequences,
+            sampling_params=[dict(params) for _ in sequences],
+            return_logprob=True,
+            logprob_start_len=0,
+        )
         log_probs = torch.zeros(responses.shape)
         for row, (output, ids, start) in enumerate(zip(outputs, sequences, starts)):
             entries = output["meta_info"]["input_token_logprobs"]
@@ -302,37 +364,63 @@ class SGLangInferStrategy(InferenceStrategy):
         if self.released:
             raise RuntimeError("sglang: load_weights while the engine's memory is released; call reload() first")
         if self.settings["weight_update_mode"] != "tensor":
-            raise RuntimeError("sglang: weight_update_mode=distributed: weights arrive through "
-                               "init_weight_update_group / update_weights_from_distributed, which the pipeline does "
-                               "not drive yet; use weight_update_mode=tensor (the default)")
+            raise RuntimeError(
+                "sglang: weight_update_mode=distributed: weights arrive through "
+                "init_weight_update_group / update_weights_from_distributed, which the pipeline does "
+                "not drive yet; use weight_update_mode=tensor (the default)"
+            )
         started = time.perf_counter()
         dtype = getattr(torch, self.config.model_args.dtype)
-        limit = self.settings["model_update_buffer_size_mb"] * 2 ** 20
+        limit = self.settings["model_update_buffer_size_mb"] * 2**20
         stats = {"tensors": 0, "bytes": 0, "buckets": 0}
         pending = None
         for bucket in buckets(named_tensors, limit):
             converted = [(name, tensor.detach().to(dtype).contiguous()) for name, tensor in bucket]
             if pending is not None:  # send the previous bucket; only the last one flushes the cache
-                _check_update(self.engine.update_weights_from_tensor(named_tensors=pending, load_format=None,
-                                                                     flush_cache=False), "update_weights_from_tensor")
+                _check_update(
+                    self.engine.update_weights_from_tensor(named_tensors=pending, load_format=None, flush_cache=False),
+                    "update_weights_from_tensor",
+                )
             pending = converted
             stats["buckets"] += 1
             stats["tensors"] += len(converted)
             stats["bytes"] += sum(t.numel() * t.element_size() for _, t in converted)
         if pending is not None:
-            _check_update(self.engine.update_weights_from_tensor(named_tensors=pending, load_format=None,
-                                                                 flush_cache=True), "update_weights_from_tensor")
+            _check_update(
+                self.engine.update_weights_from_tensor(named_tensors=pending, load_format=None, flush_cache=True),
+                "update_weights_from_tensor",
+            )
         self.weights_loaded = True
-        self.logger.info("loaded %d tensors (%.1f MB) in %d buckets in %.2f s", stats["tensors"],
-                         stats["bytes"] / 2 ** 20, stats["buckets"], time.perf_counter() - started)
+        self.logger.info(
+            "loaded %d tensors (%.1f MB) in %d buckets in %.2f s",
+            stats["tensors"],
+            stats["bytes"] / 2**20,
+            stats["buckets"],
+            time.perf_counter() - started,
+        )
 
-    def init_weight_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                                 group_name: str = "roll_weight_sync", backend: str = "nccl") -> None:
+    def init_weight_update_group(
+        self,
+        master_address: str,
+        master_port: int,
+        rank_offset: int,
+        world_size: int,
+        group_name: str = "roll_weight_sync",
+        backend: str = "nccl",
+    ) -> None:
         """Separated roles: join the collective group the trainer broadcasts on (trainer rank 0 + engine ranks
         from rank_offset). Not wired into the pipeline yet; unverified here."""
-        _check_update(self.engine.init_weights_update_group(
-            master_address=master_address, master_port=master_port, rank_offset=rank_offset,
-            world_size=world_size, group_name=group_name, backend=backend), "init_weights_update_group")
+        _check_update(
+            self.engine.init_weights_update_group(
+                master_address=master_address,
+                master_port=master_port,
+                rank_offset=rank_offset,
+                world_size=world_size,
+                group_name=group_name,
+                backend=backend,
+            ),
+            "init_weights_update_group",
+        )
         self.group_name = group_name
 
     def update_weights_from_distributed(self, metas) -> None:
@@ -341,9 +429,11 @@ class SGLangInferStrategy(InferenceStrategy):
         if self.released:
             raise RuntimeError("sglang: weight update while the engine's memory is released; call reload() first")
         if self.settings["weight_update_mode"] != "distributed" or getattr(self, "group_name", None) is None:
-            raise RuntimeError("sglang: update_weights_from_distributed needs weight_update_mode=distributed and "
-                               "init_weight_update_group first")
-        limit = self.settings["model_update_buffer_size_mb"] * 2 ** 20
+            raise RuntimeError(
+                "sglang: update_weights_from_distributed needs weight_update_mode=distributed and "
+                "init_weight_update_group first"
+            )
+        limit = self.settings["model_update_buffer_size_mb"] * 2**20
         metas = list(metas)
         groups, group, size = [], [], 0
         for name, dtype, shape in metas:
@@ -356,9 +446,16 @@ class SGLangInferStrategy(InferenceStrategy):
         if group:
             groups.append(group)
         for index, group in enumerate(groups):
-            _check_update(self.engine.update_weights_from_distributed(
-                names=[m[0] for m in group], dtypes=[m[1] for m in group], shapes=[m[2] for m in group],
-                group_name=self.group_name, flush_cache=index == len(groups) - 1), "update_weights_from_distributed")
+            _check_update(
+                self.engine.update_weights_from_distributed(
+                    names=[m[0] for m in group],
+                    dtypes=[m[1] for m in group],
+                    shapes=[m[2] for m in group],
+                    group_name=self.group_name,
+                    flush_cache=index == len(groups) - 1,
+                ),
+                "update_weights_from_distributed",
+            )
         self.weights_loaded = True
 
     def state_checksum(self) -> float:

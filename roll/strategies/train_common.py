@@ -2,6 +2,7 @@
 the AdamW + LR-schedule construction from training_args, the micro-batch split of a train_step,
 metric averaging, the HF copy saved next to engine checkpoints, the parameter checksum and the
 forward-count alignment sharded engines need (every rank must run the same number of forwards)."""
+
 import math
 from pathlib import Path
 
@@ -32,14 +33,19 @@ def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
 
 
 def build_adamw(params, training_args) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=training_args.learning_rate,
-                             betas=(training_args.adam_beta1, training_args.adam_beta2),
-                             eps=training_args.adam_epsilon, weight_decay=training_args.weight_decay)
+    return torch.optim.AdamW(
+        params,
+        lr=training_args.learning_rate,
+        betas=(training_args.adam_beta1, training_args.adam_beta2),
+        eps=training_args.adam_epsilon,
+        weight_decay=training_args.weight_decay,
+    )
 
 
 def build_lr_scheduler(optimizer, training_args, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(training_args.lr_scheduler_type, training_args.warmup_steps, max(total_steps, 1)))
+        optimizer, lr_lambda(training_args.lr_scheduler_type, training_args.warmup_steps, max(total_steps, 1))
+    )
 
 
 def split_train_batch(config, batch: DataProto) -> list[DataProto]:
@@ -49,8 +55,10 @@ def split_train_batch(config, batch: DataProto) -> list[DataProto]:
     args = config.training_args
     micro_size, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
     if len(batch) != micro_size * accumulation:
-        raise ValueError(f"{config.name}: a train_step takes per_device_train_batch_size × "
-                         f"gradient_accumulation_steps = {micro_size * accumulation} rows per rank, got {len(batch)}")
+        raise ValueError(
+            f"{config.name}: a train_step takes per_device_train_batch_size × "
+            f"gradient_accumulation_steps = {micro_size * accumulation} rows per rank, got {len(batch)}"
+        )
     if config.use_dynamic_batching_in_train:
         micros = train_micro_batches(config, batch)
     else:
@@ -78,8 +86,11 @@ def global_batch_info(batch: DataProto, micro_batches: int) -> dict:
         counts = counts.cuda() if on_gpu else counts
         torch.distributed.all_reduce(counts)
         counts = counts.cpu()
-    return {"dp_size": ranks * micro_batches, "batch_num_tokens": counts[0].item(),
-            "global_batch_size": counts[1].item()}
+    return {
+        "dp_size": ranks * micro_batches,
+        "batch_num_tokens": counts[0].item(),
+        "global_batch_size": counts[1].item(),
+    }
 
 
 def forward_inputs(micro: DataProto, device) -> dict:
@@ -142,8 +153,10 @@ def broadcast_parameters(module: torch.nn.Module, device: torch.device) -> None:
     (a value head, any partially saved model) are initialised randomly on each rank, and fully_shard
     keeps each rank's own slice of its own tensor (FSDP1's sync_module_states has no FSDP2 counterpart).
     DeepSpeed broadcasts in deepspeed.initialize itself (ZeRO-3 while partitioning)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) \
-            or torch.distributed.get_world_size() == 1:
+    if (
+        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        or torch.distributed.get_world_size() == 1
+    ):
         return
     for param in module.parameters():
         if param.device == device:

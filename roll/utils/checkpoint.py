@@ -4,6 +4,7 @@ Layout: <output_dir>/checkpoints/step-<N>/ plus a `latest` file naming the newes
 Writers fill `step-<N>.tmp/` and rename it; a crash mid-write leaves only a `.tmp` directory that
 resume ignores (and the next save of that step replaces).
 """
+
 import os
 import shutil
 from pathlib import Path
@@ -49,13 +50,16 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
         if not path.is_dir():
             raise FileNotFoundError(
                 f"resume_from_checkpoint: {path} is not a checkpoint directory; give a "
-                f"'<output_dir>/checkpoints/step-N' directory or true to resume from the latest one")
+                f"'<output_dir>/checkpoints/step-N' directory or true to resume from the latest one"
+            )
         return path
     pointer = checkpoint_root(output_dir) / LATEST
     if not pointer.exists():
         return None  # resume requested but nothing saved yet: a fresh start (logged by the caller)
     path = checkpoint_root(output_dir) / pointer.read_text().strip()
     if not path.is_dir():
-        raise FileNotFoundError(f"{pointer} names {path.name}, which does not exist; pass resume_from_checkpoint: "
-                                f"<output_dir>/checkpoints/step-N to pick a complete checkpoint")
+        raise FileNotFoundError(
+            f"{pointer} names {path.name}, which does not exist; pass resume_from_checkpoint: "
+            f"<output_dir>/checkpoints/step-N to pick a complete checkpoint"
+        )
     return path

@@ -1,4 +1,5 @@
 """Small tensor helpers shared by strategies and workers (batch layout: docs/contracts.md)."""
+
 import torch
 
 
@@ -8,7 +9,7 @@ def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def slice_response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
     """Logits that predict the response tokens: positions P-1 .. P+R-2 of the full sequence."""
-    return logits[:, -response_length - 1:-1]
+    return logits[:, -response_length - 1 : -1]
 
 
 def response_log_probs(logits: torch.Tensor, responses: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -23,6 +24,6 @@ def left_pad(id_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
     ids = torch.full((len(id_lists), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(id_lists), width), dtype=torch.long)
     for i, row in enumerate(id_lists):
-        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row) :] = 1
     return ids, mask

@@ -1,4 +1,5 @@
 """One logger format for the driver and every Ray worker, readable by a person."""
+
 import logging
 import sys
 

@@ -1,4 +1,5 @@
 """A per-step progress line with the time spent in each phase and an ETA."""
+
 import time
 from contextlib import contextmanager
 

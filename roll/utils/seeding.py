@@ -1,4 +1,5 @@
 """Seeding and RNG state capture, so a resumed run draws the same random numbers."""
+
 import random
 
 import numpy as np

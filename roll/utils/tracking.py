@@ -1,4 +1,5 @@
 """Metric sinks: TensorBoard (`track_with: tensorboard`) and/or the console."""
+
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.tracking")

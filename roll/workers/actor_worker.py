@@ -4,6 +4,7 @@ Which methods a role uses depends on its strategy: an inference strategy generat
 a training strategy also trains and exports weights. Loss settings travel with each training batch
 (`meta_info["loss"]`), so the worker holds no copy of the algorithm config that could go stale.
 """
+
 import dataclasses
 from collections import defaultdict
 
@@ -50,7 +51,7 @@ class ActorWorker(CheckpointMixin, MemoryMixin, WeightTransferMixin, Worker):
         for _ in range(settings["ppo_epochs"]):
             order = torch.randperm(len(batch), generator=generator)
             for start in range(0, len(batch), mini_batch):
-                mini = batch[order[start:start + mini_batch]]
+                mini = batch[order[start : start + mini_batch]]
                 for key, value in self.strategy.train_step(mini, self._policy_loss).items():
                     history[key if "/" in key else f"actor/{key}"].append(value)  # grad_norm, lr
         return {key: float(np.mean(values)) for key, values in history.items()}
@@ -64,10 +65,14 @@ class ActorWorker(CheckpointMixin, MemoryMixin, WeightTransferMixin, Worker):
         # the training strategy adds the step's global token/row counts (train_common.global_batch_info)
         scale = settings.get("global_batch_info") or {}
         pg_loss, metrics = loss_fn(
-            old_log_prob=micro.batch["old_log_probs"], log_prob=log_probs, advantages=micro.batch["advantages"],
-            response_mask=mask, loss_agg_mode=settings["loss_agg_mode"],
+            old_log_prob=micro.batch["old_log_probs"],
+            log_prob=log_probs,
+            advantages=micro.batch["advantages"],
+            response_mask=mask,
+            loss_agg_mode=settings["loss_agg_mode"],
             config=dataclasses.replace(settings["policy_loss_config"], global_batch_info=scale or None),
-            rollout_is_weights=micro.batch.get("rollout_is_weights"))
+            rollout_is_weights=micro.batch.get("rollout_is_weights"),
+        )
         metrics = {f"actor/{key}": value for key, value in metrics.items()}
         metrics["actor/pg_loss"] = pg_loss.item()
         loss = pg_loss
@@ -77,8 +82,9 @@ class ActorWorker(CheckpointMixin, MemoryMixin, WeightTransferMixin, Worker):
             loss = loss + settings["kl_loss_coef"] * kl_loss
             metrics["actor/kl_loss"] = kl_loss.item()
         if settings["entropy_loss_coef"]:
-            entropy = agg_loss(entropy_from_logits(logits.float() / settings["temperature"]), mask,
-                               settings["loss_agg_mode"], **scale)
+            entropy = agg_loss(
+                entropy_from_logits(logits.float() / settings["temperature"]), mask, settings["loss_agg_mode"], **scale
+            )
             loss = loss - settings["entropy_loss_coef"] * entropy
             metrics["actor/entropy"] = entropy.item()
         return loss, metrics

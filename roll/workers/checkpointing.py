@@ -1,6 +1,7 @@
 """Checkpoint methods of the trained roles (actor_train, critic): the engine state from the strategy
 plus each worker's RNG state, so dropout or any sampling inside a worker continues the same stream
 after a resume."""
+
 from pathlib import Path
 
 import torch
@@ -20,8 +21,10 @@ class CheckpointMixin:
         self.strategy.load_checkpoint(path)
         rng_file = _rng_file(path, self.rank)
         if not rng_file.is_file():
-            raise FileNotFoundError(f"{self.worker_name}: {path} has no {rng_file.name}; was it saved with "
-                                    f"a different number of {self.worker_name} workers ({self.world_size} now)?")
+            raise FileNotFoundError(
+                f"{self.worker_name}: {path} has no {rng_file.name}; was it saved with "
+                f"a different number of {self.worker_name} workers ({self.world_size} now)?"
+            )
         set_rng_state(torch.load(rng_file, weights_only=False))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

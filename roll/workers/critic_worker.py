@@ -1,4 +1,5 @@
 """The value model for GAE (`critic` role): per-token values and the clipped value loss."""
+
 from collections import defaultdict
 
 import numpy as np
@@ -37,8 +38,9 @@ class CriticWorker(CheckpointMixin, MemoryMixin, Worker):
         for _ in range(settings["ppo_epochs"]):
             order = torch.randperm(len(batch), generator=generator)
             for start in range(0, len(batch), mini_batch):
-                for key, value in self.strategy.train_step(batch[order[start:start + mini_batch]],
-                                                           self._value_loss).items():
+                for key, value in self.strategy.train_step(
+                    batch[order[start : start + mini_batch]], self._value_loss
+                ).items():
                     history[f"critic/{key}" if "/" not in key else key].append(value)
         return {key: float(np.mean(values)) for key, values in history.items()}
 
@@ -46,7 +48,12 @@ class CriticWorker(CheckpointMixin, MemoryMixin, Worker):
         settings = micro.meta_info["loss"]
         mask = micro.batch["response_mask"]
         vpreds = slice_response_logits(logits, mask.shape[1]).squeeze(-1) * mask
-        loss, clipfrac = compute_value_loss(vpreds, micro.batch["returns"], micro.batch["values"], mask,
-                                            cliprange_value=settings["value_clip"],
-                                            loss_agg_mode=settings["loss_agg_mode"])
+        loss, clipfrac = compute_value_loss(
+            vpreds,
+            micro.batch["returns"],
+            micro.batch["values"],
+            mask,
+            cliprange_value=settings["value_clip"],
+            loss_agg_mode=settings["loss_agg_mode"],
+        )
         return loss, {"critic/vf_loss": loss.item(), "critic/vf_clipfrac": float(clipfrac)}

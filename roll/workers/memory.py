@@ -1,4 +1,5 @@
 """offload / reload of a role's engine state, called by the pipeline around the phases of colocated roles."""
+
 from roll.distributed.decorator import Dispatch, register
 
 

@@ -9,6 +9,7 @@ Inference: `begin_weight_update` starts the strategy's own `load_weights(iterato
 bucket per `receive_weight_bucket` call (an engine such as in-process vLLM reloads from one iterator);
 `finish_weight_update` ends the iterator and returns what was loaded, raising the loader's error if any.
 """
+
 import queue
 import socket
 import threading
@@ -89,8 +90,10 @@ class WeightTransferMixin:
     def open_weight_stream(self, method: str, limit_bytes: float, serving_ranks: list) -> None:
         named = getattr(self.strategy, "named_hf_parameters", None)
         if named is None:
-            raise TypeError(f"{self.worker_name}: strategy {type(self.strategy).__name__} cannot export weights "
-                            f"(actor_train needs a training strategy)")
+            raise TypeError(
+                f"{self.worker_name}: strategy {type(self.strategy).__name__} cannot export weights "
+                f"(actor_train needs a training strategy)"
+            )
         self._close_stream()
         self._stream = buckets(named(), limit_bytes)
         self._stream_method, self._stream_serves, self._pending = method, self.rank in serving_ranks, None
@@ -168,8 +171,9 @@ class WeightTransferMixin:
         if sender and self.rank != 0:
             return
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        self._weight_group = transport.BroadcastGroup(host, port, 0 if sender else 1 + self.rank, world_size,
-                                                      timeout_s, backend)
+        self._weight_group = transport.BroadcastGroup(
+            host, port, 0 if sender else 1 + self.rank, world_size, timeout_s, backend
+        )
 
     # --- inference side -------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

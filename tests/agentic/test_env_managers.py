@@ -1,4 +1,5 @@
 """Env managers without Ray: token-in-token-out, step-wise samples and returns, budgets, reward maths."""
+
 import numpy as np
 import pytest
 import torch
@@ -42,25 +43,29 @@ def play(manager, replies, seed=3):
 def test_trajectory_trains_exactly_the_generated_tokens(chat):
     env = EnvConfig(env_type="frozen_lake", max_turns=4, max_tokens_per_step=8)
     manager = TrajEnvManager(0, "FrozenLake", env, chat, -0.1, prompt_length=128, response_length=256)
-    replies = [char_ids(chat, "Right"), char_ids(chat, "Down"), chat.encode("Down") + [chat.eos_token_id],
-               char_ids(chat, "Left")]
+    replies = [
+        char_ids(chat, "Right"),
+        char_ids(chat, "Down"),
+        chat.encode("Down") + [chat.eos_token_id],
+        char_ids(chat, "Left"),
+    ]
     # the test is only meaningful if re-tokenising the decoded reply changes the ids
     assert chat.encode(chat.decode(replies[0])) + [chat.eos_token_id] != replies[0]
     prompts = play(manager, replies)
     (row,) = manager.samples()
     generated = [t for t, m in zip(row["response_ids"], row["response_mask"]) if m == 1]
-    assert generated == [t for reply in replies[:len(prompts)] for t in reply]
+    assert generated == [t for reply in replies[: len(prompts)] for t in reply]
     context = row["prompt_ids"] + row["response_ids"]
     for turn, prompt in enumerate(prompts):  # each turn was generated from a prefix of the trained sequence
-        assert context[:len(prompt)] == prompt, f"turn {turn}"
+        assert context[: len(prompt)] == prompt, f"turn {turn}"
     assert row["prompt_ids"] == prompts[0]
     assert row["rollout_log_probs"] == [-0.5 if m else 0.0 for m in row["response_mask"]]
     # the observations between replies are the chat template's tokens, not trained
     first_obs = manager.episode.turns[1].observation
     start = len(replies[0])
     obs_ids = chat.observation_ids(first_obs)
-    assert row["response_ids"][start:start + len(obs_ids)] == obs_ids
-    assert row["response_mask"][start:start + len(obs_ids)] == [0] * len(obs_ids)
+    assert row["response_ids"][start : start + len(obs_ids)] == obs_ids
+    assert row["response_mask"][start : start + len(obs_ids)] == [0] * len(obs_ids)
 
 
 def test_cut_reply_gets_an_untrained_end_of_turn(chat):
@@ -135,9 +140,23 @@ def test_token_level_score_sits_on_the_last_generated_token():
 
 
 def test_batch_layout_and_loss_free_padding(chat):
-    rows = [{"prompt_ids": [5, 6], "response_ids": [7, 8, 9], "response_mask": [1, 0, 1],
-             "rollout_log_probs": [-1.0, 0.0, -2.0], "score": 1.0, "tag": "T", "traj_group_id": "g",
-             "traj_id": "t", "env_id": 0, "success": 1.0, "num_turns": 2, "invalid_actions": 0, "truncated": 0.0}]
+    rows = [
+        {
+            "prompt_ids": [5, 6],
+            "response_ids": [7, 8, 9],
+            "response_mask": [1, 0, 1],
+            "rollout_log_probs": [-1.0, 0.0, -2.0],
+            "score": 1.0,
+            "tag": "T",
+            "traj_group_id": "g",
+            "traj_id": "t",
+            "env_id": 0,
+            "success": 1.0,
+            "num_turns": 2,
+            "invalid_actions": 0,
+            "truncated": 0.0,
+        }
+    ]
     batch = to_batch(rows, prompt_length=4, response_length=5, pad_token_id=0)
     assert batch.batch["input_ids"][0].tolist() == [0, 0, 5, 6, 7, 8, 9, 0, 0]
     assert batch.batch["attention_mask"][0].tolist() == [0, 0, 1, 1, 1, 1, 1, 0, 0]

@@ -1,4 +1,5 @@
 """Environments and their registry: determinism, solvability, action parsing, limits, user envs."""
+
 from collections import deque
 
 import pytest
@@ -20,6 +21,7 @@ def find(cells, symbols):
 
 # ---- frozen lake -----------------------------------------------------------------------------------------
 
+
 def lake_path(observation: str):
     """BFS from P to G avoiding holes, on the rendered map only."""
     cells = grid(observation)
@@ -31,8 +33,12 @@ def lake_path(observation: str):
             return path
         for name, (dr, dc) in DELTA.items():
             nxt = (r + dr, c + dc)
-            if 0 <= nxt[0] < len(cells) and 0 <= nxt[1] < len(cells[0]) and nxt not in seen \
-                    and cells[nxt[0]][nxt[1]] != "O":
+            if (
+                0 <= nxt[0] < len(cells)
+                and 0 <= nxt[1] < len(cells[0])
+                and nxt not in seen
+                and cells[nxt[0]][nxt[1]] != "O"
+            ):
                 seen.add(nxt)
                 queue.append((nxt, path + [name]))
     raise AssertionError(f"no path on\n{observation}")
@@ -66,8 +72,14 @@ def test_frozen_lake_hole_ends_episode_without_reward():
     env = make_env("frozen_lake", {"size": 4, "p": 0.3})  # many holes
     for seed in range(50):
         cells = grid(env.reset(seed))
-        hole = next(((name, (r, c)) for name, (r, c) in DELTA.items() if 0 <= r and 0 <= c
-                     and r < 4 and c < 4 and cells[r][c] == "O"), None)
+        hole = next(
+            (
+                (name, (r, c))
+                for name, (r, c) in DELTA.items()
+                if 0 <= r and 0 <= c and r < 4 and c < 4 and cells[r][c] == "O"
+            ),
+            None,
+        )
         if hole:
             result = env.step(hole[0])
             assert result.done and result.reward == 0.0 and not result.info["success"]
@@ -99,6 +111,7 @@ def test_max_steps_ends_episode(env_type):
 
 
 # ---- sokoban ---------------------------------------------------------------------------------------------
+
 
 def solve_sokoban(observation: str, max_depth: int = 30):
     """Plain BFS over (player, boxes) on the rendered map: returns the shortest action list."""
@@ -202,6 +215,7 @@ def test_sokoban_rejects_room_too_small():
 
 # ---- calculator (tool use through the sandbox) -------------------------------------------------------------
 
+
 def test_calculator_tool_call_and_answers():
     env = make_env("calculator", {"max_operand": 20, "num_operations": 2})
     question = env.reset(seed=7)
@@ -233,9 +247,11 @@ def test_calculator_tool_timeout_and_invalid_reply():
 
 # ---- registry and config ----------------------------------------------------------------------------------
 
+
 def test_registry_lists_shipped_envs_and_rejects_duplicates():
     assert {"frozen_lake", "sokoban", "calculator"} <= set(list_envs())
     with pytest.raises(ValueError, match="already registered"):
+
         @register_env("sokoban")
         class Again(BaseEnv):  # noqa: F841
             def reset(self, seed):
@@ -262,8 +278,9 @@ def test_user_env_from_dotted_path():
         make_env("tests.agentic.user_env_module.Missing", {})
 
 
-@pytest.mark.parametrize("env_type", ["frozen_lake", "sokoban", "calculator",
-                                      "tests.agentic.user_env_module.CountdownEnv"])
+@pytest.mark.parametrize(
+    "env_type", ["frozen_lake", "sokoban", "calculator", "tests.agentic.user_env_module.CountdownEnv"]
+)
 def test_unknown_env_config_key_names_key_and_valid_keys(env_type):
     with pytest.raises(ValueError, match=r"unknown env_config key\(s\) \['sizee'\]; valid keys: \["):
         make_env(env_type, {"sizee": 4})
@@ -288,5 +305,6 @@ def test_slippery_frozen_lake_is_deterministic_per_seed():
             if result.done:
                 break
         return states
+
     assert trajectory(4) == trajectory(4)
     assert len({tuple(trajectory(s)) for s in range(10)}) > 1  # the slip RNG does something

@@ -1,4 +1,5 @@
 """A user's own environment, loaded in tests by its dotted path (tests.agentic.user_env_module.CountdownEnv)."""
+
 from roll.agentic.envs import BaseEnv, EnvStep
 
 

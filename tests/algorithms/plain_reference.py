@@ -2,6 +2,7 @@
 
 Tests compare the torch implementation against these, never against its own recorded output.
 """
+
 import math
 
 

@@ -3,6 +3,7 @@
 one row and one token at a time. Tests compare roll's tensors and metrics against these.
 Also the small batches and the comparison helper both test modules share.
 """
+
 import math
 import statistics
 
@@ -60,21 +61,23 @@ def weight_stats(weights, lam_rows, mask, level, upper, lower):
     mean_c = _masked_mean_all(clamped, mask)
     if n_valid > 1:
         second = _masked_mean_all([[w * w for w in row] for row in clamped], mask)
-        out["rollout_is_std"] = math.sqrt(max(second - mean_c ** 2, 0.0))
+        out["rollout_is_std"] = math.sqrt(max(second - mean_c**2, 0.0))
     else:
         out["rollout_is_std"] = 0.0
     normalised = [[w / (mean_c + EPS) for w in row] for row in clamped]
     out["rollout_is_eff_sample_size"] = 1.0 / _masked_mean_all([[w * w for w in row] for row in normalised], mask)
     q = _row_means(weights, mask)
-    out.update({
-        "rollout_is_seq_mean": sum(q) / len(q),
-        "rollout_is_seq_std": _std_of_rows(q),
-        "rollout_is_seq_max": max(q),
-        "rollout_is_seq_min": min(q),
-        "rollout_is_seq_max_deviation": max(abs(x - 1.0) for x in q),
-        "rollout_is_seq_fraction_high": sum(x > upper for x in q) / len(q),
-        "rollout_is_seq_fraction_low": sum(x < lower for x in q) / len(q),
-    })
+    out.update(
+        {
+            "rollout_is_seq_mean": sum(q) / len(q),
+            "rollout_is_seq_std": _std_of_rows(q),
+            "rollout_is_seq_max": max(q),
+            "rollout_is_seq_min": min(q),
+            "rollout_is_seq_max_deviation": max(abs(x - 1.0) for x in q),
+            "rollout_is_seq_fraction_high": sum(x > upper for x in q) / len(q),
+            "rollout_is_seq_fraction_low": sum(x < lower for x in q) / len(q),
+        }
+    )
     return out
 
 
@@ -120,13 +123,16 @@ def seed_reference(old, rollout, mask, level, mode, upper, lower=None, veto=1e-4
     else:
         lam_rows = _level_rows(ell, mask, level)
         weights = [[math.exp(clamp(lam, -BOUND, BOUND))] * n_cols for lam in lam_rows]
-    catastrophic = [[veto is not None and mask[i][t] > 0 and ell[i][t] < math.log(veto) for t in range(n_cols)]
-                    for i in range(n_rows)]
+    catastrophic = [
+        [veto is not None and mask[i][t] > 0 and ell[i][t] < math.log(veto) for t in range(n_cols)]
+        for i in range(n_rows)
+    ]
     has_cat = [any(row) for row in catastrophic]
     metrics = {
         "rollout_is_veto_fraction": sum(has_cat) / n_rows,
-        "rollout_is_catastrophic_token_fraction": _masked_mean_all([[float(c) for c in row] for row in catastrophic],
-                                                                   mask),
+        "rollout_is_catastrophic_token_fraction": _masked_mean_all(
+            [[float(c) for c in row] for row in catastrophic], mask
+        ),
     }
     metrics.update(weight_stats(weights, lam_rows, mask, level, upper, lower))
     valid_weights = [weights[i][t] for i, t in _valid(mask)]
@@ -150,6 +156,7 @@ def seed_reference(old, rollout, mask, level, mode, upper, lower=None, veto=1e-4
 
 
 # ----------------------------------------------------------------------------- head (§7.6)
+
 
 def head_is_reference(old, rollout, mask, level, upper, batch_normalize):
     n_cols = len(old[0])
@@ -225,7 +232,7 @@ def head_rs_reference(old, rollout, mask, options, bounds):
         clamped = [[clamp(s, lo if lo is not None else 0.0, hi) for s in row] for row in stat]
         if len(cells) > 1:
             mean_c = _masked_mean_all(clamped, mask)
-            std = math.sqrt(max(_masked_mean_all([[c * c for c in row] for row in clamped], mask) - mean_c ** 2, 0.0))
+            std = math.sqrt(max(_masked_mean_all([[c * c for c in row] for row in clamped], mask) - mean_c**2, 0.0))
         else:
             std = 0.0
         lost = [any(not keep[i][t] and mask[i][t] > 0 for t in range(n_cols)) for i in range(n_rows)]
@@ -265,6 +272,7 @@ def chi2_reference(old, rollout, mask):
 
 
 # ----------------------------------------------------------------------------- shared test data
+
 
 def make_batch(seed=0):
     """6 rows of lengths 9, 7, 5, 0, 3, 8 with a valid catastrophic token (row 0), a catastrophic token on

@@ -1,4 +1,5 @@
 """Advantage-estimator registry and properties every estimator shares (spec §2, §10)."""
+
 import inspect
 
 import numpy as np
@@ -31,10 +32,15 @@ def inputs():
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
     return {
         "token_level_rewards": torch.randn(4, 4, generator=g).requires_grad_(True),
-        "values": torch.randn(4, 4, generator=g), "response_mask": mask,
-        "index": np.array(["u", "u", "v", "v"], dtype=object), "reward_baselines": torch.randn(4, generator=g),
-        "old_log_probs": -torch.rand(4, 4, generator=g), "sum_pi_squared": torch.rand(4, 4, generator=g),
-        "gamma": 0.9, "lam": 0.95, "config": OmegaConf.create({"gamma": 0.9, "norm_adv_by_std_in_grpo": True}),
+        "values": torch.randn(4, 4, generator=g),
+        "response_mask": mask,
+        "index": np.array(["u", "u", "v", "v"], dtype=object),
+        "reward_baselines": torch.randn(4, generator=g),
+        "old_log_probs": -torch.rand(4, 4, generator=g),
+        "sum_pi_squared": torch.rand(4, 4, generator=g),
+        "gamma": 0.9,
+        "lam": 0.95,
+        "config": OmegaConf.create({"gamma": 0.9, "norm_adv_by_std_in_grpo": True}),
     }
 
 
@@ -60,6 +66,7 @@ def test_unknown_estimator_lists_valid_names():
 def test_register_new_and_reject_conflicting_duplicate():
     name = "test_only_estimator"
     try:
+
         @register_adv_est(name)
         def custom(token_level_rewards, response_mask, config=None, **kwargs):
             return token_level_rewards, token_level_rewards
@@ -83,8 +90,20 @@ def test_shapes_no_grad_and_inputs_untouched(name):
             assert torch.equal(value.detach(), fresh[key].detach()), key
 
 
-@pytest.mark.parametrize("name", ["grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "opo",
-                                  "reinforce_plus_plus_baseline", "gpg", "grpo_passk", "optimal_token_baseline"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "grpo",
+        "grpo_vectorized",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "reinforce_plus_plus_baseline",
+        "gpg",
+        "grpo_passk",
+        "optimal_token_baseline",
+    ],
+)
 def test_index_may_be_list_numpy_ints_or_tensor(name):
     (want, _), _ = call(name)
     for index in (["u", "u", "v", "v"], np.array([7, 7, 9, 9]), torch.tensor([7, 7, 9, 9])):

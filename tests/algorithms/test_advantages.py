@@ -1,20 +1,29 @@
 """Outcome and GAE advantage estimators (spec §2, §9.2–9.6)."""
+
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from roll.algorithms import (compute_gae_advantage_return, compute_gpg_outcome_advantage,
-                             compute_grpo_outcome_advantage, compute_grpo_passk_outcome_advantage,
-                             compute_grpo_vectorized_outcome_advantage, compute_opo_outcome_advantage,
-                             compute_reinforce_plus_plus_baseline_outcome_advantage,
-                             compute_reinforce_plus_plus_outcome_advantage, compute_remax_outcome_advantage,
-                             compute_rloo_outcome_advantage, compute_rloo_vectorized_outcome_advantage)
+from roll.algorithms import (
+    compute_gae_advantage_return,
+    compute_gpg_outcome_advantage,
+    compute_grpo_outcome_advantage,
+    compute_grpo_passk_outcome_advantage,
+    compute_grpo_vectorized_outcome_advantage,
+    compute_opo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
+    compute_rloo_vectorized_outcome_advantage,
+)
 from tests.algorithms import plain_reference as ref
 
 
 class AttrDict(dict):
     """A dict that also allows attribute access (one of the config kinds the spec allows)."""
+
     __getattr__ = dict.get
 
 
@@ -138,14 +147,21 @@ def test_passk_only_the_winner_gets_top_minus_second():
     assert torch.equal(adv, ret)
 
 
-@pytest.mark.parametrize("config", [{"norm_adv_by_std_in_grpo": False}, AttrDict(norm_adv_by_std_in_grpo=False),
-                                    OmegaConf.create({"norm_adv_by_std_in_grpo": False})])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"norm_adv_by_std_in_grpo": False},
+        AttrDict(norm_adv_by_std_in_grpo=False),
+        OmegaConf.create({"norm_adv_by_std_in_grpo": False}),
+    ],
+)
 def test_passk_reads_norm_flag_from_config_only(config):
     adv, _ = compute_grpo_passk_outcome_advantage(t(PK_REWARDS), torch.ones(6, 1), PK_INDEX, config=config)
     assert adv[1, 0].item() == pytest.approx(2.0)
     # the argument of the same name is ignored: config=None means normalise
-    adv, _ = compute_grpo_passk_outcome_advantage(t(PK_REWARDS), torch.ones(6, 1), PK_INDEX,
-                                                  norm_adv_by_std_in_grpo=False)
+    adv, _ = compute_grpo_passk_outcome_advantage(
+        t(PK_REWARDS), torch.ones(6, 1), PK_INDEX, norm_adv_by_std_in_grpo=False
+    )
     assert adv[1, 0].item() == pytest.approx(2.0 / (ref.stdev([1.0, 3.0, 0.5]) + 1e-6), rel=1e-6)
 
 

@@ -1,4 +1,5 @@
 """The §10 public API: names importable from `roll.algorithms` with verl's argument names, orders, defaults."""
+
 import dataclasses
 import inspect
 import subprocess
@@ -8,8 +9,10 @@ import pytest
 
 import roll.algorithms as algorithms
 
-POLICY_LOSS = "(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode='token-mean', config=None, " \
-              "rollout_is_weights=None)"
+POLICY_LOSS = (
+    "(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode='token-mean', config=None, "
+    "rollout_is_weights=None)"
+)
 OUTCOME = "(token_level_rewards, response_mask, index, epsilon=1e-06, config=None, **kwargs)"
 
 SIGNATURES = {
@@ -20,11 +23,11 @@ SIGNATURES = {
     "entropy_from_logits": "(logits)",
     "compute_gae_advantage_return": "(token_level_rewards, values, response_mask, gamma, lam)",
     "compute_grpo_outcome_advantage": "(token_level_rewards, response_mask, index, epsilon=1e-06, "
-                                      "norm_adv_by_std_in_grpo=True, config=None)",
+    "norm_adv_by_std_in_grpo=True, config=None)",
     "compute_grpo_vectorized_outcome_advantage": "(token_level_rewards, response_mask, index, epsilon=1e-06, "
-                                                 "norm_adv_by_std_in_grpo=True, config=None)",
+    "norm_adv_by_std_in_grpo=True, config=None)",
     "compute_grpo_passk_outcome_advantage": "(token_level_rewards, response_mask, index, epsilon=1e-06, "
-                                            "norm_adv_by_std_in_grpo=True, config=None, **kwargs)",
+    "norm_adv_by_std_in_grpo=True, config=None, **kwargs)",
     "compute_rloo_outcome_advantage": OUTCOME,
     "compute_rloo_vectorized_outcome_advantage": OUTCOME,
     "compute_opo_outcome_advantage": OUTCOME,
@@ -32,10 +35,10 @@ SIGNATURES = {
     "compute_reinforce_plus_plus_baseline_outcome_advantage": OUTCOME,
     "compute_remax_outcome_advantage": "(token_level_rewards, reward_baselines, response_mask, config=None, **kwargs)",
     "compute_gpg_outcome_advantage": "(token_level_rewards, response_mask, index, epsilon=1e-06, f_norm=1.0, "
-                                     "alpha=1.0, config=None, **kwargs)",
+    "alpha=1.0, config=None, **kwargs)",
     "compute_optimal_token_baseline_advantage": "(token_level_rewards, response_mask, index, old_log_probs, "
-                                                "sum_pi_squared, rollout_is_weights=None, handle_zero_tail=False, "
-                                                "epsilon=1e-08, config=None, **kwargs)",
+    "sum_pi_squared, rollout_is_weights=None, handle_zero_tail=False, "
+    "epsilon=1e-08, config=None, **kwargs)",
     "get_adv_estimator_fn": "(name)",
     "register_adv_est": "(name)",
     "kl_penalty": "(logprob, ref_logprob, kl_penalty)",
@@ -44,9 +47,11 @@ SIGNATURES = {
     "get_kl_controller": "(kl_ctrl)",
     "apply_kl_penalty": "(token_level_scores, old_log_probs, ref_log_prob, response_mask, kl_ctrl, kl_penalty='kl')",
     "agg_loss": "(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None, "
-                "loss_scale_factor=None)",
-    **{f"compute_policy_loss_{n}": POLICY_LOSS
-       for n in ("vanilla", "gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo")},
+    "loss_scale_factor=None)",
+    **{
+        f"compute_policy_loss_{n}": POLICY_LOSS
+        for n in ("vanilla", "gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo")
+    },
     "get_policy_loss_fn": "(name)",
     "register_policy_loss": "(name)",
     "compute_value_loss": "(vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode='token-mean')",
@@ -57,8 +62,12 @@ SIGNATURES = {
 def bare_signature(obj) -> str:
     """The signature without annotations, e.g. "(values, mask, axis=None)"."""
     sig = inspect.signature(obj)
-    return str(sig.replace(parameters=[p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()],
-                           return_annotation=inspect.Signature.empty))
+    return str(
+        sig.replace(
+            parameters=[p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()],
+            return_annotation=inspect.Signature.empty,
+        )
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
@@ -75,15 +84,26 @@ def test_adaptive_controller_update_signature():
 def test_policy_loss_config_fields_and_defaults():
     fields = {f.name: f.default for f in dataclasses.fields(algorithms.PolicyLossConfig)}
     assert fields == {
-        "clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0,
-        "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "kl_cov_ratio": 0.0002,
-        "ppo_kl_coef": 0.1, "tau_pos": 1.0, "tau_neg": 1.05, "global_batch_info": None,
+        "clip_ratio": 0.2,
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.2,
+        "clip_ratio_c": 3.0,
+        "clip_cov_ratio": 0.0002,
+        "clip_cov_lb": 1.0,
+        "clip_cov_ub": 5.0,
+        "kl_cov_ratio": 0.0002,
+        "ppo_kl_coef": 0.1,
+        "tau_pos": 1.0,
+        "tau_neg": 1.05,
+        "global_batch_info": None,
     }
 
 
 def test_no_ray_or_engine_import():
-    code = ("import sys, roll.algorithms; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('ray', 'deepspeed', 'vllm', 'transformers')]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, roll.algorithms; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('ray', 'deepspeed', 'vllm', 'transformers')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,12 +1,12 @@
 """KL estimators, controllers and KL-in-reward (spec §3, §9.7–9.8)."""
+
 import math
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from roll.algorithms import (AdaptiveKLController, FixedKLController, apply_kl_penalty, get_kl_controller,
-                             kl_penalty)
+from roll.algorithms import AdaptiveKLController, FixedKLController, apply_kl_penalty, get_kl_controller, kl_penalty
 
 D = [-25.0, -4.0, -0.7, 0.0, 0.3, 2.5, 25.0]  # d = logprob − ref_logprob
 
@@ -17,9 +17,13 @@ def plain_k3(d):
 
 
 PLAIN = {
-    "kl": lambda d: d, "k1": lambda d: d, "abs": abs,
-    "mse": lambda d: 0.5 * d * d, "k2": lambda d: 0.5 * d * d,
-    "low_var_kl": plain_k3, "k3": plain_k3,
+    "kl": lambda d: d,
+    "k1": lambda d: d,
+    "abs": abs,
+    "mse": lambda d: 0.5 * d * d,
+    "k2": lambda d: 0.5 * d * d,
+    "low_var_kl": plain_k3,
+    "k3": plain_k3,
 }
 
 
@@ -75,11 +79,14 @@ def test_adaptive_controller_step(current_kl, error):
     assert ctrl.value == pytest.approx(0.2 * (1 + error * 50 / 1000))
 
 
-@pytest.mark.parametrize("config", [
-    {"type": "adaptive", "kl_coef": 0.3, "target_kl": 0.5, "horizon": 10},
-    OmegaConf.create({"type": "adaptive", "kl_coef": 0.3, "target_kl": 0.5, "horizon": 10}),
-    type("Cfg", (), {"type": "adaptive", "kl_coef": 0.3, "target_kl": 0.5, "horizon": 10})(),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"type": "adaptive", "kl_coef": 0.3, "target_kl": 0.5, "horizon": 10},
+        OmegaConf.create({"type": "adaptive", "kl_coef": 0.3, "target_kl": 0.5, "horizon": 10}),
+        type("Cfg", (), {"type": "adaptive", "kl_coef": 0.3, "target_kl": 0.5, "horizon": 10})(),
+    ],
+)
 def test_get_kl_controller_adaptive(config):
     ctrl = get_kl_controller(config)
     assert isinstance(ctrl, AdaptiveKLController)
@@ -108,8 +115,10 @@ def test_apply_kl_penalty_uses_pre_update_beta_and_updates_controller():
     assert rewards.tolist() == [pytest.approx(r, abs=1e-6) for r in want]
     row_means = [sum(kr) / (sum(mr) + 1e-8) for kr, mr in zip(kld, mask.tolist())]  # empty row → 0
     current = sum(row_means) / 3
-    assert metrics == {"actor/reward_kl_penalty": pytest.approx(current, rel=1e-5),
-                       "actor/reward_kl_penalty_coeff": 0.5}
+    assert metrics == {
+        "actor/reward_kl_penalty": pytest.approx(current, rel=1e-5),
+        "actor/reward_kl_penalty_coeff": 0.5,
+    }
     assert all(type(v) is float for v in metrics.values())
     error = max(min(current / 0.1 - 1, 0.2), -0.2)
     assert ctrl.value == pytest.approx(0.5 * (1 + error * 3 / 30))

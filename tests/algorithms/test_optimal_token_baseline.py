@@ -1,4 +1,5 @@
 """Optimal token baseline (spec §2.10)."""
+
 import math
 
 import pytest
@@ -36,22 +37,35 @@ def plain_otb(r, m, index, old, spp, rho=None, zero_tail=False, eps=1e-8):
 R = [[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 0.0, 0.0]]
 M = [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
 INDEX = ["g", "g", "g", "s", "h"]
-OLD = [[math.log(p) for p in row] for row in
-       [[0.5, 0.9, 0.2, 0.7], [0.3, 0.6, 0.8, 0.1], [0.4, 0.4, 0.9, 0.5], [0.6, 0.2, 0.3, 0.3], [0.1, 0.5, 0.7, 0.9]]]
+OLD = [
+    [math.log(p) for p in row]
+    for row in [
+        [0.5, 0.9, 0.2, 0.7],
+        [0.3, 0.6, 0.8, 0.1],
+        [0.4, 0.4, 0.9, 0.5],
+        [0.6, 0.2, 0.3, 0.3],
+        [0.1, 0.5, 0.7, 0.9],
+    ]
+]
 SPP = [[0.4, 0.85, 0.3, 0.6], [0.2, 0.5, 0.7, 0.3], [0.3, 0.35, 0.82, 0.4], [0.5, 0.3, 0.4, 0.2], [0.2, 0.4, 0.6, 0.9]]
 
 
 def run(**kw):
     args = [torch.tensor(x, dtype=torch.float64) for x in (R, M)]
-    return compute_optimal_token_baseline_advantage(args[0], args[1], INDEX, torch.tensor(OLD, dtype=torch.float64),
-                                                    torch.tensor(SPP, dtype=torch.float64), **kw)
+    return compute_optimal_token_baseline_advantage(
+        args[0], args[1], INDEX, torch.tensor(OLD, dtype=torch.float64), torch.tensor(SPP, dtype=torch.float64), **kw
+    )
 
 
 def test_small_case_by_hand():
     # π = 0.5, Σπ² = 0.5 → w = 0.5, W = [0.5, 1]; returns [1, 1] and [0, 0] → baseline 1/2 everywhere
     adv, ret = compute_optimal_token_baseline_advantage(
-        torch.tensor([[0.0, 1.0], [0.0, 0.0]]), torch.ones(2, 2), ["g", "g"],
-        torch.full((2, 2), math.log(0.5)), torch.full((2, 2), 0.5))
+        torch.tensor([[0.0, 1.0], [0.0, 0.0]]),
+        torch.ones(2, 2),
+        ["g", "g"],
+        torch.full((2, 2), math.log(0.5)),
+        torch.full((2, 2), 0.5),
+    )
     assert adv.tolist() == [pytest.approx([0.5, 0.5]), pytest.approx([-0.5, -0.5])]
     assert ret.tolist() == [[1.0, 1.0], [0.0, 0.0]]
 
@@ -74,10 +88,17 @@ def test_zero_tail_only_changes_the_unique_longest_beyond_second_length():
 
 
 def test_zero_tail_tie_for_longest_zeroes_nothing():
-    args = (torch.tensor([[0.0, 1.0], [0.0, 2.0]]), torch.ones(2, 2), ["g", "g"],
-            torch.full((2, 2), -1.0), torch.full((2, 2), 0.3))
-    assert torch.equal(compute_optimal_token_baseline_advantage(*args)[0],
-                       compute_optimal_token_baseline_advantage(*args, handle_zero_tail=True)[0])
+    args = (
+        torch.tensor([[0.0, 1.0], [0.0, 2.0]]),
+        torch.ones(2, 2),
+        ["g", "g"],
+        torch.full((2, 2), -1.0),
+        torch.full((2, 2), 0.3),
+    )
+    assert torch.equal(
+        compute_optimal_token_baseline_advantage(*args)[0],
+        compute_optimal_token_baseline_advantage(*args, handle_zero_tail=True)[0],
+    )
 
 
 def test_rollout_is_weights_enter_squared():
@@ -94,8 +115,9 @@ def test_singletons_keep_the_return_and_returns_are_not_masked():
     assert ret[1, 2].item() == 0.0 and ret[3, 2].item() == 0.0
     # masked positions keep the valid rewards after them (none here) — and a reward on padding is ignored
     r = torch.tensor([[1.0, 5.0]])
-    _, ret = compute_optimal_token_baseline_advantage(r, torch.tensor([[1.0, 0.0]]), ["x"], torch.zeros(1, 2),
-                                                      torch.ones(1, 2))
+    _, ret = compute_optimal_token_baseline_advantage(
+        r, torch.tensor([[1.0, 0.0]]), ["x"], torch.zeros(1, 2), torch.ones(1, 2)
+    )
     assert ret.tolist() == [[1.0, 0.0]]
 
 

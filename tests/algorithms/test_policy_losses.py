@@ -1,11 +1,18 @@
 """vanilla (dual-clip PPO), gspo, gpg, cispo, sapo (spec §5.1–5.3, §5.7, §9.10–9.11)."""
+
 import math
 
 import pytest
 import torch
 
-from roll.algorithms import (PolicyLossConfig, compute_policy_loss_cispo, compute_policy_loss_gpg,
-                             compute_policy_loss_gspo, compute_policy_loss_sapo, compute_policy_loss_vanilla)
+from roll.algorithms import (
+    PolicyLossConfig,
+    compute_policy_loss_cispo,
+    compute_policy_loss_gpg,
+    compute_policy_loss_gspo,
+    compute_policy_loss_sapo,
+    compute_policy_loss_vanilla,
+)
 from tests.algorithms import plain_reference as ref
 
 # δ = lp − old per token. Row 0: A>0 (δ=0.5 clipped high; δ=-0.5 unclipped since A>0).
@@ -57,9 +64,11 @@ def test_vanilla_value_metrics_and_gradient():
     loss, metrics = compute_policy_loss_vanilla(old, lp, adv, mask)
     per = each_token(plain_vanilla)
     assert loss.item() == pytest.approx(token_mean([[p[0] for p in row] for row in per]), rel=1e-12)
-    assert metrics == {"pg_clipfrac": pytest.approx(masked_mean([[p[1] for p in row] for row in per])),
-                       "pg_clipfrac_lower": pytest.approx(masked_mean([[p[2] for p in row] for row in per])),
-                       "ppo_kl": pytest.approx(masked_mean(each_token(lambda d, a: -min(max(d, -20), 20))))}
+    assert metrics == {
+        "pg_clipfrac": pytest.approx(masked_mean([[p[1] for p in row] for row in per])),
+        "pg_clipfrac_lower": pytest.approx(masked_mean([[p[2] for p in row] for row in per])),
+        "ppo_kl": pytest.approx(masked_mean(each_token(lambda d, a: -min(max(d, -20), 20)))),
+    }
     assert metrics["pg_clipfrac"] == pytest.approx(3 / 10)  # strict >: δ=0 and A>0 with r<1−ε don't count
     assert metrics["pg_clipfrac_lower"] == pytest.approx(2 / 10)
     loss.backward()
@@ -100,8 +109,9 @@ def test_vanilla_rejects_clip_ratio_c_not_above_one():
 def test_vanilla_is_weights_multiply_per_token_before_aggregation():
     old, lp, adv, mask = tensors()
     w = [[0.5, 2.0, 1.0, 0.0], [1.5, 1.0, 3.0, 1.0], [0.2, 1.0, 9.0, 9.0]]
-    loss, _ = compute_policy_loss_vanilla(old, lp, adv, mask, loss_agg_mode="seq-mean-token-sum",
-                                          rollout_is_weights=torch.tensor(w, dtype=torch.float64))
+    loss, _ = compute_policy_loss_vanilla(
+        old, lp, adv, mask, loss_agg_mode="seq-mean-token-sum", rollout_is_weights=torch.tensor(w, dtype=torch.float64)
+    )
     per = each_token(plain_vanilla)
     rows = [sum(p[0] * wi * m for p, wi, m in zip(pr, wr, mr)) for pr, wr, mr in zip(per, w, MASK)]
     assert loss.item() == pytest.approx(sum(rows) / 3, rel=1e-9)
@@ -169,8 +179,9 @@ def test_gpg_plain_policy_gradient():
     old, lp, adv, mask = tensors()
     loss, metrics = compute_policy_loss_gpg(old, lp, adv, mask)
     lp_rows = lp.detach().tolist()
-    assert loss.item() == pytest.approx(token_mean([[-x * a for x, a in zip(lr, ar)] for lr, ar in zip(lp_rows, ADV)]),
-                                        rel=1e-12)
+    assert loss.item() == pytest.approx(
+        token_mean([[-x * a for x, a in zip(lr, ar)] for lr, ar in zip(lp_rows, ADV)]), rel=1e-12
+    )
     assert metrics == {"pg_clipfrac": 0.0, "ppo_kl": 0.0, "pg_clipfrac_lower": 0.0}
     loss.backward()
     assert lp.grad.tolist() == [pytest.approx([-a * m / N_VALID for a, m in zip(ar, mr)]) for ar, mr in zip(ADV, MASK)]
@@ -209,8 +220,10 @@ def test_sapo_soft_gate_value_and_gradient():
         rows_loss.append(total / (n + 1e-8))
         grads.append(grad_row)
     assert loss.item() == pytest.approx(sum(rows_loss) / 3, rel=1e-12)  # seq-mean-token-mean regardless of mode
-    assert metrics == {"pg_clipfrac": 0.0, "pg_clipfrac_lower": 0.0,
-                       "ppo_kl": pytest.approx(ref.masked_mean([[-min(max(d, -20), 20) for d in r] for r in delta],
-                                                               MASK))}
+    assert metrics == {
+        "pg_clipfrac": 0.0,
+        "pg_clipfrac_lower": 0.0,
+        "ppo_kl": pytest.approx(ref.masked_mean([[-min(max(d, -20), 20) for d in r] for r in delta], MASK)),
+    }
     loss.backward()
     assert lp.grad.tolist() == [pytest.approx(g, rel=1e-12, abs=1e-15) for g in grads]

@@ -1,10 +1,11 @@
 """Properties every policy loss shares (spec §5, §5.8, §10): metrics, IS weights, global batch info, registry."""
+
 import math
 
 import pytest
 import torch
 
-from roll.algorithms import (POLICY_LOSS_REGISTRY, PolicyLossConfig, get_policy_loss_fn, register_policy_loss)
+from roll.algorithms import POLICY_LOSS_REGISTRY, PolicyLossConfig, get_policy_loss_fn, register_policy_loss
 
 NAMES = ["vanilla", "gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo"]
 # clip_cov_ratio = 1 selects every candidate, so clip_cov is deterministic in these tests
@@ -37,6 +38,7 @@ def test_unknown_loss_lists_valid_names():
 def test_register_round_trip():
     name = "test_only_policy_loss"
     try:
+
         @register_policy_loss(name)
         def custom(*args, **kwargs):
             return torch.tensor(0.0), {}
@@ -100,12 +102,19 @@ def test_global_batch_info_reaches_agg_loss(name):
 
 def test_global_batch_info_token_count_divides_the_token_sum():
     old, lp, adv, mask = batch()
-    per_token, _ = get_policy_loss_fn("gpg")(old, lp, adv, mask, loss_agg_mode="seq-mean-token-sum-norm",
-                                             config=PolicyLossConfig(global_batch_info={"loss_scale_factor": 1.0}))
+    per_token, _ = get_policy_loss_fn("gpg")(
+        old,
+        lp,
+        adv,
+        mask,
+        loss_agg_mode="seq-mean-token-sum-norm",
+        config=PolicyLossConfig(global_batch_info={"loss_scale_factor": 1.0}),
+    )
     token_sum = (-(lp * adv) * mask).sum().item()
     assert per_token.item() == pytest.approx(token_sum, rel=1e-12)
-    loss, _ = get_policy_loss_fn("gpg")(old, lp, adv, mask,
-                                        config=PolicyLossConfig(global_batch_info={"batch_num_tokens": 36}))
+    loss, _ = get_policy_loss_fn("gpg")(
+        old, lp, adv, mask, config=PolicyLossConfig(global_batch_info={"batch_num_tokens": 36})
+    )
     assert loss.item() == pytest.approx(token_sum / 36, rel=1e-12)
 
 
@@ -117,8 +126,9 @@ def test_global_batch_info_unknown_key_raises():
 def test_config_as_mapping_or_none():
     tensors = batch()
     from_dict, _ = get_policy_loss_fn("vanilla")(*tensors, config={"clip_ratio_low": 0.1, "clip_ratio_high": 0.3})
-    from_cfg, _ = get_policy_loss_fn("vanilla")(*tensors,
-                                                config=PolicyLossConfig(clip_ratio_low=0.1, clip_ratio_high=0.3))
+    from_cfg, _ = get_policy_loss_fn("vanilla")(
+        *tensors, config=PolicyLossConfig(clip_ratio_low=0.1, clip_ratio_high=0.3)
+    )
     assert from_dict.item() == from_cfg.item()
     default, _ = get_policy_loss_fn("vanilla")(*tensors)
     assert default.item() == get_policy_loss_fn("vanilla")(*tensors, config=PolicyLossConfig())[0].item()

@@ -1,11 +1,16 @@
 """clip_cov, kl_cov and geo_mean (spec §5.4–5.6, §9.12–9.13)."""
+
 import math
 
 import pytest
 import torch
 
-from roll.algorithms import (PolicyLossConfig, compute_policy_loss_clip_cov, compute_policy_loss_geo_mean,
-                             compute_policy_loss_kl_cov)
+from roll.algorithms import (
+    PolicyLossConfig,
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_geo_mean,
+    compute_policy_loss_kl_cov,
+)
 from tests.algorithms import plain_reference as ref
 
 ADV = [[2.0, 2.0, -1.5, 0.5], [-2.0, 1.0, 3.0, -1.0]]
@@ -47,8 +52,7 @@ def plain_token_mean_without(losses, dropped):
     return ref.token_mean(kept, MASK)
 
 
-@pytest.mark.parametrize("lb, ub, expected", [(1.0, 5.0, [(0, 2), (1, 2)]), (1.0, 3.0, [(1, 2)]),
-                                              (2.6, 5.0, [(0, 2)])])
+@pytest.mark.parametrize("lb, ub, expected", [(1.0, 5.0, [(0, 2), (1, 2)]), (1.0, 3.0, [(1, 2)]), (2.6, 5.0, [(0, 2)])])
 def test_clip_cov_deterministic_when_k_covers_all_candidates(lb, ub, expected):
     config = PolicyLossConfig(clip_cov_ratio=1.0, clip_cov_lb=lb, clip_cov_ub=ub)
     losses, clipped, candidates = plain_clip_cov_parts(lb=lb, ub=ub)
@@ -56,8 +60,11 @@ def test_clip_cov_deterministic_when_k_covers_all_candidates(lb, ub, expected):
     old, lp, adv, mask = tensors()
     loss, metrics = compute_policy_loss_clip_cov(old, lp, adv, mask, config=config)
     assert loss.item() == pytest.approx(plain_token_mean_without(losses, candidates), rel=1e-12)
-    assert metrics == {"pg_clipfrac": pytest.approx(len(candidates) / 7), "pg_clipfrac_lower": 0.0,
-                       "ppo_kl": pytest.approx(ref.masked_mean([[-d for d in r] for r in DELTA], MASK))}
+    assert metrics == {
+        "pg_clipfrac": pytest.approx(len(candidates) / 7),
+        "pg_clipfrac_lower": 0.0,
+        "ppo_kl": pytest.approx(ref.masked_mean([[-d for d in r] for r in DELTA], MASK)),
+    }
     loss.backward()
     for i, j in candidates:
         assert lp.grad[i, j].item() == 0.0  # dropped tokens: no loss, no gradient
@@ -94,21 +101,32 @@ def plain_kl_cov(ratio, coef):
     cov = {p: (ADV[p[0]][p[1]] - a_bar) * (LP[p[0]][p[1]] - lp_bar) for p in valid}
     k = max(1, int(len(valid) * ratio))
     top = sorted(valid, key=lambda p: cov[p], reverse=True)[:k]
-    losses = [[-ADV[i][j] * math.exp(DELTA[i][j]) + (coef * abs(DELTA[i][j]) if (i, j) in top else 0.0)
-               for j in range(4)] for i in range(2)]
+    losses = [
+        [-ADV[i][j] * math.exp(DELTA[i][j]) + (coef * abs(DELTA[i][j]) if (i, j) in top else 0.0) for j in range(4)]
+        for i in range(2)
+    ]
     return ref.token_mean(losses, MASK), top
 
 
-@pytest.mark.parametrize("config, ratio, coef", [(None, 0.0002, 0.1), (PolicyLossConfig(kl_cov_ratio=0.3), 0.3, 0.1),
-                                                 (PolicyLossConfig(kl_cov_ratio=0.3, ppo_kl_coef=None), 0.3, 1.0),
-                                                 ({"kl_cov_ratio": 0.5, "ppo_kl_coef": 2.0}, 0.5, 2.0)])
+@pytest.mark.parametrize(
+    "config, ratio, coef",
+    [
+        (None, 0.0002, 0.1),
+        (PolicyLossConfig(kl_cov_ratio=0.3), 0.3, 0.1),
+        (PolicyLossConfig(kl_cov_ratio=0.3, ppo_kl_coef=None), 0.3, 1.0),
+        ({"kl_cov_ratio": 0.5, "ppo_kl_coef": 2.0}, 0.5, 2.0),
+    ],
+)
 def test_kl_cov_penalises_top_k_covariance_tokens(config, ratio, coef):
     want, top = plain_kl_cov(ratio, coef)
     assert len(top) == max(1, int(7 * ratio))
     loss, metrics = compute_policy_loss_kl_cov(*tensors(), config=config)
     assert loss.item() == pytest.approx(want, rel=1e-12)
-    assert metrics == {"pg_clipfrac": 0.0, "pg_clipfrac_lower": 0.0,
-                       "ppo_kl": pytest.approx(ref.masked_mean([[abs(d) for d in r] for r in DELTA], MASK))}
+    assert metrics == {
+        "pg_clipfrac": 0.0,
+        "pg_clipfrac_lower": 0.0,
+        "ppo_kl": pytest.approx(ref.masked_mean([[abs(d) for d in r] for r in DELTA], MASK)),
+    }
 
 
 def test_kl_cov_has_no_clipping():
@@ -155,8 +173,11 @@ def test_geo_mean_value_metrics_and_plain_mean_over_all_rows():
     loss, metrics = compute_policy_loss_geo_mean(old, lp, adv, mask, loss_agg_mode="seq-mean-token-sum")
     want, clip_pos, clip_neg = plain_geo_mean()
     assert loss.item() == pytest.approx(want, rel=1e-12)  # divided by B = 3, the empty row included
-    assert metrics == {"pg_clipfrac": pytest.approx(clip_pos), "pg_clipfrac_lower": pytest.approx(clip_neg),
-                       "ppo_kl": pytest.approx(ref.masked_mean([[-d for d in r] for r in G_DELTA], G_MASK))}
+    assert metrics == {
+        "pg_clipfrac": pytest.approx(clip_pos),
+        "pg_clipfrac_lower": pytest.approx(clip_neg),
+        "ppo_kl": pytest.approx(ref.masked_mean([[-d for d in r] for r in G_DELTA], G_MASK)),
+    }
     assert metrics["pg_clipfrac"] == pytest.approx(2 / 7)
 
 

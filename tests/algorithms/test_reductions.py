@@ -1,4 +1,5 @@
 """Masked reductions (spec §1, §9.1)."""
+
 import math
 
 import pytest
@@ -47,7 +48,9 @@ def test_masked_var_unbiased_with_eps_formula():
     # biased: S / (N + 1e-8)
     mu = (0.5 + 1.5 + 4.0) / 3
     biased = sum((a - mu) ** 2 for a in (0.5, 1.5, 4.0)) / (3 + 1e-8)
-    assert masked_var(t(x, torch.float64), t(m, torch.float64), unbiased=False).item() == pytest.approx(biased, rel=1e-13)
+    assert masked_var(t(x, torch.float64), t(m, torch.float64), unbiased=False).item() == pytest.approx(
+        biased, rel=1e-13
+    )
 
 
 @pytest.mark.parametrize("mask", [[[0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0]]])

@@ -1,5 +1,6 @@
 """Head rollout correction (spec §7.6, §9 item 16). Expected values come from hand calculations or from
 the loop reference in rollout_reference.py (written from the spec, not from roll's code)."""
+
 import math
 
 import pytest
@@ -7,17 +8,67 @@ import torch
 import torch.distributed as dist
 
 from roll.algorithms import compute_rollout_correction_and_rejection_mask, compute_rollout_importance_weights
-from tests.algorithms.rollout_reference import (assert_close, chi2_reference, from_log_ratios, head_is_reference,
-                                                head_rs_reference, make_batch, offpolicy)
+from tests.algorithms.rollout_reference import (
+    assert_close,
+    chi2_reference,
+    from_log_ratios,
+    head_is_reference,
+    head_rs_reference,
+    make_batch,
+    offpolicy,
+)
 
 LN2 = math.log(2.0)
-OFFPOLICY_KEYS = {"training_ppl", "training_log_ppl", "kl", "k3_kl", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff",
-                  "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio", "chi2_token", "chi2_seq"}
-IS_KEYS = {f"rollout_is_{k}" for k in (
-    "mean", "ratio_fraction_high", "ratio_fraction_low", "max", "min", "std", "eff_sample_size", "seq_mean",
-    "seq_std", "seq_max", "seq_min", "seq_max_deviation", "seq_fraction_high", "seq_fraction_low")}
-RS_OPTION_KEYS = ("mean", "max", "min", "fraction_high", "fraction_low", "std", "seq_mean", "seq_std", "seq_max",
-                  "seq_min", "seq_max_deviation", "seq_fraction_high", "masked_fraction", "seq_masked_fraction")
+OFFPOLICY_KEYS = {
+    "training_ppl",
+    "training_log_ppl",
+    "kl",
+    "k3_kl",
+    "rollout_ppl",
+    "rollout_log_ppl",
+    "log_ppl_diff",
+    "log_ppl_abs_diff",
+    "log_ppl_diff_max",
+    "log_ppl_diff_min",
+    "ppl_ratio",
+    "chi2_token",
+    "chi2_seq",
+}
+IS_KEYS = {
+    f"rollout_is_{k}"
+    for k in (
+        "mean",
+        "ratio_fraction_high",
+        "ratio_fraction_low",
+        "max",
+        "min",
+        "std",
+        "eff_sample_size",
+        "seq_mean",
+        "seq_std",
+        "seq_max",
+        "seq_min",
+        "seq_max_deviation",
+        "seq_fraction_high",
+        "seq_fraction_low",
+    )
+}
+RS_OPTION_KEYS = (
+    "mean",
+    "max",
+    "min",
+    "fraction_high",
+    "fraction_low",
+    "std",
+    "seq_mean",
+    "seq_std",
+    "seq_max",
+    "seq_min",
+    "seq_max_deviation",
+    "seq_fraction_high",
+    "masked_fraction",
+    "seq_masked_fraction",
+)
 
 
 def corr(keys):
@@ -38,10 +89,12 @@ def reference_offpolicy(old, rollout, mask):
 @pytest.mark.parametrize("threshold", [2.0, 1.2])
 def test_is_weights_match_loop_reference(level, batch_normalize, threshold):
     old, rollout, mask = make_batch(seed=2)
-    weights, new_mask, metrics = run(old, rollout, mask, rollout_is=level, rollout_is_threshold=threshold,
-                                     rollout_is_batch_normalize=batch_normalize)
-    ref_weights, ref_metrics = head_is_reference(old.tolist(), rollout.tolist(), mask.tolist(), level, threshold,
-                                                 batch_normalize)
+    weights, new_mask, metrics = run(
+        old, rollout, mask, rollout_is=level, rollout_is_threshold=threshold, rollout_is_batch_normalize=batch_normalize
+    )
+    ref_weights, ref_metrics = head_is_reference(
+        old.tolist(), rollout.tolist(), mask.tolist(), level, threshold, batch_normalize
+    )
     expected = {**ref_metrics, **reference_offpolicy(old, rollout, mask)}
     assert_close(metrics, {f"rollout_corr/{k}": v for k, v in expected.items()})
     torch.testing.assert_close(weights, torch.tensor(ref_weights, dtype=torch.float32), rtol=1e-5, atol=1e-7)
@@ -127,7 +180,7 @@ def test_sequence_option_fractions_are_row_fractions_and_std_is_clamped():
     assert metrics["rollout_corr/rollout_rs_seq_mean_k2_mean"] == pytest.approx(0.5 / 4, rel=1e-5)  # token-weighted
     assert metrics["rollout_corr/rollout_rs_seq_mean_k2_seq_mean"] == pytest.approx(0.25, rel=1e-5)
     # clamped to [0, 0.1]: values {0.1, 0, 0, 0} → std = sqrt(0.0025 - 0.000625); unclamped would be ≈ 0.2165
-    assert metrics["rollout_corr/rollout_rs_token_k2_std"] == pytest.approx(math.sqrt(0.0025 - 0.025 ** 2), rel=1e-5)
+    assert metrics["rollout_corr/rollout_rs_token_k2_std"] == pytest.approx(math.sqrt(0.0025 - 0.025**2), rel=1e-5)
 
 
 def test_seq_max_deviation_is_distance_from_zero():
@@ -142,8 +195,9 @@ def test_batch_norm_factor_is_the_divisor_and_only_reported_when_enabled():
     # token weights after truncation at U = 2: [0.1, 0.1, 2] → factor 0.7333; normalised max exceeds U
     old, rollout, mask = from_log_ratios([[math.log(0.1), math.log(0.1), math.log(5.0)]])
     plain, _, plain_metrics = run(old, rollout, mask, rollout_is="token", rollout_is_threshold=2.0)
-    normed, _, metrics = run(old, rollout, mask, rollout_is="token", rollout_is_threshold=2.0,
-                             rollout_is_batch_normalize=True)
+    normed, _, metrics = run(
+        old, rollout, mask, rollout_is="token", rollout_is_threshold=2.0, rollout_is_batch_normalize=True
+    )
     factor = 2.2 / 3
     assert "rollout_corr/rollout_is_batch_norm_factor" not in plain_metrics
     assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(factor, rel=1e-5)
@@ -155,10 +209,12 @@ def test_batch_norm_factor_is_the_divisor_and_only_reported_when_enabled():
 
 
 def test_sequence_batch_norm_averages_non_empty_rows():
-    old, rollout, mask = from_log_ratios([[math.log(0.25), 0.0, 0.0], [math.log(3.0), 0.0, 0.0], [0.0] * 3],
-                                         lengths=[1, 3, 0])
-    weights, _, metrics = run(old, rollout, mask, rollout_is="sequence", rollout_is_threshold=2.0,
-                              rollout_is_batch_normalize=True)
+    old, rollout, mask = from_log_ratios(
+        [[math.log(0.25), 0.0, 0.0], [math.log(3.0), 0.0, 0.0], [0.0] * 3], lengths=[1, 3, 0]
+    )
+    weights, _, metrics = run(
+        old, rollout, mask, rollout_is="sequence", rollout_is_threshold=2.0, rollout_is_batch_normalize=True
+    )
     factor = (0.25 + 2.0) / 2  # the empty row does not count; row 1 truncated to 2
     assert metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(factor, rel=1e-5)
     torch.testing.assert_close(weights, torch.tensor([[0.25 / factor, 0, 0], [2 / factor] * 3, [0.0] * 3]))
@@ -188,8 +244,9 @@ def test_batch_norm_with_a_process_group_matches_local(tmp_path):
 def test_rejection_never_changes_weights(rollout_rs, threshold):
     old, rollout, mask = make_batch(seed=7)
     alone, mask_alone, _ = run(old, rollout, mask, rollout_is="token")
-    both, mask_both, _ = run(old, rollout, mask, rollout_is="token", rollout_rs=rollout_rs,
-                             rollout_rs_threshold=threshold)
+    both, mask_both, _ = run(
+        old, rollout, mask, rollout_is="token", rollout_rs=rollout_rs, rollout_rs_threshold=threshold
+    )
     assert torch.equal(alone, both)
     assert torch.equal(mask_alone, mask)
     assert (mask_both < mask).any()  # something was rejected, yet the weights are untouched
@@ -212,8 +269,9 @@ def test_chi2_by_hand():
 def test_head_and_seed_share_weight_and_offpolicy_metrics():
     old, rollout, mask = make_batch(seed=8)
     for level in ("token", "sequence"):
-        _, seed = compute_rollout_importance_weights(old, rollout, mask, level, rollout_is_threshold=2.0,
-                                                     rollout_is_veto_threshold=None)
+        _, seed = compute_rollout_importance_weights(
+            old, rollout, mask, level, rollout_is_threshold=2.0, rollout_is_veto_threshold=None
+        )
         _, _, head = run(old, rollout, mask, rollout_is=level, rollout_is_threshold=2.0)
         for key in IS_KEYS:
             assert head[f"rollout_corr/{key}"] == pytest.approx(seed[f"mismatch/{key}"], rel=1e-6), key
@@ -224,8 +282,7 @@ def test_head_and_seed_share_weight_and_offpolicy_metrics():
 def test_inputs_untouched_and_outputs_are_new_tensors():
     old, rollout, mask = make_batch()
     copies = [t.clone() for t in (old, rollout, mask)]
-    weights, new_mask, _ = run(old, rollout, mask, rollout_is="token", rollout_rs="token_k1",
-                               rollout_rs_threshold=1.5)
+    weights, new_mask, _ = run(old, rollout, mask, rollout_is="token", rollout_rs="token_k1", rollout_rs_threshold=1.5)
     assert new_mask is not mask and new_mask.dtype == mask.dtype
     _, untouched_mask, _ = run(old, rollout, mask)
     assert untouched_mask is not mask and torch.equal(untouched_mask, mask)
@@ -234,17 +291,20 @@ def test_inputs_untouched_and_outputs_are_new_tensors():
         assert torch.equal(before, after)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"rollout_is": "geometric"}, "rollout_is"),
-    ({"rollout_is": "token", "rollout_is_threshold": 0.0}, "threshold"),
-    ({"rollout_is": "token", "rollout_is_threshold": None}, "threshold"),
-    ({"rollout_rs": "token_k4", "rollout_rs_threshold": 1.0}, "option"),
-    ({"rollout_rs": "token_k1"}, "rollout_rs_threshold"),
-    ({"rollout_rs": "token_k2", "rollout_rs_threshold": "0.1_0.2"}, "lower_upper"),
-    ({"rollout_rs": "token_k2,token_k3,seq_max_k2", "rollout_rs_threshold": "0.1,0.2"}, "one per option"),
-    ({"rollout_rs": "token_k2", "rollout_rs_threshold": -1.0}, "> 0"),
-    ({"rollout_rs": " , ", "rollout_rs_threshold": 1.0}, "no option"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"rollout_is": "geometric"}, "rollout_is"),
+        ({"rollout_is": "token", "rollout_is_threshold": 0.0}, "threshold"),
+        ({"rollout_is": "token", "rollout_is_threshold": None}, "threshold"),
+        ({"rollout_rs": "token_k4", "rollout_rs_threshold": 1.0}, "option"),
+        ({"rollout_rs": "token_k1"}, "rollout_rs_threshold"),
+        ({"rollout_rs": "token_k2", "rollout_rs_threshold": "0.1_0.2"}, "lower_upper"),
+        ({"rollout_rs": "token_k2,token_k3,seq_max_k2", "rollout_rs_threshold": "0.1,0.2"}, "one per option"),
+        ({"rollout_rs": "token_k2", "rollout_rs_threshold": -1.0}, "> 0"),
+        ({"rollout_rs": " , ", "rollout_rs_threshold": 1.0}, "no option"),
+    ],
+)
 def test_invalid_arguments_raise(kwargs, match):
     old, rollout, mask = make_batch()
     with pytest.raises(ValueError, match=match):

@@ -1,5 +1,6 @@
 """Seed rollout IS (spec §7.1–7.5, §9 items 14–15). Expected values come from hand calculations or from
 the loop reference in rollout_reference.py (written from the spec, not from roll's code)."""
+
 import math
 
 import pytest
@@ -10,13 +11,48 @@ from tests.algorithms.rollout_reference import assert_close, from_log_ratios, ma
 
 LN2 = math.log(2.0)
 
-MISMATCH_KEYS = {f"mismatch_{k}" for k in (
-    "training_ppl", "training_log_ppl", "kl", "k3_kl", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff",
-    "log_ppl_abs_diff", "log_ppl_diff_max", "log_ppl_diff_min", "ppl_ratio")}
-IS_KEYS = {f"rollout_is_{k}" for k in (
-    "veto_fraction", "catastrophic_token_fraction", "mean", "ratio_fraction_high", "ratio_fraction_low", "max",
-    "min", "std", "eff_sample_size", "seq_mean", "seq_std", "seq_max", "seq_min", "seq_max_deviation",
-    "seq_fraction_high", "seq_fraction_low", "p25", "p50", "p75", "p95", "p99")}
+MISMATCH_KEYS = {
+    f"mismatch_{k}"
+    for k in (
+        "training_ppl",
+        "training_log_ppl",
+        "kl",
+        "k3_kl",
+        "rollout_ppl",
+        "rollout_log_ppl",
+        "log_ppl_diff",
+        "log_ppl_abs_diff",
+        "log_ppl_diff_max",
+        "log_ppl_diff_min",
+        "ppl_ratio",
+    )
+}
+IS_KEYS = {
+    f"rollout_is_{k}"
+    for k in (
+        "veto_fraction",
+        "catastrophic_token_fraction",
+        "mean",
+        "ratio_fraction_high",
+        "ratio_fraction_low",
+        "max",
+        "min",
+        "std",
+        "eff_sample_size",
+        "seq_mean",
+        "seq_std",
+        "seq_max",
+        "seq_min",
+        "seq_max_deviation",
+        "seq_fraction_high",
+        "seq_fraction_low",
+        "p25",
+        "p50",
+        "p75",
+        "p95",
+        "p99",
+    )
+}
 CLIP_KEYS = {"rollout_is_clipped_fraction", "rollout_is_seq_clipped_fraction"}
 MASK_KEYS = {"rollout_is_masked_fraction", "rollout_is_seq_masked_fraction"}
 
@@ -60,18 +96,22 @@ def test_truncate_caps_above_without_lower_bound():
 
 
 def test_clip_zeroes_outside_inclusive_bounds_and_counts_valid_tokens_only():
-    rows = [[math.log(4.0), math.log(0.25), 0.0, math.log(1.5), math.log(0.6)],
-            [0.0, math.log(1.2), math.log(100.0), 0.0, 0.0]]  # row 1: the 100 sits on padding
+    rows = [
+        [math.log(4.0), math.log(0.25), 0.0, math.log(1.5), math.log(0.6)],
+        [0.0, math.log(1.2), math.log(100.0), 0.0, 0.0],
+    ]  # row 1: the 100 sits on padding
     old, rollout, mask = from_log_ratios(rows, lengths=[5, 2])
-    weights, metrics = compute_rollout_importance_weights(old, rollout, mask, rollout_is_mode="clip",
-                                                          rollout_is_threshold=2.0)
+    weights, metrics = compute_rollout_importance_weights(
+        old, rollout, mask, rollout_is_mode="clip", rollout_is_threshold=2.0
+    )
     torch.testing.assert_close(weights, torch.tensor([[0.0, 0.0, 1.0, 1.5, 0.6], [1.0, 1.2, 0.0, 0.0, 0.0]]))
     assert metrics["mismatch/rollout_is_clipped_fraction"] == pytest.approx(2 / 7)
     assert metrics["mismatch/rollout_is_seq_clipped_fraction"] == pytest.approx(1 / 2)
     # bounds are inclusive: with L = U = 1 a ratio of exactly 1 survives
     old, rollout, mask = from_log_ratios([[0.0, 0.5]])
-    weights, _ = compute_rollout_importance_weights(old, rollout, mask, rollout_is_mode="clip",
-                                                    rollout_is_threshold=1.0, rollout_is_threshold_lower=1.0)
+    weights, _ = compute_rollout_importance_weights(
+        old, rollout, mask, rollout_is_mode="clip", rollout_is_threshold=1.0, rollout_is_threshold_lower=1.0
+    )
     assert weights.tolist() == [[1.0, 0.0]]
 
 
@@ -100,19 +140,23 @@ def test_lower_threshold_defaults_to_reciprocal_of_upper():
 @pytest.mark.parametrize("level", ["token", "sequence", "geometric"])
 @pytest.mark.parametrize("mode", ["truncate", "clip"])
 def test_veto_kills_the_whole_row(level, mode):
-    rows = [[0.1, math.log(1e-5), -0.1, 0.0],  # one catastrophic valid token
-            [0.1, -0.1, 0.05, 0.0],
-            [0.0, 0.2, 0.0, 0.0]]
+    rows = [
+        [0.1, math.log(1e-5), -0.1, 0.0],  # one catastrophic valid token
+        [0.1, -0.1, 0.05, 0.0],
+        [0.0, 0.2, 0.0, 0.0],
+    ]
     old, rollout, mask = from_log_ratios(rows, lengths=[4, 3, 2])
-    weights, metrics = compute_rollout_importance_weights(old, rollout, mask, level, mode, rollout_is_threshold=5.0,
-                                                          rollout_is_threshold_lower=1e-9)
+    weights, metrics = compute_rollout_importance_weights(
+        old, rollout, mask, level, mode, rollout_is_threshold=5.0, rollout_is_threshold_lower=1e-9
+    )
     assert weights[0].abs().sum() == 0
     assert (weights[1, :3] > 0).all() and (weights[2, :2] > 0).all()
     assert metrics["mismatch/rollout_is_veto_fraction"] == pytest.approx(1 / 3)
     assert metrics["mismatch/rollout_is_catastrophic_token_fraction"] == pytest.approx(1 / 9)
     # disabled veto: the row survives (truncate keeps tiny token weights as they are)
-    weights, metrics = compute_rollout_importance_weights(old, rollout, mask, level, "truncate", 5.0,
-                                                          rollout_is_veto_threshold=None)
+    weights, metrics = compute_rollout_importance_weights(
+        old, rollout, mask, level, "truncate", 5.0, rollout_is_veto_threshold=None
+    )
     assert (weights[0] > 0).all()
     assert metrics["mismatch/rollout_is_veto_fraction"] == 0.0
     assert metrics["mismatch/rollout_is_catastrophic_token_fraction"] == 0.0
@@ -136,8 +180,9 @@ def test_catastrophic_token_on_padding_does_not_veto(level):
 
 def test_safety_bound_on_token_weights():
     old, rollout, mask = from_log_ratios([[30.0, -30.0, 0.0]])
-    weights, metrics = compute_rollout_importance_weights(old, rollout, mask, rollout_is_threshold=2.0,
-                                                          rollout_is_veto_threshold=None)
+    weights, metrics = compute_rollout_importance_weights(
+        old, rollout, mask, rollout_is_threshold=2.0, rollout_is_veto_threshold=None
+    )
     assert metrics["mismatch/rollout_is_max"] == pytest.approx(math.exp(20.0), rel=1e-5)
     assert metrics["mismatch/rollout_is_min"] == pytest.approx(math.exp(-20.0), rel=1e-5)
     torch.testing.assert_close(weights, torch.tensor([[2.0, math.exp(-20.0), 1.0]]))
@@ -146,8 +191,9 @@ def test_safety_bound_on_token_weights():
 
 def test_safety_bound_on_sequence_weights_and_unclamped_min():
     old, rollout, mask = from_log_ratios([[15.0, 15.0], [-15.0, -15.0], [0.1, 0.0]])
-    weights, metrics = compute_rollout_importance_weights(old, rollout, mask, "sequence", rollout_is_threshold=2.0,
-                                                          rollout_is_veto_threshold=None)
+    weights, metrics = compute_rollout_importance_weights(
+        old, rollout, mask, "sequence", rollout_is_threshold=2.0, rollout_is_veto_threshold=None
+    )
     assert metrics["mismatch/rollout_is_max"] == pytest.approx(math.exp(20.0), rel=1e-5)  # Λ = 30 capped at 20
     assert metrics["mismatch/rollout_is_min"] == pytest.approx(math.exp(-30.0), rel=1e-4)  # not clamped
     torch.testing.assert_close(weights[1], torch.full((2,), math.exp(-20.0)))  # the weight itself is clamped
@@ -246,7 +292,7 @@ def test_mismatch_metrics_by_hand():
     metrics = compute_mismatch_metrics(old, rollout, mask)
     expected = {
         "mismatch_training_log_ppl": 1.25 * LN2,
-        "mismatch_training_ppl": (2 ** 1.5 + 2) / 2,
+        "mismatch_training_ppl": (2**1.5 + 2) / 2,
         "mismatch_rollout_log_ppl": 1.5 * LN2,
         "mismatch_rollout_ppl": 3.0,
         "mismatch_kl": 0.0,
@@ -255,7 +301,7 @@ def test_mismatch_metrics_by_hand():
         "mismatch_log_ppl_abs_diff": 0.75 * LN2,
         "mismatch_log_ppl_diff_max": 0.5 * LN2,
         "mismatch_log_ppl_diff_min": -LN2,
-        "mismatch_ppl_ratio": (2 ** 0.5 + 0.5) / 2,
+        "mismatch_ppl_ratio": (2**0.5 + 0.5) / 2,
     }
     assert_close(metrics, expected, rel=1e-5, abs_=1e-6)
     only_training = compute_mismatch_metrics(old, None, mask)

@@ -1,4 +1,5 @@
 """Clipped value loss and entropy loss (spec §6)."""
+
 import math
 
 import pytest
@@ -31,9 +32,13 @@ def tokens(c):
 @pytest.mark.parametrize("cliprange", [0.5, 0.2])
 def test_value_loss_value_clipfrac_and_gradient(cliprange):
     vpreds = torch.tensor(VPREDS, dtype=torch.float64, requires_grad=True)
-    loss, clipfrac = compute_value_loss(vpreds, torch.tensor(RETURNS, dtype=torch.float64),
-                                        torch.tensor(VALUES, dtype=torch.float64),
-                                        torch.tensor(MASK, dtype=torch.float64), cliprange_value=cliprange)
+    loss, clipfrac = compute_value_loss(
+        vpreds,
+        torch.tensor(RETURNS, dtype=torch.float64),
+        torch.tensor(VALUES, dtype=torch.float64),
+        torch.tensor(MASK, dtype=torch.float64),
+        cliprange_value=cliprange,
+    )
     per = tokens(cliprange)
     assert loss.item() == pytest.approx(0.5 * ref.token_mean([[p[0] for p in row] for row in per], MASK), rel=1e-12)
     assert clipfrac.item() == pytest.approx(ref.masked_mean([[p[1] for p in row] for row in per], MASK))
@@ -64,7 +69,11 @@ def test_entropy_loss_aggregates_token_entropy():
     ents = [[entropy(z) for z in row] for row in logits]
     got = compute_entropy_loss(torch.tensor(logits, dtype=torch.float64), torch.tensor(mask, dtype=torch.float64))
     assert got.item() == pytest.approx(ref.token_mean(ents, mask), rel=1e-12)
-    got = compute_entropy_loss(torch.tensor(logits, dtype=torch.float64), torch.tensor(mask, dtype=torch.float64),
-                               loss_agg_mode="seq-mean-token-mean")
-    assert got.item() == pytest.approx(((ents[0][0] + ents[0][1]) / (2 + 1e-8) + ents[1][0] / (1 + 1e-8)) / 2,
-                                       rel=1e-12)
+    got = compute_entropy_loss(
+        torch.tensor(logits, dtype=torch.float64),
+        torch.tensor(mask, dtype=torch.float64),
+        loss_agg_mode="seq-mean-token-mean",
+    )
+    assert got.item() == pytest.approx(
+        ((ents[0][0] + ents[0][1]) / (2 + 1e-8) + ents[1][0] / (1 + 1e-8)) / 2, rel=1e-12
+    )

@@ -1,11 +1,11 @@
 """Strict config loading: every bad input names its key and the fix; Hydra composition; dry run."""
-import os
+
 from pathlib import Path
 
 import pytest
 import yaml
 
-from roll.configs import ConfigError, compose_config, describe_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config, load_rlvr_config
 from roll.configs.loader import parse_device_mapping
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -60,7 +60,9 @@ def test_misspelled_top_level_key_on_the_command_line():
 def test_any_schema_field_can_be_overridden_and_a_misspelled_override_gets_a_suggestion():
     assert tiny("kl_loss_coef=0.5", "actor_train.training_args.warmup_steps=3").kl_loss_coef == 0.5
     message = error_of("actor_train.training_args.learning_rat=1")
-    assert "unknown key 'actor_train.training_args.learning_rat'" in message and "did you mean 'learning_rate'" in message
+    assert (
+        "unknown key 'actor_train.training_args.learning_rat'" in message and "did you mean 'learning_rate'" in message
+    )
     message = error_of("rewards.math.tag_include=[x]")
     assert "unknown key 'rewards.math.tag_include'" in message and "did you mean 'tag_included'" in message
 
@@ -74,7 +76,9 @@ def test_wrong_types_and_values_list_what_is_allowed():
     assert tiny("kl_loss_type=k3+").kl_loss_type == "k3+"
     message = error_of("adv_estimator=grpoo")
     assert "'adv_estimator' = 'grpoo'" in message and "gae" in message  # lists the registered estimators
-    assert "choose one of ['hf_infer', 'vllm', 'sglang']" in error_of("actor_infer.strategy_args.strategy_name=deepspeed_train")
+    assert "choose one of ['hf_infer', 'vllm', 'sglang']" in error_of(
+        "actor_infer.strategy_args.strategy_name=deepspeed_train"
+    )
 
 
 def test_device_mapping_longer_than_the_devices():
@@ -93,8 +97,9 @@ def test_cross_field_errors_say_which_keys_to_change():
     assert "needs a 'critic' role" in error_of("adv_estimator=gae")
     assert tiny("adv_estimator=remax").adv_estimator == "remax"
     assert "need a 'reference' role" in error_of("use_kl_loss=true", "~reference")
-    assert "set num_return_sequences_in_group ≥ 2" in error_of("num_return_sequences_in_group=1",
-                                                               "actor_train.training_args.per_device_train_batch_size=32")
+    assert "set num_return_sequences_in_group ≥ 2" in error_of(
+        "num_return_sequences_in_group=1", "actor_train.training_args.per_device_train_batch_size=32"
+    )
     assert "differs from response_length" in error_of("actor_infer.generating_args.max_new_tokens=9")
     assert "'actor_train.name' is set from the role's key" in error_of("+actor_train.name=x")
     assert "'rewards.math.worker_cls' is required" in error_of("~rewards.math.worker_cls")
@@ -109,9 +114,16 @@ def test_device_mapping_string_is_parsed_without_eval():
             parse_device_mapping(bad, "x")
 
 
-@pytest.mark.parametrize("block, stage, offload", [
-    ("deepspeed_zero", 0, None), ("deepspeed_zero2", 2, None), ("deepspeed_zero2_cpuoffload", 2, "cpu"),
-    ("deepspeed_zero3", 3, None), ("deepspeed_zero3_cpuoffload", 3, "cpu")])
+@pytest.mark.parametrize(
+    "block, stage, offload",
+    [
+        ("deepspeed_zero", 0, None),
+        ("deepspeed_zero2", 2, None),
+        ("deepspeed_zero2_cpuoffload", 2, "cpu"),
+        ("deepspeed_zero3", 3, None),
+        ("deepspeed_zero3_cpuoffload", 3, "cpu"),
+    ],
+)
 def test_hydra_defaults_compose_the_shipped_deepspeed_configs(tmp_path, block, stage, offload):
     """A user config in its own folder pulls a shared block in with `../config/<name>@_here_`."""
     data = yaml.safe_load((TINY / "rlvr_tiny.yaml").read_text())
@@ -140,8 +152,10 @@ def test_qwen_recipe_dry_run_prints_the_16_gpu_plan(capsys):
     spec = importlib.util.spec_from_file_location("launcher", EXAMPLES / "start_rlvr_pipeline.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
-    assert launcher.main(["--config_path", str(EXAMPLES / "qwen2.5-7B-rlvr"), "--config_name", "rlvr_config",
-                          "--dry_run"]) == 0
+    assert (
+        launcher.main(["--config_path", str(EXAMPLES / "qwen2.5-7B-rlvr"), "--config_name", "rlvr_config", "--dry_run"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "placement on 16 devices:" in out and "device  15: actor_train[15], actor_infer[15], reference[15]" in out
     assert "actor_train global batch          512" in out

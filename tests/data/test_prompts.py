@@ -1,4 +1,5 @@
 """Prompt files through `datasets`: formats, columns, chat template, long-prompt policy, row errors."""
+
 import json
 
 import pandas as pd
@@ -8,9 +9,11 @@ from roll.configs import DataArgs
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.models.tiny import build_tokenizer
 
-ROWS = [{"prompt": "What is 1 plus 2 ?", "ground_truth": "3", "tag": "math"},
-        {"prompt": "What is 2 plus 2 ?", "ground_truth": 4, "tag": "math"},
-        {"prompt": " ".join(["What is 1 plus 2 ?"] * 10), "ground_truth": "3", "tag": "math"}]
+ROWS = [
+    {"prompt": "What is 1 plus 2 ?", "ground_truth": "3", "tag": "math"},
+    {"prompt": "What is 2 plus 2 ?", "ground_truth": 4, "tag": "math"},
+    {"prompt": " ".join(["What is 1 plus 2 ?"] * 10), "ground_truth": "3", "tag": "math"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +70,10 @@ def test_bad_rows_and_files_are_named(tmp_path, tokenizer):
 
 
 def test_collate_left_pads_and_sampler_resumes_exactly(tokenizer):
-    rows = [{"prompt_ids": [5, 6], "prompt_text": "a", "ground_truth": "1", "tag": None},
-            {"prompt_ids": [7], "prompt_text": "b", "ground_truth": "2", "tag": None}]
+    rows = [
+        {"prompt_ids": [5, 6], "prompt_text": "a", "ground_truth": "1", "tag": None},
+        {"prompt_ids": [7], "prompt_text": "b", "ground_truth": "2", "tag": None},
+    ]
     batch = collate_prompts(rows, prompt_length=3, pad_token_id=0)
     assert batch.batch["prompts"].tolist() == [[0, 5, 6], [0, 0, 7]]
     assert batch.batch["attention_mask"].tolist() == [[0, 1, 1], [0, 0, 1]]

@@ -1,4 +1,5 @@
 """The demo's task split, tokenizer round trip and preparation marker."""
+
 import json
 
 from transformers import AutoTokenizer
@@ -30,13 +31,15 @@ def test_reading_warm_start_material_has_no_sums():
 def test_tokenizer_round_trips_through_auto_tokenizer(tmp_path):
     path = build_tiny_model(str(tmp_path / "m"), demo_task.tokenizer_corpus())
     tokenizer = AutoTokenizer.from_pretrained(path)  # transformers 5 picks Qwen2Tokenizer for qwen2 configs
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Tom has 3 apples and finds 4 more ."}],
-                                           add_generation_prompt=True, tokenize=False)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tom has 3 apples and finds 4 more ."}], add_generation_prompt=True, tokenize=False
+    )
     ids = tokenizer(prompt + demo_task.answer_text(7) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
     tokens = tokenizer.convert_ids_to_tokens(ids)
     assert "Tom" in tokens and "Ġapples" in tokens and "3" in tokens  # whole words survive
-    reply = tokenizer.decode(ids[len(tokenizer(prompt, add_special_tokens=False)["input_ids"]):],
-                             skip_special_tokens=True)
+    reply = tokenizer.decode(
+        ids[len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) :], skip_special_tokens=True
+    )
     assert reply == "\\boxed{7}" and grade(reply, "7") == 1.0
     assert tokenizer.pad_token_id == 0 and tokenizer.eos_token_id == 1
 

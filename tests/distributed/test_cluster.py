@@ -1,4 +1,5 @@
 """Cluster dispatch, placement on virtual devices, gloo across ranks, timeouts — through a real Ray."""
+
 import time
 from dataclasses import dataclass
 

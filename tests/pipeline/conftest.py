@@ -4,6 +4,7 @@ One demo preparation and one Ray session per test session; each test builds vali
 examples/tiny_rlvr/rlvr_tiny.yaml with small batches and runs pipelines in-process, closing each one
 so the next can take the (virtual) devices.
 """
+
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported: 2 threads on 2 cores are 10-40x slower
@@ -52,6 +53,7 @@ def agentic_model(tmp_path_factory) -> Path:
 def rlvr_config(demo_dir):
     """`rlvr_config(output_dir, overrides=(), blocks=None, **yaml)`: a validated RLVRConfig from the tiny
     demo YAML (or `config_path`/`config_name`) on the session's demo data with SMALL_RUN batches."""
+
     def build(output_dir, overrides=(), blocks=None, **yaml):
         return make_config(demo_dir, output_dir, overrides, blocks, **yaml)
 

@@ -1,27 +1,46 @@
 """Helpers of the end-to-end pipeline tests: validated configs from the example YAMLs, in-process runs."""
+
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_RLVR = REPO / "examples" / "tiny_rlvr"
 AGENTIC_DEMO = REPO / "examples" / "agentic_demo"
 # 8 prompts × 4 samples = 32 samples per step; 4 optimizer steps of 8 rows on one trainer rank.
-SMALL_RUN = ["rollout_batch_size=8", "num_return_sequences_in_group=4",
-             "actor_train.training_args.per_device_train_batch_size=8", "actor_train.infer_batch_size=32",
-             "eval_steps=0", "track_with=stdout"]
+SMALL_RUN = [
+    "rollout_batch_size=8",
+    "num_return_sequences_in_group=4",
+    "actor_train.training_args.per_device_train_batch_size=8",
+    "actor_train.infer_batch_size=32",
+    "eval_steps=0",
+    "track_with=stdout",
+]
 
 
-SMALL_AGENTIC = ["track_with=stdout", "eval_steps=0", "max_steps=1",
-                 "actor_train.training_args.per_device_train_batch_size=4",
-                 "actor_train.training_args.gradient_accumulation_steps=1"]
+SMALL_AGENTIC = [
+    "track_with=stdout",
+    "eval_steps=0",
+    "max_steps=1",
+    "actor_train.training_args.per_device_train_batch_size=4",
+    "actor_train.training_args.gradient_accumulation_steps=1",
+]
 
 
 def data_overrides(demo_dir: Path) -> list[str]:
-    return [f"model_path={demo_dir / 'model'}", f"actor_train.data_args.file_name={demo_dir / 'train.jsonl'}",
-            f"validation.data_args.file_name={demo_dir / 'heldout.jsonl'}"]
+    return [
+        f"model_path={demo_dir / 'model'}",
+        f"actor_train.data_args.file_name={demo_dir / 'train.jsonl'}",
+        f"validation.data_args.file_name={demo_dir / 'heldout.jsonl'}",
+    ]
 
 
-def make_config(demo_dir: Path, output_dir: Path, overrides=(), blocks: dict | None = None,
-                config_path: Path = TINY_RLVR, config_name: str = "rlvr_tiny"):
+def make_config(
+    demo_dir: Path,
+    output_dir: Path,
+    overrides=(),
+    blocks: dict | None = None,
+    config_path: Path = TINY_RLVR,
+    config_name: str = "rlvr_tiny",
+):
     """A validated RLVRConfig: the YAML, the demo's files, SMALL_RUN, then `overrides` (Hydra syntax);
     `blocks` are merged into the composed config before interpolation (e.g. a whole `critic` role)."""
     from omegaconf import OmegaConf
@@ -36,8 +55,9 @@ def make_config(demo_dir: Path, output_dir: Path, overrides=(), blocks: dict | N
     return load_rlvr_config(composed)
 
 
-def agentic_config(model: Path, output_dir: Path, overrides=(), config_path=AGENTIC_DEMO,
-                   config_name="frozen_lake_traj"):
+def agentic_config(
+    model: Path, output_dir: Path, overrides=(), config_path=AGENTIC_DEMO, config_name="frozen_lake_traj"
+):
     """A validated AgenticConfig: the YAML on the `agentic_model` fixture's model, SMALL_AGENTIC, then `overrides`."""
     from roll.configs import compose_config, load_agentic_config
 

@@ -1,11 +1,13 @@
 """The agentic pipeline end to end (real Ray, DeepSpeed, HF generation, environment workers on CPU)."""
+
 import json
 import os
 import sys
 
 import numpy as np
 
-from tests.pipeline.helpers import REPO, SMALL_AGENTIC as SMALL, agentic_config
+from tests.pipeline.helpers import REPO, agentic_config
+from tests.pipeline.helpers import SMALL_AGENTIC as SMALL
 
 CUSTOM_ENV = REPO / "examples" / "custom_env"
 # agentic_model: the session fixture in conftest.py (shared with test_agentic_vllm.py: one ~1 min preparation)
@@ -16,13 +18,24 @@ def test_both_env_managers_and_token_in_token_out(ray_session, agentic_model, tm
     by dotted path. The trained tokens must be exactly the ones the engine generated, turn by turn."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
-    config = agentic_config(agentic_model, tmp_path, [
-        "custom_envs.Sokoban.env_manager=step", "custom_envs.Sokoban.history_length=1", "prompt_length=256",
-        "+custom_envs.Countdown.env_type=tests.agentic.user_env_module.CountdownEnv",
-        "+custom_envs.Countdown.max_tokens_per_step=4", "+custom_envs.Countdown.max_turns=4",
-        "train_env_manager.tags=[FrozenLake,Sokoban,Countdown]", "train_env_manager.num_env_groups=3",
-        "train_env_manager.group_size=2", "train_env_manager.max_env_num_per_worker=4", "rollout_batch_size=6",
-        "sample_log_steps=1"])
+    config = agentic_config(
+        agentic_model,
+        tmp_path,
+        [
+            "custom_envs.Sokoban.env_manager=step",
+            "custom_envs.Sokoban.history_length=1",
+            "prompt_length=256",
+            "+custom_envs.Countdown.env_type=tests.agentic.user_env_module.CountdownEnv",
+            "+custom_envs.Countdown.max_tokens_per_step=4",
+            "+custom_envs.Countdown.max_turns=4",
+            "train_env_manager.tags=[FrozenLake,Sokoban,Countdown]",
+            "train_env_manager.num_env_groups=3",
+            "train_env_manager.group_size=2",
+            "train_env_manager.max_env_num_per_worker=4",
+            "rollout_batch_size=6",
+            "sample_log_steps=1",
+        ],
+    )
     with AgenticPipeline(config) as pipeline:
         assert pipeline.clusters["train_env"].world_size == 2  # 6 envs, at most 4 per worker
         batch, metrics = pipeline.rollout(step=0)
@@ -46,8 +59,11 @@ def test_both_env_managers_and_token_in_token_out(ray_session, agentic_model, tm
             assert responses[r][mask[r] == 1].tolist() == turn["reply_ids"]
     # the GRPO group is the env group: the two envs of a group started from the same state
     for group in set(batch.non_tensor_batch["traj_group_id"]):
-        first = [t for t in transcripts if t["env_id"] in
-                 set(batch.non_tensor_batch["env_id"][batch.non_tensor_batch["traj_group_id"] == group])]
+        first = [
+            t
+            for t in transcripts
+            if t["env_id"] in set(batch.non_tensor_batch["env_id"][batch.non_tensor_batch["traj_group_id"] == group])
+        ]
         assert len({t["turns"][0]["observation"] for t in first}) == 1
     assert {"env/FrozenLake/success", "env/Sokoban/success", "env/Countdown/success"} <= set(metrics)
     step = history["steps"][0]
@@ -64,10 +80,22 @@ def test_user_defined_environment_example_runs(ray_session, agentic_model, tmp_p
     spec = importlib.util.spec_from_file_location("agentic_launcher", REPO / "examples" / "start_agentic_pipeline.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
-    code = launcher.main(["--config_path", str(CUSTOM_ENV), "--config_name", "agentic_custom_env",
-                          f"model_path={agentic_model}", f"output_dir={tmp_path}", *SMALL, "eval_steps=1",
-                          "val_env_manager.num_env_groups=4", "train_env_manager.num_env_groups=2",
-                          "train_env_manager.group_size=4", "rollout_batch_size=8"])
+    code = launcher.main(
+        [
+            "--config_path",
+            str(CUSTOM_ENV),
+            "--config_name",
+            "agentic_custom_env",
+            f"model_path={agentic_model}",
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "eval_steps=1",
+            "val_env_manager.num_env_groups=4",
+            "train_env_manager.num_env_groups=2",
+            "train_env_manager.group_size=4",
+            "rollout_batch_size=8",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "env_type: my_envs.CorridorEnv" in out and "groups per tag: Corridor 2" in out
@@ -80,9 +108,16 @@ def test_frozen_lake_demo_learns(ray_session, agentic_model, tmp_path):
     seeds) must at least double and rise by 5 points. Measured: 0.016 → 0.078 → 0.266 (40 steps: 0.352)."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
-    config = agentic_config(agentic_model, tmp_path, ["max_steps=20", "eval_steps=10",
-                                                      "actor_train.training_args.per_device_train_batch_size=32",
-                                                      "actor_train.training_args.gradient_accumulation_steps=2"])
+    config = agentic_config(
+        agentic_model,
+        tmp_path,
+        [
+            "max_steps=20",
+            "eval_steps=10",
+            "actor_train.training_args.per_device_train_batch_size=32",
+            "actor_train.training_args.gradient_accumulation_steps=2",
+        ],
+    )
     with AgenticPipeline(config) as pipeline:
         history = pipeline.run()
     before, after = history["before"]["val/FrozenLake/success"], history["after"]["val/FrozenLake/success"]

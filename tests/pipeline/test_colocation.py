@@ -1,4 +1,5 @@
 """Colocated roles take turns on their devices; separate roles are never offloaded."""
+
 from roll.pipeline.rlvr.colocation import PhaseMemory
 
 
@@ -24,7 +25,7 @@ def test_colocated_roles_are_swapped_and_separate_ones_untouched():
     assert calls == [("offload", "actor_infer"), ("reload", "actor_train")]
     calls.clear()
     memory.use("actor_train")  # already resident: nothing moves
-    memory.use("critic")       # device 2 is its own
+    memory.use("critic")  # device 2 is its own
     assert calls == []
     memory.use("actor_train", "actor_infer")  # weight sync needs both
     assert calls == [("reload", "actor_infer")]

@@ -5,6 +5,7 @@ rlvr_custom_reward.yaml, configured by reward_args) scores every rollout and val
 scores the pipeline trained on are exactly the user's function of the generated responses, not
 math-verify's grades.
 """
+
 import pytest
 import torch
 
@@ -29,8 +30,9 @@ def my_rewards():
 @pytest.fixture(scope="module")
 def run(rlvr_config, my_rewards, tmp_path_factory):
     root = tmp_path_factory.mktemp("custom_reward")
-    config = rlvr_config(root / "out", [f"max_steps={STEPS}", "eval_steps=2"], config_path=EXAMPLE,
-                         config_name="rlvr_custom_reward")
+    config = rlvr_config(
+        root / "out", [f"max_steps={STEPS}", "eval_steps=2"], config_path=EXAMPLE, config_name="rlvr_custom_reward"
+    )
     assert config.rewards["format"].worker_cls == "my_rewards.FormatRewardWorker"
     history = run_pipeline(config, sample_dir=root / "samples")
     return config, history, [read_samples(root / "samples", step + 1) for step in range(STEPS)]
@@ -41,8 +43,10 @@ def test_step_scores_are_the_user_workers_scores(run, my_rewards):
     args = {**my_rewards.DEFAULTS, **config.rewards["format"].reward_args}
     assert args["length_penalty"] > 0  # the YAML's reward_args reached the worker (default is 0)
     for step, rows in enumerate(samples):
-        expected = [my_rewards.format_reward(r["response"], r["response_tokens"], args["pattern"],
-                                             args["length_penalty"]) for r in rows]
+        expected = [
+            my_rewards.format_reward(r["response"], r["response_tokens"], args["pattern"], args["length_penalty"])
+            for r in rows
+        ]
         scores = [r["score"] for r in rows]
         assert scores == torch.tensor(expected, dtype=torch.float32).tolist(), f"step {step + 1}"
         mean = history["steps"][step]["critic/score/mean"]

@@ -1,6 +1,7 @@
 """The embedded demo learns: the shipped config on the shipped demo preparation (default settings),
 30 of its 60 steps, through Ray + DeepSpeed + HF + math-verify. Held-out greedy accuracy must rise by
 at least 30 points (measured: 0.00 → 0.62 at step 30 on this CPU; every random draw is seeded)."""
+
 import pytest
 
 from tests.pipeline.helpers import TINY_RLVR, data_overrides, run_pipeline
@@ -14,8 +15,13 @@ def test_shipped_demo_config_learns(tmp_path_factory):
 
     demo = tmp_path_factory.mktemp("demo_default")
     prepare_demo(demo, DemoSettings(), log=lambda *_: None)
-    overrides = [*data_overrides(demo), f"output_dir={tmp_path_factory.mktemp('out')}", "max_steps=30",
-                 "eval_steps=30", "track_with=stdout"]
+    overrides = [
+        *data_overrides(demo),
+        f"output_dir={tmp_path_factory.mktemp('out')}",
+        "max_steps=30",
+        "eval_steps=30",
+        "track_with=stdout",
+    ]
     config = load_rlvr_config(compose_config(str(TINY_RLVR), "rlvr_tiny", overrides))
     history = run_pipeline(config)
     before = history["before"]["val/score/all"]

@@ -1,10 +1,10 @@
 """The two estimators with inputs beyond rewards run end to end: ReMax (a greedy rollout's reward as each
 sample's baseline) and the optimal token baseline (per-token Σπ² from actor_train)."""
+
 import pytest
 import torch
 
 from roll.pipeline.rlvr.callbacks import StepCallback
-from tests.pipeline.helpers import run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

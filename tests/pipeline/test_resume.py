@@ -5,6 +5,7 @@ and weights (tolerance: exact equality; every random draw is seeded per step and
 Three pipelines in one Ray session: A runs 4 steps uninterrupted; B runs 2 steps (checkpoint at step 2),
 then a new pipeline resumes B's output_dir with max_steps=4.
 """
+
 import json
 
 import pytest
@@ -74,8 +75,13 @@ def test_checkpoints_are_complete_atomic_step_directories(runs):
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2", "step-4"]  # no *.tmp left behind
     assert (root / "latest").read_text().strip() == "step-4"
     step2 = root / "step-2"
-    for name in ("pipeline_state.pt", "actor_train/engine", "actor_train/hf/model.safetensors",
-                 "actor_train/hf/config.json", "actor_train/hf/tokenizer.json"):
+    for name in (
+        "pipeline_state.pt",
+        "actor_train/engine",
+        "actor_train/hf/model.safetensors",
+        "actor_train/hf/config.json",
+        "actor_train/hf/tokenizer.json",
+    ):
         assert (step2 / name).exists(), name
     state = torch.load(step2 / "pipeline_state.pt", weights_only=False)
     assert state["completed_steps"] == 2
@@ -83,6 +89,8 @@ def test_checkpoints_are_complete_atomic_step_directories(runs):
     # the loadable HF copy of step 4 holds the final weights; step 2 equals the uninterrupted run's step 2
     final = load_file(root / "step-4" / "actor_train" / "hf" / "model.safetensors")
     assert all(torch.equal(final[name], runs["full"]["inspected"][name]) for name in final)
-    full_step2 = load_file(runs["root"] / "full" / "checkpoints" / "step-2" / "actor_train" / "hf" / "model.safetensors")
+    full_step2 = load_file(
+        runs["root"] / "full" / "checkpoints" / "step-2" / "actor_train" / "hf" / "model.safetensors"
+    )
     assert all(torch.equal(full_step2[n], t) for n, t in load_file(step2 / "actor_train/hf/model.safetensors").items())
     assert json.loads((step2 / "actor_train" / "hf" / "config.json").read_text())["model_type"] == "qwen2"

@@ -1,13 +1,15 @@
+from types import SimpleNamespace
+
 import pytest
 import torch
-from types import SimpleNamespace
 
 from roll.pipeline.rlvr.rewards import build_tag_routes, route, scores_to_token_level
 
 
 def test_routes_and_untagged_rows():
-    routes = build_tag_routes({"math": SimpleNamespace(tag_included=["gsm", "arith"]),
-                               "code": SimpleNamespace(tag_included=["py"])})
+    routes = build_tag_routes(
+        {"math": SimpleNamespace(tag_included=["gsm", "arith"]), "code": SimpleNamespace(tag_included=["py"])}
+    )
     assert routes == {"gsm": "math", "arith": "math", "py": "code"}
     assert route("py", routes, ["math", "code"], "row 0") == "code"
     assert route(None, {}, ["math"], "row 0") == "math"

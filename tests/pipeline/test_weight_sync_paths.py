@@ -5,6 +5,7 @@ The Ray test uses one pair of real roles for all three transports: actor_train o
 2 ranks (every parameter gathered collectively, both ranks must join) and actor_infer on hf_infer with
 2 ranks on the same devices (ipc: each engine worker is served by the trainer rank on its device).
 """
+
 from types import SimpleNamespace
 
 import pytest
@@ -32,8 +33,13 @@ def test_method_follows_the_placement():
 
 
 def test_pack_unpack_is_exact_for_mixed_dtypes_and_shapes():
-    bucket = [("a", torch.randn(3, 5)), ("b", torch.randn(7).to(torch.bfloat16)), ("c", torch.tensor(2.5)),
-              ("d", torch.arange(11, dtype=torch.int64)), ("e", torch.randn(4, 4).t())]  # odd sizes, non-contiguous
+    bucket = [
+        ("a", torch.randn(3, 5)),
+        ("b", torch.randn(7).to(torch.bfloat16)),
+        ("c", torch.tensor(2.5)),
+        ("d", torch.arange(11, dtype=torch.int64)),
+        ("e", torch.randn(4, 4).t()),
+    ]  # odd sizes, non-contiguous
     buffer, entries = transport.pack(bucket)
     assert all(offset % transport.ALIGN == 0 for *_, offset in entries)
     for (name, sent), (got_name, got) in zip(bucket, transport.unpack(buffer, entries)):
@@ -71,9 +77,15 @@ def roles(ray_session, rlvr_config, tmp_path_factory):
     from roll.distributed.resource_manager import ResourceManager
     from roll.workers.actor_worker import ActorWorker
 
-    config = rlvr_config(tmp_path_factory.mktemp("sync"), [
-        "actor_train.strategy_args.strategy_config=${deepspeed_zero3}", "actor_train.device_mapping=[0,1]",
-        "actor_train.training_args.per_device_train_batch_size=4", "actor_infer.device_mapping=[0,1]"])
+    config = rlvr_config(
+        tmp_path_factory.mktemp("sync"),
+        [
+            "actor_train.strategy_args.strategy_config=${deepspeed_zero3}",
+            "actor_train.device_mapping=[0,1]",
+            "actor_train.training_args.per_device_train_batch_size=4",
+            "actor_infer.device_mapping=[0,1]",
+        ],
+    )
     manager = ResourceManager(num_nodes=1, num_gpus_per_node=2)
     clusters = [Cluster(name, ActorWorker, manager, getattr(config, name)) for name in ("actor_train", "actor_infer")]
     try:
@@ -120,7 +132,7 @@ def test_every_path_gives_the_engine_the_trainers_exact_weights(roles, method):
         assert sorted(got) == sorted(expected)
         different = [name for name in expected if not torch.equal(got[name], expected[name])]
         assert not different, f"{method}: actor_infer rank {rank} differs in {different[:3]}"
-    limit = LIMIT_MB * 2 ** 20
+    limit = LIMIT_MB * 2**20
     assert metrics["weight_sync/buckets"] == len(sync.last_buckets) > 2
     assert all(b["bytes"] <= limit or b["tensors"] == 1 for b in sync.last_buckets), sync.last_buckets
     assert any(b["tensors"] > 1 for b in sync.last_buckets) and any(b["largest"] > limit for b in sync.last_buckets)
@@ -135,6 +147,10 @@ def probe_batch(actor_infer):
 
     path = actor_infer.worker_config.model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(path)
-    row = {"prompt_ids": tokenizer("what is 2 plus 3")["input_ids"][:8], "prompt_text": "", "ground_truth": "",
-           "tag": None}
+    row = {
+        "prompt_ids": tokenizer("what is 2 plus 3")["input_ids"][:8],
+        "prompt_text": "",
+        "ground_truth": "",
+        "tag": None,
+    }
     return collate_prompts([row], 8, tokenizer.pad_token_id or 0)

@@ -1,4 +1,5 @@
 """roll.sandbox.run_python: output, errors, time/memory limits, no network, scratch dir, clean environment."""
+
 import os
 import socket
 import time
@@ -41,8 +42,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("parent_waits", [True, False])
 def test_whole_process_group_is_killed(parent_waits):
     # Without the audit hook the code may spawn a grandchild; the process-group kill must still reach it.
-    code = ("import subprocess, sys, time\np = subprocess.Popen(['sleep', '30'])\nprint(p.pid, flush=True)\n"
-            + ("time.sleep(30)" if parent_waits else ""))
+    code = "import subprocess, sys, time\np = subprocess.Popen(['sleep', '30'])\nprint(p.pid, flush=True)\n" + (
+        "time.sleep(30)" if parent_waits else ""
+    )
     start = time.monotonic()
     result = _run(code, timeout=1.0, memory_mb=256, stdin="", audit_hook=False)
     assert time.monotonic() - start < 2.5
@@ -78,8 +80,11 @@ def listener():
 
 def test_network_connect_and_dns_fail(listener):
     reachable = f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), timeout=2)\nprint('connected')"
-    for code in (reachable, "import socket\nprint(socket.getaddrinfo('example.com', 80))",
-                 "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)"):
+    for code in (
+        reachable,
+        "import socket\nprint(socket.getaddrinfo('example.com', 80))",
+        "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)",
+    ):
         result = run_python(code)
         assert result.returncode != 0 and "connected" not in result.stdout
         assert "PermissionError: sandbox:" in result.stderr, result.stderr
@@ -95,16 +100,22 @@ def test_network_namespace_alone_blocks_network(listener):
 
 
 def test_process_creation_is_refused():
-    for code in ("import os\nos.system('echo escaped')", "import subprocess\nsubprocess.run(['echo', 'escaped'])",
-                 "import os\nos.fork()", "import ctypes",
-                 "import sys\nprint([m for m in sys.modules if 'ctypes' in m])\nimport _ctypes"):
+    for code in (
+        "import os\nos.system('echo escaped')",
+        "import subprocess\nsubprocess.run(['echo', 'escaped'])",
+        "import os\nos.fork()",
+        "import ctypes",
+        "import sys\nprint([m for m in sys.modules if 'ctypes' in m])\nimport _ctypes",
+    ):
         result = run_python(code)
         assert result.returncode != 0 and "escaped" not in result.stdout and "PermissionError" in result.stderr
 
 
 def test_writes_go_to_a_removed_scratch_dir(tmp_path):
-    code = ("import os\nopen('out.txt', 'w').write('data')\nos.mkdir('sub')\nprint(os.getcwd())\n"
-            f"open({str(tmp_path / 'escape.txt')!r}, 'w')")
+    code = (
+        "import os\nopen('out.txt', 'w').write('data')\nos.mkdir('sub')\nprint(os.getcwd())\n"
+        f"open({str(tmp_path / 'escape.txt')!r}, 'w')"
+    )
     result = run_python(code)
     scratch = result.stdout.strip()
     assert scratch and scratch != os.getcwd() and os.path.basename(scratch) == "work"
@@ -133,6 +144,7 @@ def test_capabilities_report():
 def test_concurrent_calls_from_threads():
     # Env managers may share one process across threads; limits are set in the child, not in a preexec_fn.
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda i: run_python(f"print({i} * {i})"), range(8)))
     assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(8)]

@@ -9,6 +9,7 @@ PyTorch reference runs in the parent (`plain_reference`), and `launch` spawns 2 
 scenario in one go (imports and the gloo rendezvous are the slow part on this machine) and write their
 results to a file. Each rank takes its contiguous half of every batch, as Dispatch.DP_MP_COMPUTE does.
 """
+
 import dataclasses
 import os
 import shutil
@@ -23,10 +24,10 @@ import transformers
 
 transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars, once per load and rank
 
-from roll.algorithms import PolicyLossConfig
-from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
-from roll.distributed.data_proto import DataProto
-from roll.utils.functional import compute_position_ids
+from roll.algorithms import PolicyLossConfig  # noqa: E402 - after the progress-bar switch
+from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig  # noqa: E402 - after the progress-bar switch
+from roll.distributed.data_proto import DataProto  # noqa: E402 - after the progress-bar switch
+from roll.utils.functional import compute_position_ids  # noqa: E402 - after the progress-bar switch
 
 WORLD_SIZE = 2
 STEPS = 3
@@ -35,16 +36,27 @@ PROMPT_LENGTH, RESPONSE_LENGTH = 8, 8
 # loss settings exactly as the pipeline puts them in meta_info["loss"]. seq-mean-token-mean is the
 # aggregation under which equal-size micro-batches, accumulation and data-parallel averaging give
 # the same gradient as one big batch (token-mean normalises per micro-batch: see the report/docs).
-LOSS = {"temperature": 1.0, "policy_loss_mode": "vanilla", "loss_agg_mode": "seq-mean-token-mean",
-        "policy_loss_config": PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2,
-                                               clip_ratio_c=3.0),
-        "use_kl_loss": True, "kl_loss_type": "low_var_kl", "kl_loss_coef": 0.05, "entropy_loss_coef": 0.01,
-        "value_clip": 0.5}  # the critic's clipped value loss (CriticWorker._value_loss)
+LOSS = {
+    "temperature": 1.0,
+    "policy_loss_mode": "vanilla",
+    "loss_agg_mode": "seq-mean-token-mean",
+    "policy_loss_config": PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0),
+    "use_kl_loss": True,
+    "kl_loss_type": "low_var_kl",
+    "kl_loss_coef": 0.05,
+    "entropy_loss_coef": 0.01,
+    "value_clip": 0.5,
+}  # the critic's clipped value loss (CriticWorker._value_loss)
 CRITIC_SEED = 1234  # rank r initialises the untrained value head with CRITIC_SEED + r: engines must use rank 0's
-TRAINING = dict(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="linear",
-                warmup_steps=1)
-DS = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-      "gradient_clipping": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
+TRAINING = dict(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="linear", warmup_steps=1)
+DS = {
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"},
+    "fp16": {"enabled": "auto"},
+}
 
 
 def ds_config(stage: int) -> dict:
@@ -59,16 +71,23 @@ class StandInWorker:  # test double for roll.distributed.worker.Worker: what str
     model_kind: str = "causal_lm"
 
 
-def make_worker_config(model_dir, strategy_name, strategy_config, micro, accumulation, world_size,
-                       gradient_checkpointing=False) -> WorkerConfig:
+def make_worker_config(
+    model_dir, strategy_name, strategy_config, micro, accumulation, world_size, gradient_checkpointing=False
+) -> WorkerConfig:
     return WorkerConfig(
         name="actor_train",
-        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32",
-                             disable_gradient_checkpointing=not gradient_checkpointing),
-        training_args=TrainingArgs(per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation,
-                                   **TRAINING),
+        model_args=ModelArgs(
+            model_name_or_path=str(model_dir),
+            dtype="float32",
+            disable_gradient_checkpointing=not gradient_checkpointing,
+        ),
+        training_args=TrainingArgs(
+            per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation, **TRAINING
+        ),
         strategy_args=StrategyArgs(strategy_name=strategy_name, strategy_config=strategy_config),
-        world_size=world_size, infer_batch_size=3)  # 3: uneven micro-batches for compute_log_probs
+        world_size=world_size,
+        infer_batch_size=3,
+    )  # 3: uneven micro-batches for compute_log_probs
 
 
 def loss_fn(micro: DataProto, logits: torch.Tensor):
@@ -115,9 +134,14 @@ def prepare(directory: Path) -> tuple[Path, Path]:
         response_mask = (torch.arange(RESPONSE_LENGTH) < response_len[:, None]).float()
         responses = torch.randint(4, vocab, (rows, RESPONSE_LENGTH), generator=generator) * response_mask.long()
         attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
-        batch = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-                 "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
-                 "response_mask": response_mask}
+        batch = {
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": compute_position_ids(attention_mask),
+            "response_mask": response_mask,
+        }
         with torch.no_grad():
             logits = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
             current = response_log_probs(slice_response_logits(logits, RESPONSE_LENGTH), responses)
@@ -160,8 +184,9 @@ def plain_reference(model_dir: Path, data_file: Path, micro: int = 4, critic: bo
     from roll.strategies.train_common import build_adamw, build_lr_scheduler
 
     batches = torch.load(data_file)
-    args = TrainingArgs(per_device_train_batch_size=micro,
-                        gradient_accumulation_steps=WORLD_SIZE * ROWS_PER_RANK // micro, **TRAINING)
+    args = TrainingArgs(
+        per_device_train_batch_size=micro, gradient_accumulation_steps=WORLD_SIZE * ROWS_PER_RANK // micro, **TRAINING
+    )
     if critic:
         torch.manual_seed(CRITIC_SEED)
         model = load_value_model(model_dir)
@@ -178,8 +203,9 @@ def plain_reference(model_dir: Path, data_file: Path, micro: int = 4, critic: bo
         accumulation = args.gradient_accumulation_steps
         for index in range(accumulation):
             part = batch[slice(index * micro, (index + 1) * micro)]
-            logits = model(**{k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")},
-                           use_cache=False).logits
+            logits = model(
+                **{k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}, use_cache=False
+            ).logits
             loss, metrics = step_loss(part, logits)
             (loss / accumulation).backward()
             for key, value in metrics.items():
@@ -206,8 +232,13 @@ def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Pat
     import torch.multiprocessing as mp
 
     port = _free_port()
-    context = mp.start_processes(_rank_main, args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
-                                 nprocs=WORLD_SIZE, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _rank_main,
+        args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
+        nprocs=WORLD_SIZE,
+        join=False,
+        start_method="spawn",
+    )
     deadline = time.monotonic() + timeout
     try:
         while not context.join(timeout=5):
@@ -216,15 +247,26 @@ def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Pat
                     process.kill()
                 raise TimeoutError(f"strategy scenarios did not finish within {timeout} s")
     except (mp.ProcessRaisedException, mp.ProcessExitedException, TimeoutError) as error:
-        progress = {rank: (workdir / f"progress-{rank}.txt").read_text().splitlines()[-3:]
-                    if (workdir / f"progress-{rank}.txt").exists() else [] for rank in range(WORLD_SIZE)}
+        progress = {
+            rank: (workdir / f"progress-{rank}.txt").read_text().splitlines()[-3:]
+            if (workdir / f"progress-{rank}.txt").exists()
+            else []
+            for rank in range(WORLD_SIZE)
+        }
         raise RuntimeError(f"{error}\nlast progress per rank: {progress}") from error
     return torch.load(workdir / "results.pt", weights_only=False)
 
 
 def _rank_main(rank: int, port: int, scenarios, model_dir, data_file, workdir) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE), LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(WORLD_SIZE),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(WORLD_SIZE),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     torch.set_num_threads(1)
     import warnings
 
@@ -277,13 +319,20 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
-    config = make_worker_config(workdir / scenario["model"] if scenario.get("model") else model_dir,
-                                scenario["strategy"], scenario["config"], scenario["micro"], scenario["accumulation"],
-                                WORLD_SIZE, scenario.get("gradient_checkpointing", False))
+    config = make_worker_config(
+        workdir / scenario["model"] if scenario.get("model") else model_dir,
+        scenario["strategy"],
+        scenario["config"],
+        scenario["micro"],
+        scenario["accumulation"],
+        WORLD_SIZE,
+        scenario.get("gradient_checkpointing", False),
+    )
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     critic = scenario.get("critic", False)
-    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE,
-                                                                   "value" if critic else "causal_lm"))
+    strategy = create_strategy(
+        scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE, "value" if critic else "causal_lm")
+    )
     if critic or scenario.get("model"):
         torch.manual_seed(CRITIC_SEED + rank)  # weights missing from the checkpoint differ per rank until synced
     strategy.initialize(total_steps=STEPS)
@@ -319,8 +368,14 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     everyone = [None] * WORLD_SIZE
     torch.distributed.all_gather_object(everyone, scoring(as_proto(batches[0], _uneven_rows(rank))))
     checksum = strategy.state_checksum()
-    result = {"first_step": first_step, "steps": steps, "params": params, "log_probs": everyone,
-              "checksum": checksum, "micro_rows": micro_counts}
+    result = {
+        "first_step": first_step,
+        "steps": steps,
+        "params": params,
+        "log_probs": everyone,
+        "checksum": checksum,
+        "micro_rows": micro_counts,
+    }
     if scenario.get("save_after"):
         hf_dir = workdir / scenario["name"] / "hf"
         result["hf_files"] = sorted(p.name for p in hf_dir.iterdir()) if hf_dir.is_dir() else []
@@ -353,6 +408,9 @@ def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> d
     if scenario.get("load_weights"):
         shifted = [(name, tensor.detach().cpu().clone() + 0.01) for name, tensor in strategy.named_hf_parameters()]
         strategy.load_weights(shifted)
-        result.update(shifted_checksum=strategy.state_checksum(), shifted_log_probs=gathered_log_probs(),
-                      params={name: t.detach().cpu().clone() for name, t in strategy.named_hf_parameters()})
+        result.update(
+            shifted_checksum=strategy.state_checksum(),
+            shifted_log_probs=gathered_log_probs(),
+            params={name: t.detach().cpu().clone() for name, t in strategy.named_hf_parameters()},
+        )
     return result

@@ -1,6 +1,7 @@
 """2-rank (gloo) runner for the megatron strategy tests: harness.run_scenario per scenario, megatron's
 parallel state torn down between scenarios (each one may use another TP/PP layout), plus a `logits`
 scenario that compares the converted GPTModel's logits with HF's."""
+
 import os
 import time
 import traceback
@@ -10,8 +11,10 @@ import torch
 
 from tests.strategies import harness as h
 
-REASON = ("megatron-core==0.16.1 is not installed (the `megatron` extra: pip install -e '.[megatron]'; "
-          "scripts/install.sh test installs it)")
+REASON = (
+    "megatron-core==0.16.1 is not installed (the `megatron` extra: pip install -e '.[megatron]'; "
+    "scripts/install.sh test installs it)"
+)
 
 
 def megatron_available() -> bool:
@@ -26,8 +29,13 @@ def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Pat
     import torch.multiprocessing as mp
 
     port = h._free_port()
-    context = mp.start_processes(_rank_main, args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
-                                 nprocs=h.WORLD_SIZE, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _rank_main,
+        args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
+        nprocs=h.WORLD_SIZE,
+        join=False,
+        start_method="spawn",
+    )
     deadline = time.monotonic() + timeout
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
@@ -38,9 +46,15 @@ def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Pat
 
 
 def _rank_main(rank, port, scenarios, model_dir, data_file, workdir) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(h.WORLD_SIZE), LOCAL_RANK="0",
-                      LOCAL_WORLD_SIZE=str(h.WORLD_SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                      OMP_NUM_THREADS="1")
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(h.WORLD_SIZE),
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE=str(h.WORLD_SIZE),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+    )
     torch.set_num_threads(1)
     import warnings
 

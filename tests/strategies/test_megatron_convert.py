@@ -5,9 +5,10 @@ that build a GPTModel; the pure conversion tests need only torch + transformers.
 Tolerances: round trips are exact (bit-identical tensors). Logits of the converted GPTModel vs HF, float32,
 on a left-padded batch at every non-padded position: max |Δ| < 1e-5 (observed ≈ 2e-7 at TP1 and TP2).
 """
+
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from roll.strategies.megatron import convert
 from tests.strategies import megatron_scenarios as ms
@@ -17,9 +18,16 @@ LOGITS_ATOL = 1e-5
 
 def _qwen2(kv_heads=2, heads=2, tied=False, vocab=263, layers=2):
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, tie_word_embeddings=tied,
-                         max_position_embeddings=64)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        tie_word_embeddings=tied,
+        max_position_embeddings=64,
+    )
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():  # non-zero biases and norms so every tensor's placement is checked
         for param in model.parameters():
@@ -29,8 +37,15 @@ def _qwen2(kv_heads=2, heads=2, tied=False, vocab=263, layers=2):
 
 def _llama():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=260,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config)
 
 
@@ -38,9 +53,13 @@ def _hf_state(model):
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-MODELS = {"qwen2": lambda: _qwen2(), "qwen2_gqa_kv1": lambda: _qwen2(kv_heads=1, heads=4),
-          "qwen2_gqa_4q2kv": lambda: _qwen2(kv_heads=2, heads=4), "qwen2_tied": lambda: _qwen2(tied=True),
-          "llama_gqa": _llama}
+MODELS = {
+    "qwen2": lambda: _qwen2(),
+    "qwen2_gqa_kv1": lambda: _qwen2(kv_heads=1, heads=4),
+    "qwen2_gqa_4q2kv": lambda: _qwen2(kv_heads=2, heads=4),
+    "qwen2_tied": lambda: _qwen2(tied=True),
+    "llama_gqa": _llama,
+}
 
 
 # every model at TP1 and TP2, except one key/value head at TP2 (megatron needs num_query_groups % TP == 0)
@@ -64,10 +83,14 @@ def test_hf_megatron_hf_round_trip_is_exact(name, tp):
     assert shards[0]["embedding.word_embeddings.weight"].shape == (padded // tp, config.hidden_size)
     qkv = (config.num_attention_heads + 2 * convert.num_kv_heads(config)) * convert.head_dim(config)
     assert shards[0]["decoder.layers.0.self_attention.linear_qkv.weight"].shape == (qkv // tp, config.hidden_size)
-    assert shards[0]["decoder.layers.0.self_attention.linear_proj.weight"].shape == \
-        (config.hidden_size, config.num_attention_heads * convert.head_dim(config) // tp)
-    assert shards[0]["decoder.layers.0.mlp.linear_fc2.weight"].shape == \
-        (config.hidden_size, config.intermediate_size // tp)
+    assert shards[0]["decoder.layers.0.self_attention.linear_proj.weight"].shape == (
+        config.hidden_size,
+        config.num_attention_heads * convert.head_dim(config) // tp,
+    )
+    assert shards[0]["decoder.layers.0.mlp.linear_fc2.weight"].shape == (
+        config.hidden_size,
+        config.intermediate_size // tp,
+    )
     assert ("output_layer.weight" in full) != config.tie_word_embeddings
     assert ("decoder.layers.0.self_attention.linear_qkv.bias" in full) == (config.model_type == "qwen2")
 
@@ -79,9 +102,9 @@ def test_fused_layouts_are_megatrons():
     d = convert.head_dim(config)
     fused = convert.hf_to_mcore(hf, config)["decoder.layers.0.self_attention.linear_qkv.weight"]
     q, k, v = (hf[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qkv")
-    group1 = fused[4 * d: 8 * d]  # 2 query heads + k + v per group
-    assert torch.equal(group1[: 2 * d], q[2 * d: 4 * d])
-    assert torch.equal(group1[2 * d: 3 * d], k[d: 2 * d]) and torch.equal(group1[3 * d:], v[d: 2 * d])
+    group1 = fused[4 * d : 8 * d]  # 2 query heads + k + v per group
+    assert torch.equal(group1[: 2 * d], q[2 * d : 4 * d])
+    assert torch.equal(group1[2 * d : 3 * d], k[d : 2 * d]) and torch.equal(group1[3 * d :], v[d : 2 * d])
     shard = convert.shard_tp(convert.hf_to_mcore(hf, config, 2), 2, 1)["decoder.layers.0.mlp.linear_fc1.weight"]
     gate, up = hf["model.layers.0.mlp.gate_proj.weight"], hf["model.layers.0.mlp.up_proj.weight"]
     assert torch.equal(shard, torch.cat([gate[64:], up[64:]]))
@@ -89,7 +112,7 @@ def test_fused_layouts_are_megatrons():
 
 def test_pipeline_stages_renumber_layers_and_place_embeddings():
     model = _qwen2(layers=4)
-    config, full = model.config, convert.hf_to_mcore(_hf_state(model), model.config)
+    full = convert.hf_to_mcore(_hf_state(model), model.config)
     first, last = (convert.select_pp(full, 4, 2, rank) for rank in (0, 1))
     assert "embedding.word_embeddings.weight" in first and "output_layer.weight" not in first
     assert "decoder.final_layernorm.weight" in last and "embedding.word_embeddings.weight" not in last
@@ -128,8 +151,13 @@ def logits_runs(tmp_path_factory):
     from tests.strategies import harness as h
 
     workdir = tmp_path_factory.mktemp("megatron_logits")
-    models = {"qwen2": _qwen2(vocab=262), "qwen2_gqa_4q2kv": _qwen2(kv_heads=2, heads=4),
-              "qwen2_gqa_kv1": _qwen2(kv_heads=1, heads=4), "qwen2_tied": _qwen2(tied=True), "llama_gqa": _llama()}
+    models = {
+        "qwen2": _qwen2(vocab=262),
+        "qwen2_gqa_4q2kv": _qwen2(kv_heads=2, heads=4),
+        "qwen2_gqa_kv1": _qwen2(kv_heads=1, heads=4),
+        "qwen2_tied": _qwen2(tied=True),
+        "llama_gqa": _llama(),
+    }
     scenarios = []
     for name, model in models.items():
         model.save_pretrained(workdir / name)
@@ -140,8 +168,19 @@ def logits_runs(tmp_path_factory):
     return ms.launch(scenarios, model_dir, data_file, workdir)
 
 
-@pytest.mark.parametrize("name", ["qwen2/tp1", "qwen2/tp2", "qwen2_gqa_4q2kv/tp1", "qwen2_gqa_4q2kv/tp2",
-                                  "qwen2_gqa_kv1/tp1", "qwen2_tied/tp1", "qwen2_tied/tp2", "llama_gqa/tp2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "qwen2/tp1",
+        "qwen2/tp2",
+        "qwen2_gqa_4q2kv/tp1",
+        "qwen2_gqa_4q2kv/tp2",
+        "qwen2_gqa_kv1/tp1",
+        "qwen2_tied/tp1",
+        "qwen2_tied/tp2",
+        "llama_gqa/tp2",
+    ],
+)
 def test_converted_gpt_model_logits_match_hf(logits_runs, name):
     result = logits_runs[name]
     assert result["tp"] == int(name[-1])

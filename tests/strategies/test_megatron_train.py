@@ -13,6 +13,7 @@ Tolerances (float32), as the other strategies' test: per-step losses and grad no
 final parameters max |Δ| < 2e-5; resume and offload vs the same layout's uninterrupted run: bit-identical.
 Forward-only megatron_infer log-probs vs HF: atol 1e-5.
 """
+
 import pytest
 import torch
 
@@ -34,24 +35,58 @@ DYNAMIC_BATCHING = ("tp1_dp2", "tp2")  # PP 1 only (pipeline stages exchange fix
 
 
 def scenarios() -> list[dict]:
-    out = [dict(name=name, strategy="megatron_train", config=config, micro=micro, accumulation=accumulation,
-                save_after=1 if name in RESUMED else None) for name, (config, micro, accumulation) in LAYOUTS.items()]
+    out = [
+        dict(
+            name=name,
+            strategy="megatron_train",
+            config=config,
+            micro=micro,
+            accumulation=accumulation,
+            save_after=1 if name in RESUMED else None,
+        )
+        for name, (config, micro, accumulation) in LAYOUTS.items()
+    ]
     for name in RESUMED:
         config, micro, accumulation = LAYOUTS[name]
-        out.append(dict(name=f"{name}/resumed", strategy="megatron_train", config=config, micro=micro,
-                        accumulation=accumulation, resume_from=name))
+        out.append(
+            dict(
+                name=f"{name}/resumed",
+                strategy="megatron_train",
+                config=config,
+                micro=micro,
+                accumulation=accumulation,
+                resume_from=name,
+            )
+        )
     out.append(dict(name="tp2/micro1_acc16", strategy="megatron_train", config=TP2, micro=1, accumulation=16))
     # token-mean: split-invariant through train_common.global_batch_info (counts over all ranks, pooled rows)
     for name, config, micro, accumulation in (("tp2", TP2, 1, 16), ("tp2", TP2, 16, 1), ("tp1_dp2", {}, 8, 1)):
-        out.append(dict(name=f"{name}/token_mean_micro{micro}_acc{accumulation}", strategy="megatron_train",
-                        config=config, micro=micro, accumulation=accumulation, loss_agg_mode="token-mean"))
+        out.append(
+            dict(
+                name=f"{name}/token_mean_micro{micro}_acc{accumulation}",
+                strategy="megatron_train",
+                config=config,
+                micro=micro,
+                accumulation=accumulation,
+                loss_agg_mode="token-mean",
+            )
+        )
     out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
     out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
     out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
     for name in DYNAMIC_BATCHING:  # token-budget micro-batches (train and scoring) vs the fixed split
         config, micro, accumulation = LAYOUTS[name]
-        out.append(dict(name=f"{name}/dynamic", strategy="megatron_train", config=config, micro=micro,
-                        accumulation=accumulation, worker=DYNAMIC, record_micro_rows=name == "tp1_dp2"))
+        out.append(
+            dict(
+                name=f"{name}/dynamic",
+                strategy="megatron_train",
+                config=config,
+                micro=micro,
+                accumulation=accumulation,
+                worker=DYNAMIC,
+                record_micro_rows=name == "tp1_dp2",
+            )
+        )
     return out
 
 
@@ -68,17 +103,22 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_equivalent_to_plain_pytorch(runs, name):
     result, reference = runs["results"][name], runs["reference"]
-    _assert_steps_close(result["steps"], reference["steps"], LOSS_KEYS + ("actor/pg_clipfrac",),
-                        rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    _assert_steps_close(
+        result["steps"], reference["steps"], LOSS_KEYS + ("actor/pg_clipfrac",), rtol=LOSS_RTOL, atol=LOSS_ATOL
+    )
     assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
 
 
 def test_micro_batch_1_x_16_equals_reference(runs):
     """Same training with 16 micro-batches of 1 row (ppo_kl / clipfrac are per-micro-batch means: not compared)."""
     result, reference = runs["results"]["tp2/micro1_acc16"], runs["reference"]
-    _assert_steps_close(result["steps"], reference["steps"],
-                        ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr"),
-                        rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    _assert_steps_close(
+        result["steps"],
+        reference["steps"],
+        ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr"),
+        rtol=LOSS_RTOL,
+        atol=LOSS_ATOL,
+    )
     assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
 
 
@@ -131,18 +171,21 @@ def test_megatron_infer_scores_like_hf_and_loads_weights(runs):
     assert torch.allclose(torch.cat(result["shifted_log_probs"]), _log_probs(model, batch0), atol=1e-5)
 
 
-@pytest.mark.parametrize("config,match", [
-    ({"tensor_model_parallel_size": 2, "bogus": 1}, r"unknown keys \['bogus'\]; valid: \["),
-    ({"context_parallel_size": 2}, "TransformerEngine"),
-    ({"expert_model_parallel_size": 2}, "MoE"),
-    ({"moe_router_topk": 4}, "MoE"),
-    ({"virtual_pipeline_model_parallel_size": 2}, "interleaved"),
-    ({"sequence_parallel": True}, "needs tensor_model_parallel_size > 1"),
-    ({**TP2, "sequence_parallel": True}, "Apex"),
-    ({"recompute_granularity": "block"}, "recompute_granularity"),
-    ({"tensor_model_parallel_size": 3}, "not divisible"),
-    ({"overlap_grad_reduce": True}, "CPU-only" if not torch.cuda.is_available() else "__never__"),
-])
+@pytest.mark.parametrize(
+    "config,match",
+    [
+        ({"tensor_model_parallel_size": 2, "bogus": 1}, r"unknown keys \['bogus'\]; valid: \["),
+        ({"context_parallel_size": 2}, "TransformerEngine"),
+        ({"expert_model_parallel_size": 2}, "MoE"),
+        ({"moe_router_topk": 4}, "MoE"),
+        ({"virtual_pipeline_model_parallel_size": 2}, "interleaved"),
+        ({"sequence_parallel": True}, "needs tensor_model_parallel_size > 1"),
+        ({**TP2, "sequence_parallel": True}, "Apex"),
+        ({"recompute_granularity": "block"}, "recompute_granularity"),
+        ({"tensor_model_parallel_size": 3}, "not divisible"),
+        ({"overlap_grad_reduce": True}, "CPU-only" if not torch.cuda.is_available() else "__never__"),
+    ],
+)
 def test_strategy_config_is_validated(config, match):
     from roll.strategies.megatron_train import resolve_megatron_config
 
@@ -186,16 +229,24 @@ def test_dynamic_batching_equals_fixed(runs, name):
     dynamic, fixed = runs["results"][f"{name}/dynamic"], runs["results"][name]
     if dynamic["micro_rows"]:
         assert {len(step) for step in dynamic["micro_rows"]} != {LAYOUTS[name][2]}, dynamic["micro_rows"]
-    _assert_steps_close(dynamic["steps"], fixed["steps"], ("actor/pg_loss", "actor/kl_loss", "actor/entropy",
-                                                          "grad_norm", "lr"), rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    _assert_steps_close(
+        dynamic["steps"],
+        fixed["steps"],
+        ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr"),
+        rtol=LOSS_RTOL,
+        atol=LOSS_ATOL,
+    )
     assert _max_param_diff(dynamic["params"], fixed["params"]) < PARAM_ATOL
     assert torch.allclose(torch.cat(dynamic["log_probs"]), torch.cat(fixed["log_probs"]), atol=1e-5)
 
 
-@pytest.mark.parametrize("keys,parallel,match", [
-    ({"use_sequence_packing": True}, {"pipeline_model_parallel_size": 1}, "use_sequence_packing: not supported"),
-    (DYNAMIC, {"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size 1"),
-])
+@pytest.mark.parametrize(
+    "keys,parallel,match",
+    [
+        ({"use_sequence_packing": True}, {"pipeline_model_parallel_size": 1}, "use_sequence_packing: not supported"),
+        (DYNAMIC, {"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size 1"),
+    ],
+)
 def test_micro_batching_limits_are_errors(tmp_path, keys, parallel, match):
     import dataclasses
 

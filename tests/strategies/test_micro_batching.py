@@ -4,12 +4,12 @@ The 2-rank engine runs (DeepSpeed ZeRO-2/3, FSDP2, fsdp2_infer) are in test_trai
 
 Tolerances (float32): packed vs padded logits, log-probs and gradients max |Δ| < 1e-5.
 """
+
 import dataclasses
 
 import pytest
 import torch
 
-from roll.configs import ConfigError
 from roll.strategies.batching import hf_logits, token_budget_groups
 from roll.strategies.train_common import split_train_batch
 from tests.strategies import harness as h
@@ -56,9 +56,8 @@ def test_packed_forward_equals_padded_in_values_and_gradients(tiny):
     batch = h.as_proto(tensors, slice(0, 6))
     real = batch.batch["attention_mask"].bool()
     for implementation in ("sdpa", "eager"):
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                     attn_implementation=implementation)
-        grads = []
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=implementation)
+        grads, padded = [], None
         for packing in (False, True):
             model.zero_grad()
             logits = hf_logits(model, batch, "cpu", packing)
@@ -90,9 +89,11 @@ def test_hf_infer_dynamic_packed_scoring_equals_fixed(tiny):
     model_dir, tensors = tiny
     batch = h.as_proto(tensors, slice(0, 11))
     results = []
-    for keys in ({}, {"use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20},
-                 {"use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20,
-                  "use_sequence_packing": True}):
+    for keys in (
+        {},
+        {"use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20},
+        {"use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20, "use_sequence_packing": True},
+    ):
         config = dataclasses.replace(h.make_worker_config(model_dir, "hf_infer", None, 1, 1, 1), **keys)
         strategy = create_strategy("hf_infer", h.StandInWorker(config, 0, 1))
         strategy.initialize()
@@ -110,16 +111,20 @@ def _error(*overrides) -> str:
 
 
 def test_budget_below_the_longest_row_names_the_key_and_the_minimum():
-    message = _error("actor_train.use_dynamic_batching_in_train=true",
-                     "actor_train.max_tokens_per_microbatch_in_train=20")
+    message = _error(
+        "actor_train.use_dynamic_batching_in_train=true", "actor_train.max_tokens_per_microbatch_in_train=20"
+    )
     assert "actor_train.max_tokens_per_microbatch_in_train" in message and "= 30" in message
     message = _error("reference.use_dynamic_batching_in_infer=true")
     assert "reference.max_tokens_per_microbatch_in_infer' = None" in message
 
 
 def test_keys_a_strategy_would_ignore_are_errors():
-    message = _error("actor_train.use_sequence_packing=true", "actor_train.strategy_args.strategy_name=megatron_train",
-                     "actor_train.strategy_args.strategy_config=null")
+    message = _error(
+        "actor_train.use_sequence_packing=true",
+        "actor_train.strategy_args.strategy_name=megatron_train",
+        "actor_train.strategy_args.strategy_config=null",
+    )
     assert "actor_train.use_sequence_packing" in message and "'megatron_train'" in message
     assert "actor_infer.use_dynamic_batching_in_train" in _error("actor_infer.use_dynamic_batching_in_train=true")
     assert "only read with" in _error("actor_train.max_tokens_per_microbatch_in_train=64")
@@ -128,7 +133,12 @@ def test_keys_a_strategy_would_ignore_are_errors():
 def test_valid_micro_batching_settings_load():
     from tests.configs.test_config import tiny as load
 
-    config = load("actor_train.use_dynamic_batching_in_train=true", "actor_train.max_tokens_per_microbatch_in_train=30",
-                  "actor_train.use_sequence_packing=true", "reference.use_dynamic_batching_in_infer=true",
-                  "reference.max_tokens_per_microbatch_in_infer=64", "reference.use_sequence_packing=true")
+    config = load(
+        "actor_train.use_dynamic_batching_in_train=true",
+        "actor_train.max_tokens_per_microbatch_in_train=30",
+        "actor_train.use_sequence_packing=true",
+        "reference.use_dynamic_batching_in_infer=true",
+        "reference.max_tokens_per_microbatch_in_infer=64",
+        "reference.use_sequence_packing=true",
+    )
     assert config.actor_train.use_sequence_packing and config.reference.max_tokens_per_microbatch_in_infer == 64

@@ -8,27 +8,62 @@ the real engine behaves like the double.
 
 Also the request-level generation/abort of `hf_infer`, for real (vllm's is in test_vllm.py).
 """
+
 import asyncio
 import importlib.util
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from roll.distributed.data_proto import DataProto
 from roll.strategies import sglang_infer
-from roll.strategies.sglang_infer import (ENGINE_KEYS, build_requests, completion_of, outputs_to_batch,
-                                          sampling_params, validate_strategy_config)
-from tests.strategies.vllm_scenarios import (N, RESPONSE_LENGTH, WORDS, RoleDouble, StandInWorker, layout_checks,
-                                             perturbed_copy, prompt_batch, worker_config)
+from roll.strategies.sglang_infer import (
+    ENGINE_KEYS,
+    build_requests,
+    completion_of,
+    outputs_to_batch,
+    sampling_params,
+    validate_strategy_config,
+)
+from tests.strategies.vllm_scenarios import (
+    WORDS,
+    N,
+    RoleDouble,
+    StandInWorker,
+    layout_checks,
+    perturbed_copy,
+    prompt_batch,
+    worker_config,
+)
 
 # SamplingParams API fields of SGLang (srt/sampling/sampling_params.py, read for this test double)
-SGLANG_SAMPLING_FIELDS = {"max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-                          "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
-                          "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-                          "spaces_between_special_tokens", "no_stop_trim", "custom_params", "stream_interval",
-                          "logit_bias", "sampling_seed"}
+SGLANG_SAMPLING_FIELDS = {
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "custom_params",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+}
 
 
 class FakeTokenizerManager:
@@ -59,8 +94,19 @@ class FakeSGLangEngine:
         self.on_token = None  # test hook: called (rid, n_generated) inside the engine loop
 
     # --- generation ---------------------------------------------------------------------------------
-    def generate(self, prompt=None, sampling_params=None, input_ids=None, image_data=None, return_logprob=False,
-                 logprob_start_len=None, top_logprobs_num=None, rid=None, stream=False, **kwargs):
+    def generate(
+        self,
+        prompt=None,
+        sampling_params=None,
+        input_ids=None,
+        image_data=None,
+        return_logprob=False,
+        logprob_start_len=None,
+        top_logprobs_num=None,
+        rid=None,
+        stream=False,
+        **kwargs,
+    ):
         assert not self.released, "generate on released memory"
         assert prompt is None and input_ids is not None and return_logprob
         single = isinstance(input_ids[0], int)
@@ -71,9 +117,11 @@ class FakeSGLangEngine:
             unknown = set(p) - SGLANG_SAMPLING_FIELDS
             assert not unknown, f"not SGLang sampling params: {unknown}"
         self.calls.append(("generate", len(batch)))
+
         async def run_all():
-            return await asyncio.gather(*(self._one(ids, p, r, logprob_start_len)
-                                          for ids, p, r in zip(batch, params, rids)))
+            return await asyncio.gather(
+                *(self._one(ids, p, r, logprob_start_len) for ids, p, r in zip(batch, params, rids))
+            )
 
         outs = self.loop.run_until_complete(run_all())
         return outs[0] if single else outs
@@ -111,12 +159,18 @@ class FakeSGLangEngine:
                 finish = {"type": "stop", "matched": token}
                 break
         finish = finish or {"type": "length", "length": len(entries)}
-        meta = {"id": rid, "finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": len(entries),
-                "output_token_logprobs": entries}
+        meta = {
+            "id": rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(entries),
+            "output_token_logprobs": entries,
+        }
         if logprob_start_len is not None:
             full = self.model(torch.tensor([list(ids)])).logits[0].float().log_softmax(-1)
             meta["input_token_logprobs"] = [(None, ids[0], None)] + [
-                (full[k - 1, ids[k]].item(), ids[k], None) for k in range(1, len(ids))][logprob_start_len:]
+                (full[k - 1, ids[k]].item(), ids[k], None) for k in range(1, len(ids))
+            ][logprob_start_len:]
         return {"text": "", "output_ids": [e[1] for e in entries], "meta_info": meta}
 
     # --- weights --------------------------------------------------------------------------------------
@@ -124,8 +178,15 @@ class FakeSGLangEngine:
     def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True):
         assert not self.released
         params = dict(self.model.named_parameters())
-        self.calls.append(("update_weights_from_tensor", [n for n, _ in named_tensors], load_format, flush_cache,
-                           {t.dtype for _, t in named_tensors}))
+        self.calls.append(
+            (
+                "update_weights_from_tensor",
+                [n for n, _ in named_tensors],
+                load_format,
+                flush_cache,
+                {t.dtype for _, t in named_tensors},
+            )
+        )
         for name, tensor in named_tensors:
             if name not in params:
                 return False, f"unknown parameter {name}"
@@ -136,14 +197,17 @@ class FakeSGLangEngine:
         param = dict(self.model.named_parameters()).get(name)
         return None if param is None else param.detach().cpu().to(torch.float32).numpy().tolist()[:truncate_size]
 
-    def init_weights_update_group(self, master_address, master_port, rank_offset, world_size, group_name,
-                                  backend="nccl"):
-        self.calls.append(("init_weights_update_group", master_address, master_port, rank_offset, world_size,
-                           group_name, backend))
+    def init_weights_update_group(
+        self, master_address, master_port, rank_offset, world_size, group_name, backend="nccl"
+    ):
+        self.calls.append(
+            ("init_weights_update_group", master_address, master_port, rank_offset, world_size, group_name, backend)
+        )
         return True, "Succeeded to initialize custom process group."
 
-    def update_weights_from_distributed(self, names, dtypes, shapes, group_name="weight_update_group",
-                                        flush_cache=True, load_format=None):
+    def update_weights_from_distributed(
+        self, names, dtypes, shapes, group_name="weight_update_group", flush_cache=True, load_format=None
+    ):
         self.calls.append(("update_weights_from_distributed", names, dtypes, shapes, group_name, flush_cache))
         return True, "Succeeded to update parameter online from distributed."
 
@@ -183,17 +247,28 @@ def test_strategy_config_validation():
         validate_strategy_config({"gpu_memory_utilization": 0.5}, "float32")
     for key in (*ENGINE_KEYS, "model_update_buffer_size_mb", "weight_update_mode"):
         assert key in str(error.value)
-    engine, roll = validate_strategy_config({"mem_fraction_static": 0.6, "tp_size": 2, "max_running_requests": 64,
-                                             "model_update_buffer_size_mb": 8}, "bfloat16")
-    assert engine == {"mem_fraction_static": 0.6, "tp_size": 2, "max_running_requests": 64, "dtype": "bfloat16",
-                      "random_seed": 0, "enable_memory_saver": True, "log_level": "error"}
+    engine, roll = validate_strategy_config(
+        {"mem_fraction_static": 0.6, "tp_size": 2, "max_running_requests": 64, "model_update_buffer_size_mb": 8},
+        "bfloat16",
+    )
+    assert engine == {
+        "mem_fraction_static": 0.6,
+        "tp_size": 2,
+        "max_running_requests": 64,
+        "dtype": "bfloat16",
+        "random_seed": 0,
+        "enable_memory_saver": True,
+        "log_level": "error",
+    }
     assert roll == {"model_update_buffer_size_mb": 8.0, "weight_update_mode": "tensor"}
-    for bad, message in (({"tp_size": "2"}, "tp_size = '2' must be of type int"),
-                         ({"disable_radix_cache": 1}, "must be of type bool"),
-                         ({"mem_fraction_static": 1.5}, "must be in \\(0, 1\\]"),
-                         ({"dtype": "bfloat16"}, "differs from model_args.dtype"),
-                         ({"weight_update_mode": "nccl"}, "valid: \\['tensor', 'distributed'\\]"),
-                         ({"model_update_buffer_size_mb": 0}, "must be > 0")):
+    for bad, message in (
+        ({"tp_size": "2"}, "tp_size = '2' must be of type int"),
+        ({"disable_radix_cache": 1}, "must be of type bool"),
+        ({"mem_fraction_static": 1.5}, "must be in \\(0, 1\\]"),
+        ({"dtype": "bfloat16"}, "differs from model_args.dtype"),
+        ({"weight_update_mode": "nccl"}, "valid: \\['tensor', 'distributed'\\]"),
+        ({"model_update_buffer_size_mb": 0}, "must be > 0"),
+    ):
         with pytest.raises(ValueError, match=message):
             validate_strategy_config(bad, "float32")
 
@@ -201,34 +276,55 @@ def test_strategy_config_validation():
 def test_requests_one_per_sample_adjacent_with_distinct_seeds():
     prompts = torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]])
     mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    settings = {"max_new_tokens": 8, "temperature": 0.7, "top_p": 1.0, "top_k": 0, "do_sample": True,
-                "num_return_sequences": 3}
+    settings = {
+        "max_new_tokens": 8,
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "top_k": 0,
+        "do_sample": True,
+        "num_return_sequences": 3,
+    }
     ids, params = build_requests(prompts, mask, settings, [2], base_seed=100)
     assert ids == [[5, 6]] * 3 + [[7, 8, 9, 10]] * 3
     assert [p["sampling_seed"] for p in params] == list(range(100, 106))
-    assert all(p["n"] == 1 and p["temperature"] == 0.7 and p["top_k"] == -1 and p["stop_token_ids"] == [2]
-               and p["max_new_tokens"] == 8 and set(p) <= SGLANG_SAMPLING_FIELDS for p in params)
+    assert all(
+        p["n"] == 1
+        and p["temperature"] == 0.7
+        and p["top_k"] == -1
+        and p["stop_token_ids"] == [2]
+        and p["max_new_tokens"] == 8
+        and set(p) <= SGLANG_SAMPLING_FIELDS
+        for p in params
+    )
     greedy = sampling_params({**settings, "do_sample": False, "top_k": 5}, [2], None)
     assert greedy["temperature"] == 0.0 and greedy["top_k"] == -1 and "sampling_seed" not in greedy
 
 
 def _output(tokens, log_probs, finish):
-    return {"text": "", "meta_info": {"finish_reason": finish,
-                                      "output_token_logprobs": [(lp, t, None) for lp, t in zip(log_probs, tokens)]}}
+    return {
+        "text": "",
+        "meta_info": {
+            "finish_reason": finish,
+            "output_token_logprobs": [(lp, t, None) for lp, t in zip(log_probs, tokens)],
+        },
+    }
 
 
 def test_outputs_to_batch_layout_eos_padding_and_log_probs():
     eos, pad = 2, 0
     prompts, mask = torch.tensor([[0, 5], [6, 7]]), torch.tensor([[0, 1], [1, 1]])
-    outputs = [_output([9, 2], [-0.1, -0.2], {"type": "stop", "matched": 2}),              # EOS after 1 token
-               _output([9, 9, 9, 9, 9], [-0.3] * 5, {"type": "length", "length": 5}),     # longer than R: cut
-               _output([4, 2, 8], [-0.4, -0.5, -0.6], {"type": "stop", "matched": 2}),    # defensive: cut after EOS
-               _output([], [], {"type": "abort"})]
+    outputs = [
+        _output([9, 2], [-0.1, -0.2], {"type": "stop", "matched": 2}),  # EOS after 1 token
+        _output([9, 9, 9, 9, 9], [-0.3] * 5, {"type": "length", "length": 5}),  # longer than R: cut
+        _output([4, 2, 8], [-0.4, -0.5, -0.6], {"type": "stop", "matched": 2}),  # defensive: cut after EOS
+        _output([], [], {"type": "abort"}),
+    ]
     t = outputs_to_batch(outputs, prompts, mask, n=2, response_length=4, pad_token_id=pad, stop_token_ids=[eos])
     assert t["responses"].tolist() == [[9, 2, 0, 0], [9, 9, 9, 9], [4, 2, 0, 0], [0, 0, 0, 0]]
     assert t["response_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]]
-    assert torch.allclose(t["rollout_log_probs"], torch.tensor(
-        [[-0.1, -0.2, 0, 0], [-0.3] * 4, [-0.4, -0.5, 0, 0], [0.0] * 4]))
+    assert torch.allclose(
+        t["rollout_log_probs"], torch.tensor([[-0.1, -0.2, 0, 0], [-0.3] * 4, [-0.4, -0.5, 0, 0], [0.0] * 4])
+    )
     assert t["prompts"].tolist() == [[0, 5], [0, 5], [6, 7], [6, 7]]
     assert torch.equal(t["input_ids"], torch.cat([t["prompts"], t["responses"]], 1))
     assert t["attention_mask"].tolist()[0] == [0, 1, 1, 1, 0, 0]
@@ -280,8 +376,9 @@ def _weight_sync(monkeypatch, trainer, engine):
 
 def test_pipeline_wiring_generate_sync_checksum_probe(models, make, monkeypatch):
     base, trained = models
-    engine = make(base, config={"load_format": "dummy", "mem_fraction_static": 0.5,
-                                "model_update_buffer_size_mb": 0.05})
+    engine = make(
+        base, config={"load_format": "dummy", "mem_fraction_static": 0.5, "model_update_buffer_size_mb": 0.05}
+    )
     fake = make.engines[0]
     assert fake.server_args["model_path"] == str(base) and fake.server_args["mem_fraction_static"] == 0.5
     assert fake.server_args["dtype"] == "float32" and fake.server_args["random_seed"] == 0
@@ -404,7 +501,9 @@ def test_hf_infer_request_matches_batched_generate_and_aborts(models, make):
         result = hf.generate_request(f"q{row}", ids, {"do_sample": False})
         length = int(greedy.batch["response_mask"][row].sum())
         assert result.token_ids == greedy.batch["responses"][row, :length].tolist()
-        assert max(abs(a - b) for a, b in zip(result.log_probs, greedy.batch["rollout_log_probs"][row, :length])) <= 1e-5
+        assert (
+            max(abs(a - b) for a, b in zip(result.log_probs, greedy.batch["rollout_log_probs"][row, :length])) <= 1e-5
+        )
         assert result.finish_reason == ("stop" if result.token_ids[-1] == hf.eos_token_id else "length")
     seeded = [hf.generate_request("s", ids, {"seed": 7}).token_ids for _ in range(2)]
     assert seeded[0] == seeded[1]
@@ -437,7 +536,9 @@ def test_hf_infer_abort_from_another_thread(models, make):
 
     handle = hf.model.register_forward_hook(hook)
     results = {}
-    worker = threading.Thread(target=lambda: results.update(r=hf.generate_request("t", [5, 6, 7], {"max_new_tokens": 200})))
+    worker = threading.Thread(
+        target=lambda: results.update(r=hf.generate_request("t", [5, 6, 7], {"max_new_tokens": 200}))
+    )
     worker.start()
     assert started.wait(30)
     assert hf.abort_request("t")

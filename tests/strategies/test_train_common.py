@@ -1,4 +1,5 @@
 """Single-process checks of the training strategies' configuration and shared helpers (no engines)."""
+
 import pytest
 import torch
 
@@ -14,8 +15,9 @@ from tests.strategies.harness import StandInWorker, ds_config, make_worker_confi
 def test_fsdp2_defaults_and_auto_param_dtype():
     assert resolve_fsdp2_config(None, "float32") == {**FSDP2_DEFAULTS, "param_dtype": "float32"}
     assert resolve_fsdp2_config({}, "bfloat16")["param_dtype"] == "bfloat16"
-    config = resolve_fsdp2_config({"reshard_after_forward": False, "param_dtype": "bfloat16",
-                                   "wrap_modules": ["Qwen2DecoderLayer"]}, "float32")
+    config = resolve_fsdp2_config(
+        {"reshard_after_forward": False, "param_dtype": "bfloat16", "wrap_modules": ["Qwen2DecoderLayer"]}, "float32"
+    )
     assert config["reshard_after_forward"] is False and config["param_dtype"] == "bfloat16"
 
 
@@ -32,8 +34,16 @@ def test_fsdp2_refuses_a_deepspeed_block_with_a_hint():
         resolve_fsdp2_config(ds_config(2), "float32")
 
 
-@pytest.mark.parametrize("bad", [{"param_dtype": "fp8"}, {"reduce_dtype": "half"}, {"cpu_offload": "yes"},
-                                 {"reshard_after_forward": 1}, {"wrap_modules": "Qwen2DecoderLayer"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"param_dtype": "fp8"},
+        {"reduce_dtype": "half"},
+        {"cpu_offload": "yes"},
+        {"reshard_after_forward": 1},
+        {"wrap_modules": "Qwen2DecoderLayer"},
+    ],
+)
 def test_fsdp2_bad_values(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         resolve_fsdp2_config(bad, "float32")
@@ -42,8 +52,12 @@ def test_fsdp2_bad_values(bad):
 def test_deepspeed_train_config_takes_batch_keys_from_training_args():
     args = TrainingArgs(per_device_train_batch_size=4, gradient_accumulation_steps=2, max_grad_norm=0.5)
     config = resolve_ds_config(ds_config(3), args, world_size=2, dtype="float32")
-    assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"],
-            config["train_batch_size"], config["gradient_clipping"]) == (4, 2, 16, 0.5)
+    assert (
+        config["train_micro_batch_size_per_gpu"],
+        config["gradient_accumulation_steps"],
+        config["train_batch_size"],
+        config["gradient_clipping"],
+    ) == (4, 2, 16, 0.5)
     assert config["bf16"]["enabled"] is False and config["fp16"]["enabled"] is False
     with pytest.raises(ValueError, match="gradient_accumulation_steps"):
         resolve_ds_config({**ds_config(2), "gradient_accumulation_steps": 3}, args, world_size=2, dtype="float32")
@@ -55,8 +69,12 @@ def test_deepspeed_infer_config_resolves_the_shipped_auto_keys():
     """The shipped blocks say "auto" everywhere; DeepSpeed itself rejects "auto" (and "auto" × 2 used to
     become the string "autoauto" as train_batch_size)."""
     config = resolve_ds_infer_config(ds_config(3), world_size=2, dtype="bfloat16")
-    assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"],
-            config["train_batch_size"], config["gradient_clipping"]) == (1, 1, 2, 0.0)
+    assert (
+        config["train_micro_batch_size_per_gpu"],
+        config["gradient_accumulation_steps"],
+        config["train_batch_size"],
+        config["gradient_clipping"],
+    ) == (1, 1, 2, 0.0)
     assert config["bf16"]["enabled"] is True and config["fp16"]["enabled"] is False
     assert "auto" not in repr(config)
     assert resolve_ds_infer_config(None, world_size=1, dtype="float32")["train_batch_size"] == 1
@@ -84,8 +102,11 @@ def test_train_batch_must_be_micro_times_accumulation(tmp_path):
 def test_aligned_micro_batches_single_process():
     batch = DataProto.from_dict(tensors={"x": torch.arange(7)})
     parts = aligned_micro_batches(batch, 3)
-    assert [(part.batch["x"].tolist(), keep) for part, keep in parts] == [([0, 1, 2], True), ([3, 4, 5], True),
-                                                                         ([6], True)]
+    assert [(part.batch["x"].tolist(), keep) for part, keep in parts] == [
+        ([0, 1, 2], True),
+        ([3, 4, 5], True),
+        ([6], True),
+    ]
 
 
 def test_registry_builds_the_fsdp2_strategies(tmp_path):

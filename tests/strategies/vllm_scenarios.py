@@ -9,6 +9,7 @@ strategy reads: worker_config, rank, world_size). `RoleDouble` stands in for a o
 ActorWorker methods the pipeline's WeightSync calls, so the real roll/pipeline/rlvr/weight_sync.py checks
 (parameter checksum + probe log-probs) run unchanged.
 """
+
 import json
 import sys
 import time
@@ -40,8 +41,9 @@ def transfer_worker(strategy):
     worker = WeightTransferMixin()
     worker.strategy = strategy
     if not hasattr(strategy, "named_hf_parameters"):
-        worker.strategy = SimpleNamespace(named_hf_parameters=lambda: strategy.model.named_parameters(),
-                                          load_weights=strategy.load_weights)
+        worker.strategy = SimpleNamespace(
+            named_hf_parameters=lambda: strategy.model.named_parameters(), load_weights=strategy.load_weights
+        )
     worker.rank, worker.worker_name, worker.master_addr = 0, "double", None
     worker.logger = logging.getLogger("double")
     return worker
@@ -79,10 +81,14 @@ class RoleDouble:
 def worker_config(model_dir, strategy_name, strategy_config=None):
     from roll.configs.worker import GeneratingArgs, ModelArgs, StrategyArgs, WorkerConfig
 
-    return WorkerConfig(name="actor_infer", model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32"),
-                        generating_args=GeneratingArgs(max_new_tokens=RESPONSE_LENGTH, num_return_sequences=N),
-                        strategy_args=StrategyArgs(strategy_name=strategy_name, strategy_config=strategy_config),
-                        world_size=1, infer_batch_size=16)
+    return WorkerConfig(
+        name="actor_infer",
+        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32"),
+        generating_args=GeneratingArgs(max_new_tokens=RESPONSE_LENGTH, num_return_sequences=N),
+        strategy_args=StrategyArgs(strategy_name=strategy_name, strategy_config=strategy_config),
+        world_size=1,
+        infer_batch_size=16,
+    )
 
 
 def make(model_dir, strategy_name, strategy_config=None):
@@ -104,9 +110,10 @@ def prompt_batch(vocab: int, rows: int = 6, seed: int = 0):
     lengths = torch.randint(3, PROMPT_LENGTH + 1, (rows,), generator=generator)
     mask = (torch.arange(PROMPT_LENGTH) >= PROMPT_LENGTH - lengths[:, None]).long()
     prompts = torch.randint(4, vocab, (rows, PROMPT_LENGTH), generator=generator) * mask
-    return DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask,
-                                        "position_ids": compute_position_ids(mask)},
-                               non_tensors={"uid": np.array([f"p{i}" for i in range(rows)], dtype=object)})
+    return DataProto.from_dict(
+        tensors={"prompts": prompts, "attention_mask": mask, "position_ids": compute_position_ids(mask)},
+        non_tensors={"uid": np.array([f"p{i}" for i in range(rows)], dtype=object)},
+    )
 
 
 def perturbed_copy(source: Path, target: Path, seed: int, scale: float = 0.3, eos_often: bool = False) -> Path:
@@ -125,7 +132,9 @@ def perturbed_copy(source: Path, target: Path, seed: int, scale: float = 0.3, eo
             hidden = model(tokens, output_hidden_states=True).hidden_states[-1].reshape(-1, model.config.hidden_size)
             direction = hidden.mean(0) / hidden.mean(0).norm()
             top_other = (hidden @ model.lm_head.weight.T).max(-1).values.mean()
-            model.lm_head.weight[model.config.eos_token_id] = direction * (top_other + 0.5) / (hidden @ direction).mean()
+            model.lm_head.weight[model.config.eos_token_id] = (
+                direction * (top_other + 0.5) / (hidden @ direction).mean()
+            )
     model.save_pretrained(target)
     AutoTokenizer.from_pretrained(source).save_pretrained(target)
     return target
@@ -152,8 +161,11 @@ def untied(workdir: Path) -> dict:
     trained = perturbed_copy(base, workdir / "untied_trained", seed=1, eos_often=True)
     out = {}
     # a small token budget: the 24-request batches need several scheduler steps (as the demo's 256 rows do)
-    engine = make(base, "vllm", {"load_format": "dummy", "max_model_len": 64, "max_num_batched_tokens": 64,
-                                 "model_update_buffer_size_mb": 0.1})
+    engine = make(
+        base,
+        "vllm",
+        {"load_format": "dummy", "max_model_len": 64, "max_num_batched_tokens": 64, "model_update_buffer_size_mb": 0.1},
+    )
     hf = make(trained, "hf_infer")
     vocab = hf.model.config.vocab_size
     batch = prompt_batch(vocab)
@@ -174,17 +186,20 @@ def untied(workdir: Path) -> dict:
     out["greedy_identical"] = bool(torch.equal(v_greedy.batch["responses"], h_greedy.batch["responses"]))
     out["greedy_mask_identical"] = bool(torch.equal(v_greedy.batch["response_mask"], h_greedy.batch["response_mask"]))
     out["greedy_lengths"] = v_greedy.batch["response_mask"].sum(1).tolist()
-    out["greedy_lp_diff_vs_hf_infer"] = max_diff(v_greedy.batch["rollout_log_probs"],
-                                                 h_greedy.batch["rollout_log_probs"])
+    out["greedy_lp_diff_vs_hf_infer"] = max_diff(
+        v_greedy.batch["rollout_log_probs"], h_greedy.batch["rollout_log_probs"]
+    )
 
     for temperature in (1.0, 0.5):
         batch.meta_info["seed"] = 11
         sampled = engine.generate(batch, {"temperature": temperature})
-        scored = sampled.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses",
-                                            "response_mask"])
+        scored = sampled.select(
+            batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
+        )
         scored.meta_info["temperature"] = temperature
-        out[f"rollout_vs_hf_forward_T{temperature}"] = max_diff(sampled.batch["rollout_log_probs"],
-                                                                hf.compute_log_probs(scored))
+        out[f"rollout_vs_hf_forward_T{temperature}"] = max_diff(
+            sampled.batch["rollout_log_probs"], hf.compute_log_probs(scored)
+        )
         out[f"layout_T{temperature}"] = layout_checks(batch, sampled, engine.pad_token_id, engine.eos_token_id)
         if temperature == 1.0:
             out["vllm_forward_vs_hf_forward"] = max_diff(engine.compute_log_probs(scored), hf.compute_log_probs(scored))
@@ -214,18 +229,24 @@ def layout_checks(batch, sampled, pad: int, eos: int) -> dict:
     lengths = mask.sum(dim=1).long()
     ends_right = all(  # a response shorter than RESPONSE_LENGTH ends with EOS; pad after it, mask 0 there
         (length == RESPONSE_LENGTH or responses[row, length - 1].item() == eos)
-        and bool((responses[row, length:] == pad).all()) and bool((mask[row, :length] == 1).all())
-        for row, length in enumerate(lengths.tolist()))
+        and bool((responses[row, length:] == pad).all())
+        and bool((mask[row, :length] == 1).all())
+        for row, length in enumerate(lengths.tolist())
+    )
     return {
-        "rows": len(sampled), "expected_rows": rows * N,
+        "rows": len(sampled),
+        "expected_rows": rows * N,
         "prompts_adjacent": bool(torch.equal(sampled.batch["prompts"], batch.batch["prompts"].repeat_interleave(N, 0))),
-        "uids_adjacent": sampled.non_tensor_batch["uid"].tolist() == [u for u in batch.non_tensor_batch["uid"]
-                                                                      for _ in range(N)],
+        "uids_adjacent": sampled.non_tensor_batch["uid"].tolist()
+        == [u for u in batch.non_tensor_batch["uid"] for _ in range(N)],
         "samples_differ_within_group": all(len({tuple(r.tolist()) for r in group}) > 1 for group in groups),
-        "input_ids_ok": bool(torch.equal(sampled.batch["input_ids"], torch.cat([sampled.batch["prompts"], responses], 1))),
+        "input_ids_ok": bool(
+            torch.equal(sampled.batch["input_ids"], torch.cat([sampled.batch["prompts"], responses], 1))
+        ),
         "attention_mask_ok": bool(torch.equal(sampled.batch["attention_mask"][:, PROMPT_LENGTH:], mask.long())),
-        "position_ids_ok": bool(torch.equal(sampled.batch["position_ids"],
-                                            compute_position_ids(sampled.batch["attention_mask"]))),
+        "position_ids_ok": bool(
+            torch.equal(sampled.batch["position_ids"], compute_position_ids(sampled.batch["attention_mask"]))
+        ),
         "right_padded_up_to_eos": ends_right,
         "log_probs_zero_on_padding": bool((sampled.batch["rollout_log_probs"][mask == 0] == 0).all()),
         "log_probs_negative_on_tokens": bool((sampled.batch["rollout_log_probs"][mask == 1] < 0).all()),
@@ -258,8 +279,11 @@ def tied(workdir: Path) -> dict:
                 out[f"{label}{check}"] = {"passed": False, "error": str(error)}
         batch = prompt_batch(hf.model.config.vocab_size, seed=5)
         greedy = {"do_sample": False, "num_return_sequences": 1}
-        out[f"{label}_greedy_identical"] = bool(torch.equal(engine.generate(batch, greedy).batch["responses"],
-                                                            hf.generate(batch, greedy).batch["responses"]))
+        out[f"{label}_greedy_identical"] = bool(
+            torch.equal(
+                engine.generate(batch, greedy).batch["responses"], hf.generate(batch, greedy).batch["responses"]
+            )
+        )
 
     verify("skipped")  # the trainer moved on, the engine never received the weights
     fix = engine._refresh_tied_layers

@@ -3,15 +3,18 @@ import pytest
 from roll.workers.rewards.choice_rule import final_choice, grade_choice
 
 
-@pytest.mark.parametrize("response, expected", [
-    ("The answer is (C).", "C"),
-    ("Reasoning... so \\boxed{B}", "B"),
-    ("Answer: d", "D"),
-    ("first I thought A\nthen\nE", "E"),
-    ("Both A and B look wrong. Answer: B", "B"),
-    ("no letter commits here", None),
-    ("Answer is Apple", None),  # a word starting with a letter is not a choice
-])
+@pytest.mark.parametrize(
+    "response, expected",
+    [
+        ("The answer is (C).", "C"),
+        ("Reasoning... so \\boxed{B}", "B"),
+        ("Answer: d", "D"),
+        ("first I thought A\nthen\nE", "E"),
+        ("Both A and B look wrong. Answer: B", "B"),
+        ("no letter commits here", None),
+        ("Answer is Apple", None),  # a word starting with a letter is not a choice
+    ],
+)
 def test_final_choice(response, expected):
     assert final_choice(response) == expected
 

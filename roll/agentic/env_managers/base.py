@@ -9,6 +9,7 @@ The loop is driven from outside (the environment worker, on behalf of the pipeli
 Subclasses decide what the model sees (`request`) and what becomes a training sample (`samples`):
 `TrajEnvManager` (one sample per trajectory) and `StepEnvManager` (one sample per turn).
 """
+
 from dataclasses import dataclass, field
 
 from roll.agentic.env_managers.chat import ChatTokens
@@ -17,13 +18,13 @@ from roll.agentic.envs import make_env
 
 @dataclass
 class Turn:
-    observation: str          # what the model answered to
-    prompt_ids: list[int]     # the exact ids the reply was generated from
-    reply_ids: list[int]      # the exact ids the engine generated
-    log_probs: list[float]    # the engine's log-prob of each reply id
-    action: str               # the decoded reply given to the environment
-    reward: float             # environment reward + format penalty of this turn
-    valid: bool               # the reply matched the environment's action pattern
+    observation: str  # what the model answered to
+    prompt_ids: list[int]  # the exact ids the reply was generated from
+    reply_ids: list[int]  # the exact ids the engine generated
+    log_probs: list[float]  # the engine's log-prob of each reply id
+    action: str  # the decoded reply given to the environment
+    reward: float  # environment reward + format penalty of this turn
+    valid: bool  # the reply matched the environment's action pattern
 
 
 @dataclass
@@ -34,28 +35,45 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     done: bool = False
     success: bool = False
-    end_reason: str = ""      # "done" (the env ended it), "max_turns", or "length" (token budget)
+    end_reason: str = ""  # "done" (the env ended it), "max_turns", or "length" (token budget)
 
     @property
     def score(self) -> float:
         return sum(turn.reward for turn in self.turns)
 
     def stats(self) -> dict:
-        return {"success": float(self.success), "score": self.score, "num_turns": len(self.turns),
-                "invalid_actions": sum(not t.valid for t in self.turns),
-                "truncated": float(self.end_reason == "length")}
+        return {
+            "success": float(self.success),
+            "score": self.score,
+            "num_turns": len(self.turns),
+            "invalid_actions": sum(not t.valid for t in self.turns),
+            "truncated": float(self.end_reason == "length"),
+        }
 
 
 class EnvManager:
-    def __init__(self, env_id: int, tag: str, env_config, chat: ChatTokens, format_penalty: float,
-                 prompt_length: int, response_length: int, gamma: float = 1.0, env_cls=None):
+    def __init__(
+        self,
+        env_id: int,
+        tag: str,
+        env_config,
+        chat: ChatTokens,
+        format_penalty: float,
+        prompt_length: int,
+        response_length: int,
+        gamma: float = 1.0,
+        env_cls=None,
+    ):
         self.env_id, self.tag, self.env_config, self.chat = env_id, tag, env_config, chat
         self.gamma = gamma  # step manager: discount of later turns' rewards
         self.format_penalty = format_penalty
         self.prompt_length, self.response_length = prompt_length, response_length
         # env_cls: the class the driver resolved (a user's class arrives by value, needing no import here)
-        self.env = (env_cls(**env_config.env_config) if env_cls is not None
-                    else make_env(env_config.env_type, dict(env_config.env_config)))
+        self.env = (
+            env_cls(**env_config.env_config)
+            if env_cls is not None
+            else make_env(env_config.env_type, dict(env_config.env_config))
+        )
         self.episode: Episode | None = None
         self.observation = ""
 
@@ -122,7 +140,17 @@ class EnvManager:
 
     def _row(self, prompt_ids, response_ids, mask, log_probs, score: float, **extra) -> dict:
         episode = self.episode
-        return {**episode.stats(), "episode_score": episode.score, **extra,
-                "prompt_ids": list(prompt_ids), "response_ids": list(response_ids), "response_mask": list(mask),
-                "rollout_log_probs": list(log_probs), "score": float(score), "tag": self.tag,
-                "traj_group_id": episode.group_id, "traj_id": episode.traj_id, "env_id": self.env_id}
+        return {
+            **episode.stats(),
+            "episode_score": episode.score,
+            **extra,
+            "prompt_ids": list(prompt_ids),
+            "response_ids": list(response_ids),
+            "response_mask": list(mask),
+            "rollout_log_probs": list(log_probs),
+            "score": float(score),
+            "tag": self.tag,
+            "traj_group_id": episode.group_id,
+            "traj_id": episode.traj_id,
+            "env_id": self.env_id,
+        }

@@ -8,6 +8,7 @@ re-tokenising would train on tokens the policy never produced.
 Observation tokens come from the tokenizer's own chat template: the text the template puts after a
 finished assistant turn and before the next assistant turn (e.g. `<|user|>...<|assistant|>`).
 """
+
 from dataclasses import dataclass, field
 
 
@@ -19,8 +20,10 @@ class ChatTokens:
         self._turn_prefix = self._render(probe, generation_prompt=False)
         full = self._render(probe + [{"role": "user", "content": "OBSERVATION"}], generation_prompt=True)
         if not full.startswith(self._turn_prefix):
-            raise ValueError("the tokenizer's chat template renders a conversation differently once a turn is "
-                             "added; multi-turn token-in-token-out needs a template that only appends")
+            raise ValueError(
+                "the tokenizer's chat template renders a conversation differently once a turn is "
+                "added; multi-turn token-in-token-out needs a template that only appends"
+            )
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
@@ -34,9 +37,12 @@ class ChatTokens:
 
     def observation_ids(self, observation: str) -> list[int]:
         """The tokens between a finished assistant reply and the next reply: next user turn + generation prompt."""
-        probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
-                 {"role": "user", "content": observation}]
-        return self.encode(self._render(probe, generation_prompt=True)[len(self._turn_prefix):])
+        probe = [
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "content": "a"},
+            {"role": "user", "content": observation},
+        ]
+        return self.encode(self._render(probe, generation_prompt=True)[len(self._turn_prefix) :])
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -45,6 +51,7 @@ class ChatTokens:
 @dataclass
 class TokenTrajectory:
     """prompt ids, then a response stream where `mask` is 1 exactly on the tokens the model generated."""
+
     prompt_ids: list[int]
     response_ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)

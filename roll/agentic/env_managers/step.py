@@ -5,6 +5,7 @@ the current observation; its response is exactly the reply the engine generated 
 Credit is step-wise: a turn's score is its discounted return Σ_k γ^(k−t) r_k over the rest of the
 episode (γ = step_reward_gamma), so early good moves are not blamed for a late mistake as much.
 """
+
 from roll.agentic.env_managers.base import EnvManager
 from roll.agentic.env_managers.chat import TokenTrajectory
 
@@ -24,13 +25,15 @@ class StepEnvManager(EnvManager):
         if self._prompt is None:  # the same ids for request() and the apply() that follows
             self._prompt = self.chat.prompt_ids(self._render())
             if len(self._prompt) > self.prompt_length:
-                raise ValueError(f"custom_envs.{self.tag}: a step prompt with history_length = "
-                                 f"{self.env_config.history_length} has {len(self._prompt)} tokens, more than "
-                                 f"prompt_length = {self.prompt_length}; raise prompt_length or lower history_length")
+                raise ValueError(
+                    f"custom_envs.{self.tag}: a step prompt with history_length = "
+                    f"{self.env_config.history_length} has {len(self._prompt)} tokens, more than "
+                    f"prompt_length = {self.prompt_length}; raise prompt_length or lower history_length"
+                )
         return self._prompt
 
     def _render(self) -> str:
-        window = self.history[-self.env_config.history_length:] if self.env_config.history_length else []
+        window = self.history[-self.env_config.history_length :] if self.env_config.history_length else []
         return self.user_text(render_step_prompt(window, self.observation))
 
     def _on_reply(self, reply_ids: list[int], log_probs: list[float]) -> None:
@@ -44,6 +47,7 @@ class StepEnvManager(EnvManager):
             future = turn.reward + self.gamma * future
             reply = TokenTrajectory(prompt_ids=turn.prompt_ids)
             reply.add_generated(turn.reply_ids, turn.log_probs, self.chat.eos_token_id)
-            rows.append(self._row(turn.prompt_ids, reply.response_ids, reply.mask, reply.log_probs, future,
-                                  turn_index=index))
+            rows.append(
+                self._row(turn.prompt_ids, reply.response_ids, reply.mask, reply.log_probs, future, turn_index=index)
+            )
         return rows[::-1]

@@ -4,6 +4,7 @@ The sample's prompt is the first turn; its response is every later token of the 
 model's replies (trained, mask 1) interleaved with the observations (context, mask 0). The episode's
 reward sits on the last generated token, so one advantage covers every turn of the trajectory.
 """
+
 from roll.agentic.env_managers.base import EnvManager
 from roll.agentic.env_managers.chat import TokenTrajectory
 
@@ -12,8 +13,10 @@ class TrajEnvManager(EnvManager):
     def _on_start(self, observation: str) -> None:
         prompt = self.chat.prompt_ids(self.user_text(observation))
         if len(prompt) > self.prompt_length:
-            raise ValueError(f"custom_envs.{self.tag}: the first prompt has {len(prompt)} tokens, more than "
-                             f"prompt_length = {self.prompt_length}; raise prompt_length")
+            raise ValueError(
+                f"custom_envs.{self.tag}: the first prompt has {len(prompt)} tokens, more than "
+                f"prompt_length = {self.prompt_length}; raise prompt_length"
+            )
         self.trajectory = TokenTrajectory(prompt_ids=prompt)
 
     def _next_prompt(self) -> list[int]:

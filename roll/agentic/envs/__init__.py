@@ -1,6 +1,7 @@
 """Environments for agentic RL and their registry; importing this registers the shipped envs."""
+
+from roll.agentic.envs import calculator, frozen_lake, sokoban  # noqa: F401  (registration side effect)
 from roll.agentic.envs.base import BaseEnv, EnvStep
 from roll.agentic.envs.registry import list_envs, make_env, register_env
-from roll.agentic.envs import calculator, frozen_lake, sokoban  # noqa: F401  (registration side effect)
 
 __all__ = ["BaseEnv", "EnvStep", "register_env", "make_env", "list_envs"]

@@ -1,8 +1,10 @@
 """The environment interface: text in (the model's reply), text out (the next observation)."""
+
 import abc
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Optional, Sequence
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -10,7 +12,7 @@ class EnvStep:
     observation: str  # text shown to the model next (new state rendering, or a tool's output)
     reward: float  # this step's env reward; the env manager adds any format penalty
     done: bool  # episode over: success, failure, or max_steps reached
-    info: Dict[str, Any] = field(default_factory=dict)  # always has "action_is_valid" and "success"
+    info: dict[str, Any] = field(default_factory=dict)  # always has "action_is_valid" and "success"
 
 
 class BaseEnv(abc.ABC):
@@ -22,13 +24,14 @@ class BaseEnv(abc.ABC):
 
     instructions: str = ""  # task description shown once, before the first observation
     action_pattern: str = ""  # the regex the action text must match (documentation for users)
-    default_config: ClassVar[Dict[str, Any]] = {}
+    default_config: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **env_config):
         unknown = sorted(set(env_config) - set(self.default_config))
         if unknown:
-            raise ValueError(f"{type(self).__name__}: unknown env_config key(s) {unknown}; "
-                             f"valid keys: {sorted(self.default_config)}")
+            raise ValueError(
+                f"{type(self).__name__}: unknown env_config key(s) {unknown}; valid keys: {sorted(self.default_config)}"
+            )
         self.config = {**self.default_config, **env_config}
 
     @abc.abstractmethod
@@ -39,7 +42,7 @@ class BaseEnv(abc.ABC):
     def step(self, action: str) -> EnvStep:
         """Apply the model's decoded reply text for this turn."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most envs hold nothing to release
         pass
 
 
@@ -56,7 +59,7 @@ def choice_pattern(choices: Sequence[str]) -> str:
     return rf"^\s*(?:<answer>\s*({words})\s*</answer>|({words}))\s*$"
 
 
-def parse_choice(text: str, choices: Sequence[str]) -> Optional[str]:
+def parse_choice(text: str, choices: Sequence[str]) -> str | None:
     """The canonical spelling of the chosen word, or None when the reply does not match."""
     match = re.match(choice_pattern(choices), text, flags=re.IGNORECASE)
     if match is None:

@@ -1,4 +1,5 @@
 """A tool-using arithmetic task: the model may run Python in the sandbox before answering."""
+
 import ast
 import operator
 import random
@@ -16,12 +17,14 @@ AST_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 def evaluate(expression: str) -> int:
     """Integer value of a generated +, -, * expression with Python precedence (no eval)."""
+
     def walk(node):
         if isinstance(node, ast.BinOp) and type(node.op) in AST_OPS:
             return AST_OPS[type(node.op)](walk(node.left), walk(node.right))
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
         raise ValueError(f"unexpected node {ast.dump(node)}")
+
     return walk(ast.parse(expression, mode="eval").body)
 
 
@@ -32,8 +35,14 @@ class CalculatorEnv(BaseEnv):
         "next message is what it printed. When you know the result reply <answer>N</answer> with the integer N."
     )
     action_pattern = rf"{TOOL_RE.pattern}|{ANSWER_RE.pattern}"
-    default_config = {"max_operand": 50, "num_operations": 2, "max_steps": 4, "tool_timeout": 5.0,
-                      "tool_memory_mb": 256, "max_tool_output_chars": 500}
+    default_config = {
+        "max_operand": 50,
+        "num_operations": 2,
+        "max_steps": 4,
+        "tool_timeout": 5.0,
+        "tool_memory_mb": 256,
+        "max_tool_output_chars": 500,
+    }
 
     def __init__(self, **env_config):
         super().__init__(**env_config)
@@ -43,10 +52,14 @@ class CalculatorEnv(BaseEnv):
         self.tool_memory_mb = check_positive_int(self, "tool_memory_mb", minimum=64)
         self.max_output = check_positive_int(self, "max_tool_output_chars")
         self.tool_timeout = self.config["tool_timeout"]
-        if isinstance(self.tool_timeout, bool) or not isinstance(self.tool_timeout, (int, float)) \
-                or self.tool_timeout <= 0:
-            raise ValueError(f"calculator: env_config 'tool_timeout' must be a positive number of seconds, "
-                             f"got {self.tool_timeout!r}")
+        if (
+            isinstance(self.tool_timeout, bool)
+            or not isinstance(self.tool_timeout, (int, float))
+            or self.tool_timeout <= 0
+        ):
+            raise ValueError(
+                f"calculator: env_config 'tool_timeout' must be a positive number of seconds, got {self.tool_timeout!r}"
+            )
         self.counter = EpisodeCounter(self.max_steps)
 
     def reset(self, seed: int) -> str:
@@ -71,7 +84,7 @@ class CalculatorEnv(BaseEnv):
             text = lines[-1] if lines else f"error (exit code {result.returncode})"
         else:
             text = result.stdout.strip() or "(no output)"
-        return text if len(text) <= self.max_output else text[:self.max_output] + " [truncated]"
+        return text if len(text) <= self.max_output else text[: self.max_output] + " [truncated]"
 
     def step(self, action: str) -> EnvStep:
         self.counter.tick("calculator")
@@ -80,13 +93,25 @@ class CalculatorEnv(BaseEnv):
             success = int(answer.group(1)) == self.answer
             self.counter.finish(True)
             observation = "Correct." if success else "Wrong."
-            return EnvStep(observation, 1.0 if success else 0.0, True,
-                           {"action_is_valid": True, "success": success, "tool_call": False,
-                            "steps": self.counter.steps})
+            return EnvStep(
+                observation,
+                1.0 if success else 0.0,
+                True,
+                {"action_is_valid": True, "success": success, "tool_call": False, "steps": self.counter.steps},
+            )
         if tool is not None:
             observation = self.run_tool(tool.group(1))
         else:
-            observation = ("Invalid action: reply <python>code</python> or <answer>N</answer>.\n" + self.question())
+            observation = "Invalid action: reply <python>code</python> or <answer>N</answer>.\n" + self.question()
         done = self.counter.finish(False)
-        return EnvStep(observation, 0.0, done, {"action_is_valid": tool is not None, "success": False,
-                                                "tool_call": tool is not None, "steps": self.counter.steps})
+        return EnvStep(
+            observation,
+            0.0,
+            done,
+            {
+                "action_is_valid": tool is not None,
+                "success": False,
+                "tool_call": tool is not None,
+                "steps": self.counter.steps,
+            },
+        )

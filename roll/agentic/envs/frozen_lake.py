@@ -1,5 +1,7 @@
 """FrozenLake on gymnasium's own dynamics, rendered as a space-separated text grid."""
-from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake, generate_random_map
+
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
+from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from roll.agentic.envs.base import BaseEnv, EnvStep, EpisodeCounter, check_positive_int, choice_pattern, parse_choice
 from roll.agentic.envs.registry import register_env
@@ -28,11 +30,13 @@ class FrozenLakeEnv(BaseEnv):
         if not isinstance(self.p, (int, float)) or not 0.0 < self.p <= 1.0:
             raise ValueError(f"frozen_lake: env_config 'p' (frozen-cell probability) must be in (0, 1], got {self.p!r}")
         if not isinstance(self.config["is_slippery"], bool):
-            raise ValueError(f"frozen_lake: env_config 'is_slippery' must be true or false, "
-                             f"got {self.config['is_slippery']!r}")
+            raise ValueError(
+                f"frozen_lake: env_config 'is_slippery' must be true or false, got {self.config['is_slippery']!r}"
+            )
         if not isinstance(self.config["map_seed_offset"], int):
-            raise ValueError(f"frozen_lake: env_config 'map_seed_offset' must be an integer, "
-                             f"got {self.config['map_seed_offset']!r}")
+            raise ValueError(
+                f"frozen_lake: env_config 'map_seed_offset' must be an integer, got {self.config['map_seed_offset']!r}"
+            )
         self.counter = EpisodeCounter(self.max_steps)
         self.gym_env = None
         self.desc = None
@@ -59,13 +63,21 @@ class FrozenLakeEnv(BaseEnv):
         choice = parse_choice(action, ACTIONS)
         if choice is None:
             done = self.counter.finish(False)
-            return EnvStep("Invalid action.\n" + self.render(), 0.0, done,
-                           {"action_is_valid": False, "success": False, "steps": self.counter.steps})
+            return EnvStep(
+                "Invalid action.\n" + self.render(),
+                0.0,
+                done,
+                {"action_is_valid": False, "success": False, "steps": self.counter.steps},
+            )
         self.state, reward, terminated, _, _ = self.gym_env.step(ACTIONS.index(choice))
         success = reward > 0
         done = self.counter.finish(bool(terminated))
-        return EnvStep(self.render(), float(reward), done,
-                       {"action_is_valid": True, "success": success, "steps": self.counter.steps})
+        return EnvStep(
+            self.render(),
+            float(reward),
+            done,
+            {"action_is_valid": True, "success": success, "steps": self.counter.steps},
+        )
 
     def close(self) -> None:
         if self.gym_env is not None:

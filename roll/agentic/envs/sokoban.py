@@ -1,5 +1,6 @@
 """Sokoban with a small seeded generator: puzzles are made by playing backwards from the solved state,
 so every puzzle is solvable within `search_depth` moves and none starts solved."""
+
 import random
 
 from roll.agentic.envs.base import BaseEnv, EnvStep, EpisodeCounter, check_positive_int, choice_pattern, parse_choice
@@ -38,8 +39,10 @@ def generate(rng: random.Random, height: int, width: int, num_boxes: int, depth:
             player = ahead
         if boxes != targets:
             return walls, targets, frozenset(boxes), player
-    raise RuntimeError(f"sokoban: no unsolved puzzle after {MAX_ATTEMPTS} attempts for dim_room "
-                       f"{[height, width]} with num_boxes={num_boxes}, search_depth={depth}; enlarge the room")
+    raise RuntimeError(
+        f"sokoban: no unsolved puzzle after {MAX_ATTEMPTS} attempts for dim_room "
+        f"{[height, width]} with num_boxes={num_boxes}, search_depth={depth}; enlarge the room"
+    )
 
 
 @register_env("sokoban")
@@ -50,21 +53,35 @@ class SokobanEnv(BaseEnv):
         "Reply with one action: Left, Down, Right or Up (for example <answer>Up</answer>)."
     )
     action_pattern = choice_pattern(ACTIONS)
-    default_config = {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 5, "max_steps": 10,
-                      "step_penalty": 0.0, "box_on_target_reward": 0.0, "distance_shaping": 0.0}
+    default_config = {
+        "dim_room": [6, 6],
+        "num_boxes": 1,
+        "search_depth": 5,
+        "max_steps": 10,
+        "step_penalty": 0.0,
+        "box_on_target_reward": 0.0,
+        "distance_shaping": 0.0,
+    }
 
     def __init__(self, **env_config):
         super().__init__(**env_config)
         dim = self.config["dim_room"]
-        if (not isinstance(dim, (list, tuple)) or len(dim) != 2
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 3 for d in dim)):
-            raise ValueError(f"sokoban: env_config 'dim_room' must be [height, width] with both >= 3 "
-                             f"(border walls included), got {dim!r}")
+        if (
+            not isinstance(dim, (list, tuple))
+            or len(dim) != 2
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 3 for d in dim)
+        ):
+            raise ValueError(
+                f"sokoban: env_config 'dim_room' must be [height, width] with both >= 3 "
+                f"(border walls included), got {dim!r}"
+            )
         self.height, self.width = dim
         self.num_boxes = check_positive_int(self, "num_boxes")
         if self.num_boxes + 1 > (self.height - 2) * (self.width - 2):
-            raise ValueError(f"sokoban: num_boxes={self.num_boxes} does not fit in dim_room {list(dim)} "
-                             f"({(self.height - 2) * (self.width - 2)} floor cells, one is the player's)")
+            raise ValueError(
+                f"sokoban: num_boxes={self.num_boxes} does not fit in dim_room {list(dim)} "
+                f"({(self.height - 2) * (self.width - 2)} floor cells, one is the player's)"
+            )
         self.depth = check_positive_int(self, "search_depth")
         self.max_steps = check_positive_int(self, "max_steps")
         for key in ("step_penalty", "box_on_target_reward", "distance_shaping"):
@@ -75,7 +92,8 @@ class SokobanEnv(BaseEnv):
 
     def reset(self, seed: int) -> str:
         self.walls, self.targets, boxes, self.player = generate(
-            random.Random(seed), self.height, self.width, self.num_boxes, self.depth)
+            random.Random(seed), self.height, self.width, self.num_boxes, self.depth
+        )
         self.boxes = set(boxes)
         self.counter.reset()
         return self.render()
@@ -124,13 +142,25 @@ class SokobanEnv(BaseEnv):
         choice = parse_choice(action, ACTIONS)
         if choice is None:
             done = self.counter.finish(False)
-            return EnvStep("Invalid action.\n" + self.render(), 0.0, done,
-                           {"action_is_valid": False, "success": False, "steps": self.counter.steps})
+            return EnvStep(
+                "Invalid action.\n" + self.render(),
+                0.0,
+                done,
+                {"action_is_valid": False, "success": False, "steps": self.counter.steps},
+            )
         distance = self.box_distance()
         delta = self._move(choice)
         success = self.boxes == self.targets
-        reward = (-self.config["step_penalty"] + self.config["box_on_target_reward"] * delta + (1.0 if success else 0.0)
-                  + self.config["distance_shaping"] * (distance - self.box_distance()))
+        reward = (
+            -self.config["step_penalty"]
+            + self.config["box_on_target_reward"] * delta
+            + (1.0 if success else 0.0)
+            + self.config["distance_shaping"] * (distance - self.box_distance())
+        )
         done = self.counter.finish(success)
-        return EnvStep(self.render(), float(reward), done,
-                       {"action_is_valid": True, "success": success, "steps": self.counter.steps})
+        return EnvStep(
+            self.render(),
+            float(reward),
+            done,
+            {"action_is_valid": True, "success": success, "steps": self.counter.steps},
+        )

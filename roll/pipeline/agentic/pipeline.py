@@ -6,6 +6,7 @@ trajectory, StepEnvManager: one per turn), episode scores are normalised per `re
 then old/ref log-probs, advantages (`roll.algorithms`, the group = the env group's episode), the PPO
 update and the weight sync run exactly as in RLVR (`roll.pipeline.base`).
 """
+
 import json
 import math
 from pathlib import Path
@@ -48,8 +49,11 @@ class AgenticPipeline(BasePipeline):
             manager = getattr(self.config, key)
             if manager is not None:
                 roles[key.replace("_manager", "")] = WorkerConfig(
-                    name=key.replace("_manager", ""), worker_cls=ENV_WORKER, world_size=num_env_workers(manager),
-                    rpc_timeout=manager.rpc_timeout)
+                    name=key.replace("_manager", ""),
+                    worker_cls=ENV_WORKER,
+                    world_size=num_env_workers(manager),
+                    rpc_timeout=manager.rpc_timeout,
+                )
         return roles
 
     def _create_clusters(self) -> None:
@@ -58,12 +62,20 @@ class AgenticPipeline(BasePipeline):
         for key in ("train_env", "val_env"):
             if key in self.clusters:
                 manager = getattr(config, f"{key}_manager")
-                self.clusters[key].setup({
-                    "tokenizer_path": config.actor_train.model_args.model_name_or_path,
-                    "custom_envs": config.custom_envs, "env_classes": self.env_classes, "manager": manager, "prompt_length": config.prompt_length,
-                    "response_length": config.response_length, "step_reward_gamma": config.step_reward_gamma})
-                self.rollouts[key] = EnvRollout(self.clusters[key], self.actor_infer, manager.num_envs,
-                                                self.pad_token_id)
+                self.clusters[key].setup(
+                    {
+                        "tokenizer_path": config.actor_train.model_args.model_name_or_path,
+                        "custom_envs": config.custom_envs,
+                        "env_classes": self.env_classes,
+                        "manager": manager,
+                        "prompt_length": config.prompt_length,
+                        "response_length": config.response_length,
+                        "step_reward_gamma": config.step_reward_gamma,
+                    }
+                )
+                self.rollouts[key] = EnvRollout(
+                    self.clusters[key], self.actor_infer, manager.num_envs, self.pad_token_id
+                )
 
     def _probe_batch(self) -> DataProto:
         """The first validation (else training) environment's first prompt."""
@@ -89,7 +101,8 @@ class AgenticPipeline(BasePipeline):
                 seed = int(np.random.SeedSequence([config.seed, step, group, episode]).generate_state(1)[0])
                 assignments[env_id] = (seed, f"{step}-{group}-{episode}", f"{step}-{env_id}-{episode}")
             part_rows, part_episodes, part_log = self.rollouts["train_env"].run(
-                assignments, self._generation(manager, validation=False), config.seed * 100003 + step, log)
+                assignments, self._generation(manager, validation=False), config.seed * 100003 + step, log
+            )
             rows, episodes, transcripts = rows + part_rows, episodes + part_episodes, transcripts + part_log
         if log:
             self._write_transcripts(step, transcripts)
@@ -99,8 +112,12 @@ class AgenticPipeline(BasePipeline):
     def _generation(self, manager, validation: bool) -> dict:
         if manager.generating_args is not None:
             args = manager.generating_args
-            return {"do_sample": args.do_sample, "temperature": args.temperature, "top_p": args.top_p,
-                    "top_k": args.top_k}
+            return {
+                "do_sample": args.do_sample,
+                "temperature": args.temperature,
+                "top_p": args.top_p,
+                "top_k": args.top_k,
+            }
         return {"do_sample": False} if validation else {}
 
     def step(self, step: int) -> dict:
@@ -110,8 +127,11 @@ class AgenticPipeline(BasePipeline):
             batch, metrics = self.rollout(step)
         norm = config.reward_normalization
         batch.batch["token_level_scores"] = token_level(
-            normalize_scores(batch.batch["scores"], _grouping(batch, norm.grouping), norm.norm_mean_type,
-                             norm.norm_std_type), batch.batch["response_mask"])
+            normalize_scores(
+                batch.batch["scores"], _grouping(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type
+            ),
+            batch.batch["response_mask"],
+        )
         batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
         real = len(batch)
         batch = pad_for_training(batch, self._train_multiple())
@@ -130,8 +150,9 @@ class AgenticPipeline(BasePipeline):
             worker = getattr(self.config, name)
             if worker is not None:
                 args = worker.training_args
-                sizes.append(args.per_device_train_batch_size * args.gradient_accumulation_steps *
-                             self.clusters[name].world_size)
+                sizes.append(
+                    args.per_device_train_batch_size * args.gradient_accumulation_steps * self.clusters[name].world_size
+                )
         return math.lcm(*sizes)
 
     # ---- validation ---------------------------------------------------------------------------------
@@ -141,9 +162,14 @@ class AgenticPipeline(BasePipeline):
         if manager is None:
             return {}
         self.memory.use("actor_infer")
-        assignments = {env_id: (self.config.val_seed_offset + env_id // manager.group_size,
-                                f"val-{env_id // manager.group_size}", f"val-{env_id}")
-                       for env_id in range(manager.num_envs)}
+        assignments = {
+            env_id: (
+                self.config.val_seed_offset + env_id // manager.group_size,
+                f"val-{env_id // manager.group_size}",
+                f"val-{env_id}",
+            )
+            for env_id in range(manager.num_envs)
+        }
         _, episodes, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
         metrics = episode_metrics(episodes, "val")
         metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
@@ -167,4 +193,3 @@ def run_pipeline(config) -> dict:
     """Entry point used by examples/start_agentic_pipeline.py."""
     with AgenticPipeline(config) as pipeline:
         return pipeline.run()
-

@@ -1,4 +1,5 @@
 """Episode scores → normalised, token-level rewards; padding rows; per-tag episode metrics."""
+
 from collections import defaultdict
 
 import numpy as np
@@ -9,8 +10,9 @@ from roll.distributed.data_proto import DataProto
 EPS = 1e-6
 
 
-def normalize_scores(scores: torch.Tensor, groups: np.ndarray, mean_type: str | None,
-                     std_type: str | None) -> torch.Tensor:
+def normalize_scores(
+    scores: torch.Tensor, groups: np.ndarray, mean_type: str | None, std_type: str | None
+) -> torch.Tensor:
     """(score − mean) / (std + ε), with mean and std over the row's group ("group") or over all rows
     ("batch"); None skips that part. std is the population std (a one-row group has std 0)."""
     out = scores.float().clone()

@@ -4,6 +4,7 @@ Each turn gathers the pending prompts of all environments, generates one reply p
 batched call per token budget (`actor_infer.generate`), and hands the exact reply ids and their
 log-probs back to the environments. Finished episodes become training rows (`to_batch`).
 """
+
 import numpy as np
 import torch
 
@@ -21,8 +22,9 @@ class EnvRollout:
         self.env_ids = list(range(num_envs))
         self.pad_token_id = pad_token_id
 
-    def run(self, assignments: dict, generation: dict, seed: int,
-            with_transcripts: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+    def run(
+        self, assignments: dict, generation: dict, seed: int, with_transcripts: bool = False
+    ) -> tuple[list[dict], list[dict], list[dict]]:
         """assignments: env id → (seed, group_id, traj_id). Returns (training rows, episode stats, readable
         transcripts if asked)."""
         self.envs.start(assignments)
@@ -33,8 +35,7 @@ class EnvRollout:
                 break
             self.envs.apply(self._generate(requests, generation, seed * 1000 + turn))
             turn += 1
-        transcripts = ([t for part in self.envs.transcripts(self.env_ids) for t in part]
-                       if with_transcripts else [])
+        transcripts = [t for part in self.envs.transcripts(self.env_ids) for t in part] if with_transcripts else []
         rows, episodes = [], []
         for worker_rows, worker_episodes in self.envs.collect(self.env_ids):
             rows += worker_rows
@@ -48,15 +49,18 @@ class EnvRollout:
             part = [r for r in requests if r[2] == budget]
             prompts, mask = left_pad([ids for _, ids, _ in part], self.pad_token_id)
             batch = DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask})
-            batch.meta_info.update(generation_config={**generation, "num_return_sequences": 1,
-                                                      "max_new_tokens": budget}, seed=seed)
+            batch.meta_info.update(
+                generation_config={**generation, "num_return_sequences": 1, "max_new_tokens": budget}, seed=seed
+            )
             batch, _ = pad_to_multiple(batch, self.actor_infer.world_size)
             out = self.actor_infer.generate(batch)
             lengths = out.batch["response_mask"].sum(-1).long()
             for row, (env_id, _, _) in enumerate(part):
                 n = int(lengths[row])
-                replies[env_id] = (out.batch["responses"][row, :n].tolist(),
-                                   out.batch["rollout_log_probs"][row, :n].tolist())
+                replies[env_id] = (
+                    out.batch["responses"][row, :n].tolist(),
+                    out.batch["rollout_log_probs"][row, :n].tolist(),
+                )
         return replies
 
 
@@ -74,18 +78,26 @@ def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_tok
     for i, row in enumerate(rows):
         p, r = row["prompt_ids"], row["response_ids"]
         if len(p) > prompt_length or len(r) > response_length:
-            raise ValueError(f"env {row['env_id']} ({row['tag']}): a sample has {len(p)} prompt / {len(r)} response "
-                             f"tokens, over prompt_length {prompt_length} / response_length {response_length}")
-        prompts[i, prompt_length - len(p):] = torch.tensor(p)
-        prompt_mask[i, prompt_length - len(p):] = 1
-        responses[i, :len(r)] = torch.tensor(r)
-        response_attention[i, :len(r)] = 1
-        response_mask[i, :len(r)] = torch.tensor(row["response_mask"], dtype=torch.float32)
-        log_probs[i, :len(r)] = torch.tensor(row["rollout_log_probs"], dtype=torch.float32)
+            raise ValueError(
+                f"env {row['env_id']} ({row['tag']}): a sample has {len(p)} prompt / {len(r)} response "
+                f"tokens, over prompt_length {prompt_length} / response_length {response_length}"
+            )
+        prompts[i, prompt_length - len(p) :] = torch.tensor(p)
+        prompt_mask[i, prompt_length - len(p) :] = 1
+        responses[i, : len(r)] = torch.tensor(r)
+        response_attention[i, : len(r)] = 1
+        response_mask[i, : len(r)] = torch.tensor(row["response_mask"], dtype=torch.float32)
+        log_probs[i, : len(r)] = torch.tensor(row["rollout_log_probs"], dtype=torch.float32)
     attention_mask = torch.cat([prompt_mask, response_attention], dim=1)
-    tensors = {"prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], dim=1),
-               "attention_mask": attention_mask, "position_ids": compute_position_ids(attention_mask),
-               "response_mask": response_mask, "rollout_log_probs": log_probs,
-               "scores": torch.tensor([row["score"] for row in rows], dtype=torch.float32)}
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_ids(attention_mask),
+        "response_mask": response_mask,
+        "rollout_log_probs": log_probs,
+        "scores": torch.tensor([row["score"] for row in rows], dtype=torch.float32),
+    }
     non_tensors = {key: np.array([row[key] for row in rows], dtype=object) for key in ROW_KEYS}
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)

@@ -1,10 +1,15 @@
 """Driver-side maths of one step: KL-in-reward, rollout IS, advantages (all from `roll.algorithms`)."""
+
 import inspect
 
 from omegaconf import OmegaConf
 
-from roll.algorithms import (apply_kl_penalty, compute_mismatch_metrics, compute_rollout_importance_weights,
-                             get_adv_estimator_fn)
+from roll.algorithms import (
+    apply_kl_penalty,
+    compute_mismatch_metrics,
+    compute_rollout_importance_weights,
+    get_adv_estimator_fn,
+)
 from roll.distributed.data_proto import DataProto
 
 
@@ -14,8 +19,14 @@ def apply_reward_kl(batch: DataProto, config, kl_ctrl) -> dict:
     if not config.add_token_level_kl:
         batch.batch["token_level_rewards"] = scores.clone()
         return {}
-    rewards, metrics = apply_kl_penalty(scores, batch.batch["old_log_probs"], batch.batch["ref_log_probs"],
-                                        batch.batch["response_mask"], kl_ctrl, kl_penalty=config.kl_penalty)
+    rewards, metrics = apply_kl_penalty(
+        scores,
+        batch.batch["old_log_probs"],
+        batch.batch["ref_log_probs"],
+        batch.batch["response_mask"],
+        kl_ctrl,
+        kl_penalty=config.kl_penalty,
+    )
     batch.batch["token_level_rewards"] = rewards
     return metrics
 
@@ -29,10 +40,15 @@ def apply_rollout_is(batch: DataProto, config) -> dict:
     if config.rollout_is_threshold is None:
         return metrics
     weights, is_metrics = compute_rollout_importance_weights(
-        old, rollout, mask, rollout_is_level=config.rollout_is_level, rollout_is_mode=config.rollout_is_mode,
+        old,
+        rollout,
+        mask,
+        rollout_is_level=config.rollout_is_level,
+        rollout_is_mode=config.rollout_is_mode,
         rollout_is_threshold=config.rollout_is_threshold,
         rollout_is_threshold_lower=config.rollout_is_threshold_lower,
-        rollout_is_veto_threshold=config.rollout_is_veto_threshold)
+        rollout_is_veto_threshold=config.rollout_is_veto_threshold,
+    )
     metrics.update(is_metrics)
     if config.rollout_is:
         batch.batch["rollout_is_weights"] = weights
@@ -56,16 +72,22 @@ def compute_advantages(batch: DataProto, config) -> None:
         "old_log_probs": data.get("old_log_probs"),
         "sum_pi_squared": data.get("sum_pi_squared"),
         "rollout_is_weights": data.get("rollout_is_weights"),
-        "config": OmegaConf.create({"gamma": config.gamma, "lam": config.lambd,
-                                    "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}),
+        "config": OmegaConf.create(
+            {"gamma": config.gamma, "lam": config.lambd, "norm_adv_by_std_in_grpo": config.norm_adv_by_std_in_grpo}
+        ),
     }
     params = inspect.signature(fn).parameters
-    required = [p for p, spec in params.items() if spec.default is inspect.Parameter.empty
-                and spec.kind not in (spec.VAR_KEYWORD, spec.VAR_POSITIONAL)]
+    required = [
+        p
+        for p, spec in params.items()
+        if spec.default is inspect.Parameter.empty and spec.kind not in (spec.VAR_KEYWORD, spec.VAR_POSITIONAL)
+    ]
     missing = [p for p in required if available.get(p) is None]
     if missing:
-        raise ValueError(f"adv_estimator={name!r} needs {missing}, which this pipeline step did not produce "
-                         f"(gae needs a critic role)")
+        raise ValueError(
+            f"adv_estimator={name!r} needs {missing}, which this pipeline step did not produce "
+            f"(gae needs a critic role)"
+        )
     kwargs = {p: available[p] for p in params if p in available and available[p] is not None}
     advantages, returns = fn(**kwargs)
     data["advantages"], data["returns"] = advantages, returns

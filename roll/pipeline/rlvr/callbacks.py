@@ -3,6 +3,7 @@
 A callback sees the step's full batch (prompts, responses, scores, advantages, ...) and its metrics;
 it must not change them. `SampleLogger` is the built-in one: what the policy was asked and answered.
 """
+
 import json
 from pathlib import Path
 
@@ -35,13 +36,24 @@ class SampleLogger(StepCallback):
 
 
 def sample_rows(batch: DataProto) -> list[dict]:
-    columns = {"uid": "uid", "prompt": "prompt_text", "response": "response_text", "ground_truth": "ground_truth",
-               "tag": "tag"}
+    columns = {
+        "uid": "uid",
+        "prompt": "prompt_text",
+        "response": "response_text",
+        "ground_truth": "ground_truth",
+        "tag": "tag",
+    }
     present = {out: batch.non_tensor_batch[key] for out, key in columns.items() if key in batch.non_tensor_batch}
     scores = batch.batch["scores"].tolist()
     lengths = batch.batch["response_mask"].sum(-1).long().tolist()
-    return [{**{out: _plain(values[i]) for out, values in present.items()}, "score": scores[i],
-             "response_tokens": lengths[i]} for i in range(len(batch))]
+    return [
+        {
+            **{out: _plain(values[i]) for out, values in present.items()},
+            "score": scores[i],
+            "response_tokens": lengths[i],
+        }
+        for i in range(len(batch))
+    ]
 
 
 def _plain(value):

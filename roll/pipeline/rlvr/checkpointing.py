@@ -6,6 +6,7 @@ line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
     critic/                 the same for the value model (GAE only)
     pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient
 """
+
 import torch
 
 from roll.utils import checkpoint
@@ -32,8 +33,12 @@ class PipelineCheckpointer:
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
-        state = {"completed_steps": completed_steps, **self.pipeline.data_state(),
-                 "rng": get_rng_state(), "kl_coef": self.pipeline.kl_ctrl.value}
+        state = {
+            "completed_steps": completed_steps,
+            **self.pipeline.data_state(),
+            "rng": get_rng_state(),
+            "kl_coef": self.pipeline.kl_ctrl.value,
+        }
         torch.save(state, staged / STATE_FILE)
         final = checkpoint.commit(output_dir, completed_steps)
         logger.info("saved checkpoint %s", final)
@@ -44,17 +49,24 @@ class PipelineCheckpointer:
         path = checkpoint.find_checkpoint(config.output_dir, config.resume_from_checkpoint)
         if path is None:
             if config.resume_from_checkpoint:
-                logger.info("resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1",
-                            config.output_dir)
+                logger.info(
+                    "resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1", config.output_dir
+                )
             return 0
         if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
-                                    f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)")
+            raise FileNotFoundError(
+                f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
+                f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
+            )
         state = torch.load(path / STATE_FILE, weights_only=False)
         completed = state["completed_steps"]
         if completed >= config.max_steps:
-            logger.warning("checkpoint %s already has %d completed steps, max_steps is %d: nothing to train",
-                           path, completed, config.max_steps)
+            logger.warning(
+                "checkpoint %s already has %d completed steps, max_steps is %d: nothing to train",
+                path,
+                completed,
+                config.max_steps,
+            )
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)
             cluster.load_checkpoint(str(path / name))

@@ -2,6 +2,7 @@
 resident role on the same devices is offloaded (weights, gradients, optimizer state or KV cache, as each
 strategy can). Roles on separate devices are never touched. On a CPU-only machine the strategies'
 offload/reload move nothing (they say so once in the log), but the calls run the same way."""
+
 import time
 
 

@@ -1,4 +1,5 @@
 """Per-step metrics of the driver: batch statistics, rank averaging and the progress line."""
+
 import numpy as np
 
 from roll.distributed.data_proto import DataProto
@@ -13,19 +14,27 @@ def mean_of_ranks(per_rank: list[dict]) -> dict:
 def batch_metrics(batch: DataProto) -> dict:
     mask = batch.batch["response_mask"]
     lengths = mask.sum(-1)
-    return {"critic/score/mean": batch.batch["scores"].mean().item(),
-            "critic/rewards/mean": batch.batch["token_level_rewards"].sum(-1).mean().item(),
-            "critic/advantages/mean": (batch.batch["advantages"] * mask).sum().item() / max(mask.sum().item(), 1),
-            "response_length/mean": lengths.mean().item(),
-            "response_length/clip_ratio": (lengths == mask.shape[1]).float().mean().item()}
+    return {
+        "critic/score/mean": batch.batch["scores"].mean().item(),
+        "critic/rewards/mean": batch.batch["token_level_rewards"].sum(-1).mean().item(),
+        "critic/advantages/mean": (batch.batch["advantages"] * mask).sum().item() / max(mask.sum().item(), 1),
+        "response_length/mean": lengths.mean().item(),
+        "response_length/clip_ratio": (lengths == mask.shape[1]).float().mean().item(),
+    }
 
 
 def progress(metrics: dict) -> str:
-    keys = [("reward", "critic/score/mean"), ("len", "response_length/mean"), ("pg_loss", "actor/pg_loss"),
-            ("kl", "mismatch/mismatch_kl"), ("val", "val/score/all")]
+    keys = [
+        ("reward", "critic/score/mean"),
+        ("len", "response_length/mean"),
+        ("pg_loss", "actor/pg_loss"),
+        ("kl", "mismatch/mismatch_kl"),
+        ("val", "val/score/all"),
+    ]
     parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
-    phases = " ".join(f"{k[len('timing/'):]} {v:.1f}s" for k, v in metrics.items()
-                      if k.startswith("timing/") and k != "timing/step")
+    phases = " ".join(
+        f"{k[len('timing/') :]} {v:.1f}s" for k, v in metrics.items() if k.startswith("timing/") and k != "timing/step"
+    )
     return " | ".join(parts) + f" | step {metrics['timing/step']:.1f}s ({phases})"
 
 

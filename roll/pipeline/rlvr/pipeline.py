@@ -4,6 +4,7 @@ The driver owns the data, the RL maths and the bookkeeping; every model lives in
 Ray workers. One pipeline step is a sequence of small methods, each one phase, timed separately; the
 phases shared with the agentic pipeline live in `roll.pipeline.base`.
 """
+
 import numpy as np
 import torch
 
@@ -25,8 +26,11 @@ class RLVRPipeline(BasePipeline):
         self.routes = build_tag_routes(config.rewards)
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
         self.sampler = PromptSampler(self.train_rows, config.seed)
-        self.val_rows = (self._load_rows(config.validation.data_args, "validation.data_args")
-                         if config.validation is not None else [])
+        self.val_rows = (
+            self._load_rows(config.validation.data_args, "validation.data_args")
+            if config.validation is not None
+            else []
+        )
 
     def _load_rows(self, data_args, key: str) -> list[dict]:
         rows = load_prompt_rows(data_args, self.tokenizer, self.config.prompt_length)
@@ -64,8 +68,13 @@ class RLVRPipeline(BasePipeline):
         batch.non_tensor_batch["uid"] = np.array([f"{step}-{i}" for i in range(len(rows))], dtype=object)
         if mode == "validation":
             args = config.validation.generating_args
-            generation = {"num_return_sequences": args.num_return_sequences, "do_sample": args.do_sample,
-                          "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+            generation = {
+                "num_return_sequences": args.num_return_sequences,
+                "do_sample": args.do_sample,
+                "temperature": args.temperature,
+                "top_p": args.top_p,
+                "top_k": args.top_k,
+            }
         elif mode == "greedy":
             generation = {"num_return_sequences": 1, "do_sample": False}
         else:
@@ -77,7 +86,8 @@ class RLVRPipeline(BasePipeline):
         out = self.actor_infer.generate(batch)
         out = out[: len(out) - pad * n] if pad else out
         out.non_tensor_batch["response_text"] = np.array(
-            self.tokenizer.batch_decode(out.batch["responses"], skip_special_tokens=True), dtype=object)
+            self.tokenizer.batch_decode(out.batch["responses"], skip_special_tokens=True), dtype=object
+        )
         return out
 
     def compute_rewards(self, batch: DataProto) -> DataProto:
@@ -125,8 +135,10 @@ class RLVRPipeline(BasePipeline):
         if not self.val_rows:
             return {}
         size = self.config.val_batch_size
-        parts = [self.compute_rewards(self.generate(self.val_rows[i:i + size], step, mode="validation"))
-                 for i in range(0, len(self.val_rows), size)]
+        parts = [
+            self.compute_rewards(self.generate(self.val_rows[i : i + size], step, mode="validation"))
+            for i in range(0, len(self.val_rows), size)
+        ]
         batch = DataProto.concat(parts)
         scores = batch.batch["scores"].numpy()
         tags = np.array([row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows])

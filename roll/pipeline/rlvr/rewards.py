@@ -1,4 +1,5 @@
 """Routing of samples to reward domains by their `tag`, and scores → token-level scores."""
+
 import numpy as np
 import torch
 
@@ -11,8 +12,10 @@ def build_tag_routes(rewards: dict) -> dict:
     for domain, reward_config in rewards.items():
         for tag in reward_config.tag_included:
             if tag in routes:
-                raise ValueError(f"rewards.{domain}.tag_included: tag {tag!r} is already routed to "
-                                 f"rewards.{routes[tag]}; each tag must belong to one domain")
+                raise ValueError(
+                    f"rewards.{domain}.tag_included: tag {tag!r} is already routed to "
+                    f"rewards.{routes[tag]}; each tag must belong to one domain"
+                )
             routes[tag] = domain
     return routes
 
@@ -22,11 +25,15 @@ def route(tag, routes: dict, domains: list[str], where: str) -> str:
     if tag is None or (isinstance(tag, float) and np.isnan(tag)):
         if len(domains) == 1:
             return domains[0]
-        raise ValueError(f"{where}: the row has no tag and there are several reward domains {domains}; "
-                         f"add a 'tag' column or keep one domain")
+        raise ValueError(
+            f"{where}: the row has no tag and there are several reward domains {domains}; "
+            f"add a 'tag' column or keep one domain"
+        )
     if tag not in routes:
-        raise ValueError(f"{where}: tag {tag!r} is in no rewards.<domain>.tag_included "
-                         f"(routed tags: {sorted(routes)}); add it to one domain's tag_included")
+        raise ValueError(
+            f"{where}: tag {tag!r} is in no rewards.<domain>.tag_included "
+            f"(routed tags: {sorted(routes)}); add it to one domain's tag_included"
+        )
     return routes[tag]
 
 

@@ -14,6 +14,7 @@ log-probs of a fixed probe (prompt + greedy response) under both roles (catches 
 the tensors but still computes with stale ones, e.g. a cached tied output layer). Either mismatch stops
 the run.
 """
+
 import time
 
 from roll.distributed.resource_manager import plan_role
@@ -39,8 +40,9 @@ def choose_method(requested: str, train_config, infer_config) -> tuple[str, dict
         raise ValueError(f"weight_sync_method = {requested!r}; valid: {list(METHODS)}")
     train = [set(p.devices) for p in _placements(train_config)]
     infer = [set(p.devices) for p in _placements(infer_config)]
-    serving = {rank: next((t for t, devices in enumerate(train) if devices & mine), 0)
-               for rank, mine in enumerate(infer)}
+    serving = {
+        rank: next((t for t, devices in enumerate(train) if devices & mine), 0) for rank, mine in enumerate(infer)
+    }
     colocated = all(any(devices & mine for devices in train) for mine in infer)
     separate = all(train) and all(infer) and not any(t & i for t in train for i in infer)
     if requested != "auto":
@@ -59,14 +61,15 @@ def _placements(config):
 
 
 class WeightSync:
-    def __init__(self, actor_train, actor_infer, probe_prompt, buffer_size_mb: float = DEFAULT_BUFFER_MB,
-                 method: str = "auto"):
+    def __init__(
+        self, actor_train, actor_infer, probe_prompt, buffer_size_mb: float = DEFAULT_BUFFER_MB, method: str = "auto"
+    ):
         self.actor_train, self.actor_infer = actor_train, actor_infer
         self.probe_prompt = probe_prompt
         self.tolerance = PROBE_TOLERANCE[actor_infer.worker_config.model_args.dtype]
         if not buffer_size_mb > 0:
             raise ValueError(f"model_update_buffer_size_mb = {buffer_size_mb}: must be > 0")
-        self.limit_bytes = buffer_size_mb * 2 ** 20
+        self.limit_bytes = buffer_size_mb * 2**20
         self.method, self.serving, why = choose_method(method, actor_train.worker_config, actor_infer.worker_config)
         self.timeout_s = actor_infer.worker_config.rpc_timeout
         self.group_ready = False
@@ -80,10 +83,13 @@ class WeightSync:
         self._check_checksums(step)
         probe_diff = self._check_probe(step)
         size = sum(b["bytes"] for b in self.last_buckets)
-        return {"weight_sync/seconds": seconds, "weight_sync/size_mb": size / 2 ** 20,
-                "weight_sync/buckets": len(self.last_buckets),
-                "weight_sync/max_bucket_mb": max((b["bytes"] for b in self.last_buckets), default=0) / 2 ** 20,
-                "weight_sync/probe_max_abs_diff": probe_diff}
+        return {
+            "weight_sync/seconds": seconds,
+            "weight_sync/size_mb": size / 2**20,
+            "weight_sync/buckets": len(self.last_buckets),
+            "weight_sync/max_bucket_mb": max((b["bytes"] for b in self.last_buckets), default=0) / 2**20,
+            "weight_sync/probe_max_abs_diff": probe_diff,
+        }
 
     def _transfer(self, step: int) -> list[dict]:
         train, infer = self.actor_train, self.actor_infer
@@ -115,16 +121,20 @@ class WeightSync:
         total = sum(b["bytes"] for b in sent)
         for rank, got in enumerate(received):
             if got["bytes"] != total:
-                raise WeightSyncError(f"step {step}: actor_infer rank {rank} loaded {got['bytes']} bytes of weights, "
-                                      f"actor_train sent {total}")
+                raise WeightSyncError(
+                    f"step {step}: actor_infer rank {rank} loaded {got['bytes']} bytes of weights, "
+                    f"actor_train sent {total}"
+                )
         return sent
 
     def _create_group(self) -> None:
         """trainer rank 0 + every inference worker; both sides must join at once (each call is bounded)."""
         host, port = self.actor_train.weight_group_address()
         world = 1 + self.actor_infer.world_size
-        joins = [self.actor_train.join_weight_group.submit(host, port, world, self.timeout_s, True),
-                 self.actor_infer.join_weight_group.submit(host, port, world, self.timeout_s, False)]
+        joins = [
+            self.actor_train.join_weight_group.submit(host, port, world, self.timeout_s, True),
+            self.actor_infer.join_weight_group.submit(host, port, world, self.timeout_s, False),
+        ]
         for call in joins:
             call.result()
         self.group_ready = True
@@ -136,7 +146,8 @@ class WeightSync:
             if abs(got - expected) > CHECKSUM_RTOL * max(abs(expected), 1.0):
                 raise WeightSyncError(
                     f"step {step}: after weight sync actor_infer rank {rank} has parameter checksum {got!r}, "
-                    f"actor_train has {expected!r}: the inference engine did not load the trained weights")
+                    f"actor_train has {expected!r}: the inference engine did not load the trained weights"
+                )
 
     def _check_probe(self, step: int) -> float:
         probe = self.probe_prompt
@@ -144,8 +155,9 @@ class WeightSync:
         world = self.actor_infer.world_size
         generated = self.actor_infer.generate(_repeat_rows(probe, world))
         train_world = self.actor_train.world_size
-        view = generated.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses",
-                                            "response_mask"])
+        view = generated.select(
+            batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
+        )
         view.meta_info["temperature"] = 1.0
         infer_lp = self.actor_infer.compute_log_probs(_repeat_rows(view[[0]], world)).batch["log_probs"][0]
         train_lp = self.actor_train.compute_log_probs(_repeat_rows(view[[0]], train_world)).batch["log_probs"][0]
@@ -153,7 +165,8 @@ class WeightSync:
         if diff > self.tolerance:
             raise WeightSyncError(
                 f"step {step}: probe log-probs differ by {diff:.3g} between actor_infer and actor_train "
-                f"(tolerance {self.tolerance:g}): the inference engine is computing with stale or wrong weights")
+                f"(tolerance {self.tolerance:g}): the inference engine is computing with stale or wrong weights"
+            )
         return diff
 
 

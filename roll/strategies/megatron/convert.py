@@ -22,6 +22,7 @@ Fused gate/up: [gate; up] *per TP rank* (rank r holds [gate_r; up_r]), so the fu
 split in two halves when TP > 1: `shard_tp` / `merge_tp` handle it.
 The vocabulary is padded with zero rows to a multiple of TP (`padded_vocab_size`); HF export drops them.
 """
+
 import re
 
 import torch
@@ -39,8 +40,10 @@ _VOCAB = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 def check_supported(hf_config) -> None:
     if hf_config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"megatron conversion: model_type {hf_config.model_type!r} is not supported; "
-                         f"supported: {SUPPORTED_MODEL_TYPES}")
+        raise ValueError(
+            f"megatron conversion: model_type {hf_config.model_type!r} is not supported; "
+            f"supported: {SUPPORTED_MODEL_TYPES}"
+        )
 
 
 def head_dim(hf_config) -> int:
@@ -66,10 +69,19 @@ def tied(hf_config) -> bool:
 def hf_parameter_names(hf_config) -> set:
     """The HF parameter names hf_to_mcore reads (lm_head only when untied)."""
     names = {"model.embed_tokens.weight", "model.norm.weight"} | (set() if tied(hf_config) else {"lm_head.weight"})
-    per_layer = ["input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.o_proj.weight",
-                 "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
-    per_layer += [f"self_attn.{p}_proj.{s}" for p in "qkv"
-                  for s in (("weight", "bias") if has_qkv_bias(hf_config) else ("weight",))]
+    per_layer = [
+        "input_layernorm.weight",
+        "post_attention_layernorm.weight",
+        "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ]
+    per_layer += [
+        f"self_attn.{p}_proj.{s}"
+        for p in "qkv"
+        for s in (("weight", "bias") if has_qkv_bias(hf_config) else ("weight",))
+    ]
     for i in range(hf_config.num_hidden_layers):
         names |= {f"model.layers.{i}.{name}" for name in per_layer}
     return names
@@ -88,8 +100,10 @@ def hf_to_mcore(hf_state: dict, hf_config, tp_size: int = 1) -> dict:
             return weight.clone()
         return torch.cat([weight, weight.new_zeros(padded - vocab, *weight.shape[1:])])
 
-    out = {"embedding.word_embeddings.weight": pad(hf_state["model.embed_tokens.weight"]),
-           "decoder.final_layernorm.weight": hf_state["model.norm.weight"].clone()}
+    out = {
+        "embedding.word_embeddings.weight": pad(hf_state["model.embed_tokens.weight"]),
+        "decoder.final_layernorm.weight": hf_state["model.norm.weight"].clone(),
+    }
     if not tied(hf_config):
         out["output_layer.weight"] = pad(hf_state["lm_head.weight"])
     for i in range(hf_config.num_hidden_layers):
@@ -101,12 +115,19 @@ def hf_to_mcore(hf_state: dict, hf_config, tp_size: int = 1) -> dict:
             k = hf_state[src + f"self_attn.k_proj.{suffix}"]
             v = hf_state[src + f"self_attn.v_proj.{suffix}"]
             rest = q.shape[1:]
-            fused = torch.cat([q.reshape(groups, per_group * dim, *rest), k.reshape(groups, dim, *rest),
-                               v.reshape(groups, dim, *rest)], dim=1)
+            fused = torch.cat(
+                [
+                    q.reshape(groups, per_group * dim, *rest),
+                    k.reshape(groups, dim, *rest),
+                    v.reshape(groups, dim, *rest),
+                ],
+                dim=1,
+            )
             out[dst + f"self_attention.linear_qkv.{suffix}"] = fused.reshape(-1, *rest).clone()
         out[dst + "self_attention.linear_proj.weight"] = hf_state[src + "self_attn.o_proj.weight"].clone()
-        out[dst + "mlp.linear_fc1.weight"] = torch.cat([hf_state[src + "mlp.gate_proj.weight"],
-                                                       hf_state[src + "mlp.up_proj.weight"]])
+        out[dst + "mlp.linear_fc1.weight"] = torch.cat(
+            [hf_state[src + "mlp.gate_proj.weight"], hf_state[src + "mlp.up_proj.weight"]]
+        )
         out[dst + "mlp.linear_fc2.weight"] = hf_state[src + "mlp.down_proj.weight"].clone()
     return out
 
@@ -117,8 +138,10 @@ def mcore_to_hf(mcore_state: dict, hf_config) -> dict:
     heads, groups, dim = hf_config.num_attention_heads, num_kv_heads(hf_config), head_dim(hf_config)
     per_group = heads // groups
     vocab = hf_config.vocab_size
-    out = {"model.embed_tokens.weight": mcore_state["embedding.word_embeddings.weight"][:vocab].clone(),
-           "model.norm.weight": mcore_state["decoder.final_layernorm.weight"].clone()}
+    out = {
+        "model.embed_tokens.weight": mcore_state["embedding.word_embeddings.weight"][:vocab].clone(),
+        "model.norm.weight": mcore_state["decoder.final_layernorm.weight"].clone(),
+    }
     if not tied(hf_config):
         out["lm_head.weight"] = mcore_state["output_layer.weight"][:vocab].clone()
     for i in range(hf_config.num_hidden_layers):
@@ -222,8 +245,7 @@ def select_pp(full: dict, num_layers: int, pp_size: int, pp_rank: int, tied_embe
                 out[f"decoder.layers.{index - first}.{match.group(2)}"] = tensor
         elif name.startswith("embedding.") and pp_rank == 0:
             out[name] = tensor
-        elif (name.startswith("decoder.final_layernorm") or name.startswith("output_layer")) \
-                and pp_rank == pp_size - 1:
+        elif (name.startswith("decoder.final_layernorm") or name.startswith("output_layer")) and pp_rank == pp_size - 1:
             out[name] = tensor
     if tied_embeddings and pp_size > 1 and pp_rank == pp_size - 1:
         out["output_layer.weight"] = full["embedding.word_embeddings.weight"]

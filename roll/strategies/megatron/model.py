@@ -3,6 +3,7 @@
 Needs `megatron.core.parallel_state` initialised. Fusions are off and initialisation is on the CPU so
 the same code runs without CUDA (with roll.platforms.megatron_cpu applied).
 """
+
 import os
 
 import torch
@@ -19,21 +20,38 @@ def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32):
     on_gpu = torch.cuda.is_available()
     recompute = parallel.get("recompute_granularity")
     kwargs = dict(
-        num_layers=hf_config.num_hidden_layers, hidden_size=hf_config.hidden_size,
-        num_attention_heads=hf_config.num_attention_heads, num_query_groups=convert.num_kv_heads(hf_config),
-        kv_channels=convert.head_dim(hf_config), ffn_hidden_size=hf_config.intermediate_size,
-        normalization="RMSNorm", layernorm_epsilon=hf_config.rms_norm_eps, gated_linear_unit=True,
-        activation_func=F.silu, add_bias_linear=False, add_qkv_bias=convert.has_qkv_bias(hf_config),
-        hidden_dropout=0.0, attention_dropout=0.0, init_method_std=getattr(hf_config, "initializer_range", 0.02),
+        num_layers=hf_config.num_hidden_layers,
+        hidden_size=hf_config.hidden_size,
+        num_attention_heads=hf_config.num_attention_heads,
+        num_query_groups=convert.num_kv_heads(hf_config),
+        kv_channels=convert.head_dim(hf_config),
+        ffn_hidden_size=hf_config.intermediate_size,
+        normalization="RMSNorm",
+        layernorm_epsilon=hf_config.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=convert.has_qkv_bias(hf_config),
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        init_method_std=getattr(hf_config, "initializer_range", 0.02),
         tensor_model_parallel_size=parallel.get("tensor_model_parallel_size", 1),
         pipeline_model_parallel_size=parallel.get("pipeline_model_parallel_size", 1),
         sequence_parallel=parallel.get("sequence_parallel", False),
-        params_dtype=params_dtype, pipeline_dtype=params_dtype,
-        bf16=params_dtype == torch.bfloat16, fp16=params_dtype == torch.float16,
-        attention_softmax_in_fp32=True, use_cpu_initialization=not on_gpu, perform_initialization=False,
+        params_dtype=params_dtype,
+        pipeline_dtype=params_dtype,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
+        attention_softmax_in_fp32=True,
+        use_cpu_initialization=not on_gpu,
+        perform_initialization=False,
         # fused kernels are CUDA-only
-        gradient_accumulation_fusion=False, bias_activation_fusion=False, bias_dropout_fusion=False,
-        masked_softmax_fusion=False, persist_layer_norm=False, apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
         recompute_granularity=recompute,
         recompute_method="uniform" if recompute == "full" else None,
         recompute_num_layers=1 if recompute == "full" else None,
@@ -51,12 +69,18 @@ def build_gpt_model(hf_config, config, tp_size: int, pre_process: bool = True, p
     scaling = getattr(hf_config, "rope_scaling", None)
     if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
         raise ValueError(f"megatron conversion: rope_scaling {scaling} is not supported")
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-                    vocab_size=convert.padded_vocab_size(hf_config, tp_size),
-                    max_sequence_length=hf_config.max_position_embeddings, pre_process=pre_process,
-                    post_process=post_process, parallel_output=False,
-                    share_embeddings_and_output_weights=convert.tied(hf_config),
-                    position_embedding_type="rope", rotary_base=int(rope))
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=convert.padded_vocab_size(hf_config, tp_size),
+        max_sequence_length=hf_config.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        parallel_output=False,
+        share_embeddings_and_output_weights=convert.tied(hf_config),
+        position_embedding_type="rope",
+        rotary_base=int(rope),
+    )
     mark_tensor_parallel(model)
     return model
 
@@ -108,11 +132,15 @@ def init_megatron(parallel: dict) -> None:
 
     shape = (parallel["tensor_model_parallel_size"], parallel["pipeline_model_parallel_size"])
     if parallel_state.model_parallel_is_initialized():
-        current = (parallel_state.get_tensor_model_parallel_world_size(),
-                   parallel_state.get_pipeline_model_parallel_world_size())
+        current = (
+            parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_pipeline_model_parallel_world_size(),
+        )
         if current != shape:
-            raise RuntimeError(f"megatron parallel state already initialised as TP×PP={current}, asked for {shape}: "
-                               f"one parallel layout per process")
+            raise RuntimeError(
+                f"megatron parallel state already initialised as TP×PP={current}, asked for {shape}: "
+                f"one parallel layout per process"
+            )
     else:
         parallel_state.initialize_model_parallel(*shape)
     tensor_parallel.model_parallel_cuda_manual_seed(parallel["seed"])

@@ -5,6 +5,7 @@ The pipeline hands each domain the rows whose `tag` it includes, with `prompt_te
 returned score on each response's last token. A user's class lives in their own module and is named
 by dotted path in `rewards.<domain>.worker_cls`.
 """
+
 import math
 from numbers import Real
 
@@ -30,6 +31,7 @@ class RewardWorker(Worker):
             raise ValueError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
         for row, value in enumerate(scores):  # Python or numpy numbers; not tensors, strings or None
             if not isinstance(value, Real) or not math.isfinite(value):
-                raise ValueError(f"{type(self).__name__}.score: row {row} has score {value!r}; "
-                                 f"scores must be finite numbers")
+                raise ValueError(
+                    f"{type(self).__name__}.score: row {row} has score {value!r}; scores must be finite numbers"
+                )
         return DataProto.from_dict(tensors={"scores": torch.tensor([float(v) for v in scores], dtype=torch.float32)})

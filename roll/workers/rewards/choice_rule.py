@@ -3,14 +3,17 @@
 The final choice is the last of: `\\boxed{C}`, `Answer: C` / `answer is (C)`, or a lone letter on the
 last line. Letters A–J are recognised; a response with no recognisable choice scores 0.
 """
+
 import re
 
 from roll.distributed.data_proto import DataProto
 from roll.workers.rewards.base import RewardWorker
 
-_PATTERNS = (re.compile(r"\\boxed\{\s*\(?([A-J])\)?\s*\}"),
-             re.compile(r"answer\s*(?:is|:)?\s*\(?([A-J])\)?(?![A-Za-z])", re.IGNORECASE),
-             re.compile(r"^\s*\(?([A-J])\)?[.)]?\s*$", re.MULTILINE))
+_PATTERNS = (
+    re.compile(r"\\boxed\{\s*\(?([A-J])\)?\s*\}"),
+    re.compile(r"answer\s*(?:is|:)?\s*\(?([A-J])\)?(?![A-Za-z])", re.IGNORECASE),
+    re.compile(r"^\s*\(?([A-J])\)?[.)]?\s*$", re.MULTILINE),
+)
 
 
 def final_choice(response: str) -> str | None:
@@ -31,5 +34,7 @@ def grade_choice(response: str, ground_truth: str) -> float:
 
 class MultipleChoiceRewardWorker(RewardWorker):
     def score(self, batch: DataProto) -> list[float]:
-        return [grade_choice(response, truth) for response, truth in
-                zip(batch.non_tensor_batch["response_text"], batch.non_tensor_batch["ground_truth"])]
+        return [
+            grade_choice(response, truth)
+            for response, truth in zip(batch.non_tensor_batch["response_text"], batch.non_tensor_batch["ground_truth"])
+        ]

@@ -4,6 +4,7 @@ math-verify's built-in timeout uses signals, which only work on a process's main
 worker's method may not run there, so its timeouts are switched off and parse+verify runs in a
 daemon thread that we stop waiting for after `timeout_s` (the answer then scores 0).
 """
+
 import logging
 import threading
 
