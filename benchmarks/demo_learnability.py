@@ -11,7 +11,7 @@ Greedy held-out accuracy (math-verify) is measured before, every --eval_steps, a
     OMP_NUM_THREADS=1 python benchmarks/demo_learnability.py --data_dir /tmp/demo_s0 --seed 0
     OMP_NUM_THREADS=1 python benchmarks/demo_learnability.py --seeds 0 1 2     # robustness, one line each
 
-The demo folder is prepared (roll.models.demo.prepare_demo) when missing or prepared differently.
+The demo folder is prepared (roll.demo.rlvr.prepare_demo) when missing or prepared differently.
 """
 
 import argparse
@@ -34,8 +34,8 @@ from roll.algorithms import (
     compute_policy_loss_vanilla,
     kl_penalty,
 )
-from roll.data.demo_task import read_jsonl  # noqa: E402
-from roll.models.demo import DemoSettings, encode_prompts, greedy_eval, load_model, prepare_demo  # noqa: E402
+from roll.demo.rlvr import DemoSettings, encode_prompts, greedy_eval, load_model, prepare_demo  # noqa: E402
+from roll.demo.task import read_jsonl  # noqa: E402
 from roll.workers.rewards.math_verify_grader import grade  # noqa: E402
 
 

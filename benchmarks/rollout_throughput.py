@@ -94,7 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir
         if model_dir is None:
-            from roll.models.tiny import build_tiny_model
+            from roll.demo.tiny_model import build_tiny_model
 
             words = [f"w{i}" for i in range(300)] + ["the answer is", "\\boxed{7}"]
             model_dir = build_tiny_model(f"{tmp}/model", words, hidden_size=64, num_layers=2, num_heads=2)

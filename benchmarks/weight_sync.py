@@ -74,9 +74,9 @@ def main() -> None:
 
     import ray
 
+    from roll.demo.tiny_model import build_tiny_model
     from roll.distributed.ray_utils import init_ray
-    from roll.models.tiny import build_tiny_model
-    from roll.pipeline.rlvr.weight_sync import WeightSync
+    from roll.pipeline.core.weight_sync import WeightSync
 
     words = [f"w{i}" for i in range(900)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,5 @@
 """Build the agentic demo's tiny model: a tokenizer from the environments' texts, then a warm start on
-random play (the reply format, then the environments' dynamics; see roll/models/agentic_demo.py).
+random play (the reply format, then the environments' dynamics; see roll/demo/agentic.py).
 
     python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data   # ~4 min on 2 CPU cores
 """
@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # 2 threads on 2 busy cores are 10-40x slower
 
-from roll.models.agentic_demo import prepare_agentic_demo  # noqa: E402
+from roll.demo.agentic import prepare_agentic_demo  # noqa: E402
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -11,7 +11,7 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # 2 threads on 2 busy cores are 10-40x slower
 
-from roll.models.demo import DemoSettings, prepare_demo  # noqa: E402
+from roll.demo.rlvr import DemoSettings, prepare_demo  # noqa: E402
 
 
 def main() -> None:

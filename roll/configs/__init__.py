@@ -14,9 +14,7 @@ from pathlib import Path
 
 from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, check_agentic, group_tags, num_env_workers
 from roll.configs.base import PipelineConfig
-from roll.configs.loader import ConfigError, build
-from roll.configs.rlvr import RLVRConfig
-from roll.configs.validation import (
+from roll.configs.checks import (
     BatchPlan,
     batch_plan,
     check_algorithm,
@@ -25,6 +23,8 @@ from roll.configs.validation import (
     check_roles,
     roles,
 )
+from roll.configs.loader import ConfigError, build
+from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (
     DataArgs,
     GeneratingArgs,

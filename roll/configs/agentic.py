@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.algorithm import RLAlgorithmConfig
+from roll.configs.checks import data_parallel_size
 from roll.configs.loader import ConfigError, field_help
-from roll.configs.validation import data_parallel_size
 from roll.configs.worker import GeneratingArgs
 
 

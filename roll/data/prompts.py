@@ -8,9 +8,9 @@ and row; prompts longer than `prompt_length` are dropped with a count, or reject
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from roll.distributed.data_proto import DataProto
+from roll.utils.functional import left_pad
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.data")
@@ -97,12 +97,7 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
 
 def collate_prompts(rows: list[dict], prompt_length: int, pad_token_id: int) -> DataProto:
     """Left-pad prompt ids to `prompt_length` (the batch layout of docs/contracts.md)."""
-    prompts = torch.full((len(rows), prompt_length), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), prompt_length), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids = row["prompt_ids"]
-        prompts[i, prompt_length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        mask[i, prompt_length - len(ids) :] = 1
+    prompts, mask = left_pad([row["prompt_ids"] for row in rows], pad_token_id, width=prompt_length)
     non_tensors = {
         key: np.array([row[key] for row in rows], dtype=object) for key in ("prompt_text", "ground_truth", "tag")
     }

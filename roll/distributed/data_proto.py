@@ -130,6 +130,22 @@ class DataProto:
             index = torch.arange(len(self)).repeat(repeat_times)
         return self[index]
 
+    def pad_to_multiple(self, multiple: int, loss_free_keys=()) -> tuple["DataProto", int]:
+        """Append copies of leading rows until `len` divides `multiple` (workers split rows evenly); returns
+        (padded batch, rows added). Callers drop the copies' outputs. For a training batch, name the tensors
+        that carry loss in `loss_free_keys`: the copies get zeros there and a `uid` group of their own, so
+        they change no token-mean loss and no group statistic."""
+        pad = (-len(self)) % multiple
+        if pad == 0:
+            return self, 0
+        filler = self[[i % len(self) for i in range(pad)]]
+        for key in loss_free_keys:
+            if key in filler.batch:
+                filler.batch[key] = torch.zeros_like(filler.batch[key])
+        if loss_free_keys and "uid" in filler.non_tensor_batch:
+            filler.non_tensor_batch["uid"] = np.array([f"padding-{i}" for i in range(pad)], dtype=object)
+        return DataProto.concat([self, filler]), pad
+
     def group_by(self, key: str) -> dict:
         """Rows grouped by the value of a non-tensor column, groups and rows in first-seen order."""
         if key not in self.non_tensor_batch:

@@ -16,12 +16,11 @@ from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager
-from roll.pipeline.rlvr import advantages as step_maths
-from roll.pipeline.rlvr.checkpointing import PipelineCheckpointer
-from roll.pipeline.rlvr.colocation import PhaseMemory
-from roll.pipeline.rlvr.metrics import fmt, mean_of_ranks, progress
-from roll.pipeline.rlvr.rewards import pad_to_multiple
-from roll.pipeline.rlvr.weight_sync import WeightSync
+from roll.pipeline.core import step_maths
+from roll.pipeline.core.checkpointing import PipelineCheckpointer
+from roll.pipeline.core.colocation import PhaseMemory
+from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
+from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer
@@ -35,7 +34,7 @@ MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles
 class BasePipeline:
     """`Pipeline(config).run()` trains; `close()` (or a `with` block) stops the workers and frees the
     devices, so several pipelines can run one after another in one Ray session. `callbacks` are
-    `roll.pipeline.rlvr.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
+    `roll.pipeline.core.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
 
     def __init__(self, config, callbacks=()):
         self.config = config
@@ -148,7 +147,7 @@ class BasePipeline:
         """`key` ← a per-token forward quantity of the responses: log-probs, or Σπ² for key "sum_pi_squared"."""
         view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
-        view, pad = pad_to_multiple(view, cluster.world_size)
+        view, _ = view.pad_to_multiple(cluster.world_size)
         self.memory.use(cluster.name)
         if key == "sum_pi_squared":
             values = cluster.compute_sum_pi_squared(view).batch[key]
@@ -157,10 +156,8 @@ class BasePipeline:
         batch.batch[key] = values[: len(batch)]
 
     def compute_values(self, batch: DataProto) -> None:
-        view, pad = pad_to_multiple(
-            batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]),
-            self.critic.world_size,
-        )
+        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
+        view, _ = view.pad_to_multiple(self.critic.world_size)
         self.memory.use("critic")
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 

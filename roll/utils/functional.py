@@ -18,12 +18,23 @@ def response_log_probs(logits: torch.Tensor, responses: torch.Tensor, temperatur
     return torch.gather(logits.log_softmax(dim=-1), -1, responses.unsqueeze(-1)).squeeze(-1)
 
 
-def left_pad(id_lists: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-id lists → (ids, attention mask), left-padded to the longest."""
-    width = max(len(ids) for ids in id_lists)
+def left_pad(id_lists: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id lists → (ids, attention mask), left-padded to `width` (default: the longest)."""
+    width = max(len(ids) for ids in id_lists) if width is None else width
     ids = torch.full((len(id_lists), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(id_lists), width), dtype=torch.long)
     for i, row in enumerate(id_lists):
         ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
         mask[i, width - len(row) :] = 1
     return ids, mask
+
+
+def scores_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B,) scores → (B, R) token-level scores: each row's score on its LAST GENERATED token (mask 1), zero
+    elsewhere. In a multi-turn response observations follow some replies, so that is not always the last
+    real token; a row with no generated token carries nothing."""
+    positions = torch.arange(response_mask.shape[1]).expand_as(response_mask)
+    last = torch.where(response_mask > 0, positions, -1).max(dim=1).values.clamp(min=0)
+    out = torch.zeros_like(response_mask, dtype=torch.float32)
+    out[torch.arange(len(scores)), last] = scores.float() * (response_mask.sum(-1) > 0)
+    return out

@@ -1,4 +1,4 @@
-"""Worker side of the bucketed weight sync (driven by roll.pipeline.rlvr.weight_sync.WeightSync).
+"""Worker side of the bucketed weight sync (driven by roll.pipeline.core.weight_sync.WeightSync).
 
 Trainer (every rank, because the strategies gather shards collectively): `open_weight_stream` starts
 `buckets(strategy.named_hf_parameters(), limit)`; each `next_weight_bucket` advances it by one bucket on

@@ -7,9 +7,11 @@ import torch
 from roll.agentic.env_managers import ChatTokens, StepEnvManager, TrajEnvManager
 from roll.agentic.envs import make_env
 from roll.configs.agentic import EnvConfig
-from roll.models.tiny import build_tokenizer
-from roll.pipeline.agentic.rewards import normalize_scores, pad_for_training, token_level
+from roll.demo.tiny_model import build_tokenizer
+from roll.pipeline.agentic.episode_scores import normalize_scores
+from roll.pipeline.agentic.pipeline import LOSS_KEYS
 from roll.pipeline.agentic.rollout import to_batch
+from roll.utils.functional import scores_on_last_token
 
 ACTIONS = ["Left", "Down", "Right", "Up"]
 
@@ -133,7 +135,7 @@ def test_normalize_scores_by_group_and_batch():
 
 def test_token_level_score_sits_on_the_last_generated_token():
     mask = torch.tensor([[1, 1, 0, 0, 1, 0, 0], [1, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0]], dtype=torch.float32)
-    out = token_level(torch.tensor([2.0, 3.0, 4.0]), mask)
+    out = scores_on_last_token(torch.tensor([2.0, 3.0, 4.0]), mask)
     assert out[0].tolist() == [0, 0, 0, 0, 2.0, 0, 0]
     assert out[1].tolist() == [3.0, 0, 0, 0, 0, 0, 0]
     assert out[2].abs().sum() == 0  # a padding row carries nothing
@@ -162,9 +164,10 @@ def test_batch_layout_and_loss_free_padding(chat):
     assert batch.batch["attention_mask"][0].tolist() == [0, 0, 1, 1, 1, 1, 1, 0, 0]
     assert batch.batch["response_mask"][0].tolist() == [1, 0, 1, 0, 0]
     assert batch.batch["position_ids"][0].tolist()[2:7] == [0, 1, 2, 3, 4]
-    batch.batch["token_level_scores"] = token_level(batch.batch["scores"], batch.batch["response_mask"])
+    batch.batch["token_level_scores"] = scores_on_last_token(batch.batch["scores"], batch.batch["response_mask"])
     batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
-    padded = pad_for_training(batch, 4)
+    padded, added = batch.pad_to_multiple(4, loss_free_keys=LOSS_KEYS)
+    assert added == 3
     assert len(padded) == 4 and padded.batch["response_mask"][1:].sum() == 0
     assert list(padded.non_tensor_batch["uid"][1:]) == ["padding-0", "padding-1", "padding-2"]
     with pytest.raises(ValueError, match="response_length 2"):

@@ -7,7 +7,7 @@ import pytest
 
 from roll.configs import DataArgs
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
-from roll.models.tiny import build_tokenizer
+from roll.demo.tiny_model import build_tokenizer
 
 ROWS = [
     {"prompt": "What is 1 plus 2 ?", "ground_truth": "3", "tag": "math"},

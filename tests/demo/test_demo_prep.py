@@ -4,9 +4,9 @@ import json
 
 from transformers import AutoTokenizer
 
-from roll.data import demo_task
-from roll.models.demo import MARKER, DemoSettings, is_prepared, prepare_demo
-from roll.models.tiny import build_tiny_model
+from roll.demo import task as demo_task
+from roll.demo.rlvr import MARKER, DemoSettings, is_prepared, prepare_demo
+from roll.demo.tiny_model import build_tiny_model
 from roll.workers.rewards.math_verify_grader import grade
 
 

@@ -20,7 +20,7 @@ from tests.pipeline.helpers import make_config  # noqa: E402
 def demo_dir(tmp_path_factory) -> Path:
     """Tiny model + data, briefly warm-started (40 steps, ~3 s): sampled replies are mostly well-formed
     `\\boxed{n}` with near-chance answers, so GRPO groups have reward variance."""
-    from roll.models.demo import DemoSettings, prepare_demo
+    from roll.demo.rlvr import DemoSettings, prepare_demo
 
     directory = tmp_path_factory.mktemp("demo")
     prepare_demo(directory, DemoSettings(warm_start_steps=40), log=lambda *_: None)
@@ -42,7 +42,7 @@ def ray_session(demo_dir):
 @pytest.fixture(scope="session")
 def agentic_model(tmp_path_factory) -> Path:
     """The agentic demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~4 min)."""
-    from roll.models.agentic_demo import prepare_agentic_demo
+    from roll.demo.agentic import prepare_agentic_demo
 
     directory = tmp_path_factory.mktemp("agentic_demo")
     prepare_agentic_demo(directory, log=lambda *_: None)

@@ -69,7 +69,7 @@ def run_pipeline(config, sample_dir: Path | None = None, inspect=None) -> dict:
     """Runs one pipeline in this process and closes it; returns run()'s history. Samples go to
     `sample_dir` (SampleLogger); `inspect(pipeline) -> dict` runs after training, before the workers
     stop, and its result is added under "inspected"."""
-    from roll.pipeline.rlvr.callbacks import SampleLogger
+    from roll.pipeline.core.callbacks import SampleLogger
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
     callbacks = [SampleLogger(str(sample_dir))] if sample_dir is not None else []

@@ -1,6 +1,6 @@
 """Colocated roles take turns on their devices; separate roles are never offloaded."""
 
-from roll.pipeline.rlvr.colocation import PhaseMemory
+from roll.pipeline.core.colocation import PhaseMemory
 
 
 class RecordingCluster:  # test double: records offload/reload calls

@@ -9,7 +9,7 @@ math-verify's grades.
 import pytest
 import torch
 
-from roll.pipeline.rlvr.callbacks import read_samples
+from roll.pipeline.core.callbacks import read_samples
 from roll.workers.rewards.math_verify_grader import grade
 from tests.pipeline.helpers import REPO, run_pipeline
 

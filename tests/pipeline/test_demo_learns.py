@@ -11,7 +11,7 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 def test_shipped_demo_config_learns(tmp_path_factory):
     from roll.configs import compose_config, load_rlvr_config
-    from roll.models.demo import DemoSettings, prepare_demo
+    from roll.demo.rlvr import DemoSettings, prepare_demo
 
     demo = tmp_path_factory.mktemp("demo_default")
     prepare_demo(demo, DemoSettings(), log=lambda *_: None)

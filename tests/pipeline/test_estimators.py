@@ -4,7 +4,7 @@ sample's baseline) and the optimal token baseline (per-token Σπ² from actor_t
 import pytest
 import torch
 
-from roll.pipeline.rlvr.callbacks import StepCallback
+from roll.pipeline.core.callbacks import StepCallback
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from roll.pipeline.rlvr.callbacks import read_samples
+from roll.pipeline.core.callbacks import read_samples
 from tests.pipeline.helpers import run_pipeline, trained_weights
 
 pytestmark = pytest.mark.usefixtures("ray_session")

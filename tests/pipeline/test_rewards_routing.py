@@ -3,7 +3,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from roll.pipeline.rlvr.rewards import build_tag_routes, route, scores_to_token_level
+from roll.pipeline.rlvr.routing import build_tag_routes, route
+from roll.utils.functional import scores_on_last_token
 
 
 def test_routes_and_untagged_rows():
@@ -26,5 +27,5 @@ def test_tag_claimed_twice_is_an_error():
 
 def test_scores_land_on_last_response_token():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
-    out = scores_to_token_level(torch.tensor([1.0, 2.0, 3.0]), mask)
+    out = scores_on_last_token(torch.tensor([1.0, 2.0, 3.0]), mask)
     assert out.tolist() == [[0, 0, 1, 0], [2, 0, 0, 0], [0, 0, 0, 3]]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from roll.distributed import weight_transport as transport
-from roll.pipeline.rlvr.weight_sync import choose_method
+from roll.pipeline.core.weight_sync import choose_method
 from roll.workers.weight_transfer import WeightReceiver
 
 LIMIT_MB = 0.02  # the tiny demo model has tensors of 256 B .. 128 KB: several buckets, some single big tensors
@@ -120,7 +120,7 @@ def zero_engine_weights(cluster) -> None:
 
 @pytest.mark.parametrize("method", ["auto", "collective", "object_store"])
 def test_every_path_gives_the_engine_the_trainers_exact_weights(roles, method):
-    from roll.pipeline.rlvr.weight_sync import WeightSync
+    from roll.pipeline.core.weight_sync import WeightSync
 
     actor_train, actor_infer = roles
     sync = WeightSync(actor_train, actor_infer, probe_batch(actor_infer), buffer_size_mb=LIMIT_MB, method=method)

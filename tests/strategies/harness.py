@@ -116,7 +116,7 @@ def prepare(directory: Path) -> tuple[Path, Path]:
     """A tiny Qwen2 checkpoint (hidden 64, 2 layers) and STEPS batches of WORLD_SIZE × ROWS_PER_RANK rows."""
     from transformers import AutoModelForCausalLM
 
-    from roll.models.tiny import build_tiny_model
+    from roll.demo.tiny_model import build_tiny_model
     from roll.utils.functional import response_log_probs, slice_response_logits
 
     words = [f"w{i}" for i in range(150)] + ["the answer is", "\\boxed{7}", "add", "two", "numbers"]

@@ -338,7 +338,7 @@ def test_outputs_to_batch_layout_eos_padding_and_log_probs():
 # --- the strategy on the test double ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from roll.models.tiny import build_tiny_model
+    from roll.demo.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("sglang")
     torch.set_num_threads(1)
@@ -368,7 +368,7 @@ def make(monkeypatch):
 
 
 def _weight_sync(monkeypatch, trainer, engine):
-    from roll.pipeline.rlvr import weight_sync as module
+    from roll.pipeline.core import weight_sync as module
 
     probe = prompt_batch(trainer.strategy.model.config.vocab_size, rows=1, seed=123)
     return module.WeightSync(trainer, engine, probe), module.WeightSyncError

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def scenario(workdir: Path) -> dict:
     import torch
 
-    from roll.models.tiny import build_tiny_model
+    from roll.demo.tiny_model import build_tiny_model
     from tests.strategies.vllm_scenarios import WORDS, make, perturbed_copy, prompt_batch
 
     base = build_tiny_model(str(workdir / "base"), WORDS, seed=3)

@@ -6,7 +6,7 @@ tests/strategies/test_vllm.py asserts on; every scenario records its error inste
 
 The strategies run as they do in an ActorWorker, behind `StandInWorker` (a test double carrying what a
 strategy reads: worker_config, rank, world_size). `RoleDouble` stands in for a one-worker Cluster with the
-ActorWorker methods the pipeline's WeightSync calls, so the real roll/pipeline/rlvr/weight_sync.py checks
+ActorWorker methods the pipeline's WeightSync calls, so the real roll/pipeline/core/weight_sync.py checks
 (parameter checksum + probe log-probs) run unchanged.
 """
 
@@ -142,7 +142,7 @@ def perturbed_copy(source: Path, target: Path, seed: int, scale: float = 0.3, eo
 
 def weight_sync(trainer, engine):
     """The pipeline's WeightSync on the doubles (no devices: the object-store path, handed over in-process)."""
-    from roll.pipeline.rlvr import weight_sync as module
+    from roll.pipeline.core import weight_sync as module
 
     probe = prompt_batch(trainer.strategy.model.config.vocab_size, rows=1, seed=123)
     return module.WeightSync(trainer, engine, probe), module.WeightSyncError
@@ -155,7 +155,7 @@ def max_diff(a, b) -> float:
 # --- scenarios ------------------------------------------------------------------------------------------------
 def untied(workdir: Path) -> dict:
     """Dummy-loaded engine + initial sync; greedy identity with hf_infer; log-probs; n>1 layout; seeds."""
-    from roll.models.tiny import build_tiny_model
+    from roll.demo.tiny_model import build_tiny_model
 
     base = build_tiny_model(str(workdir / "untied"), WORDS, seed=3)
     trained = perturbed_copy(base, workdir / "untied_trained", seed=1, eos_often=True)
@@ -258,7 +258,7 @@ def layout_checks(batch, sampled, pad: int, eos: int) -> dict:
 def tied(workdir: Path) -> dict:
     """The stale output layer of tied embeddings: a skipped sync and a reload without re-processing the
     tied layer must both fail the pipeline's verification; the strategy's re-processing passes it."""
-    from roll.models.tiny import build_tiny_model
+    from roll.demo.tiny_model import build_tiny_model
 
     base = build_tiny_model(str(workdir / "tied"), WORDS, seed=4, tie_word_embeddings=True)
     trained = perturbed_copy(base, workdir / "tied_trained", seed=2, scale=1.0)

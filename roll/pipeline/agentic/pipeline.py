@@ -20,13 +20,16 @@ from roll.configs.agentic import group_tags, num_env_workers
 from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
-from roll.pipeline.agentic.rewards import episode_metrics, normalize_scores, pad_for_training, token_level
+from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
-from roll.pipeline.rlvr.metrics import batch_metrics
+from roll.pipeline.core.metrics import batch_metrics
+from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
 ENV_WORKER = "roll.agentic.env_worker.EnvironmentWorker"
+# tensors that carry loss or reward: zero in the padding rows a step-wise rollout needs
+LOSS_KEYS = ("response_mask", "token_level_scores", "scores", "rollout_log_probs")
 
 
 class AgenticPipeline(BasePipeline):
@@ -126,7 +129,7 @@ class AgenticPipeline(BasePipeline):
             self.memory.use("actor_infer")
             batch, metrics = self.rollout(step)
         norm = config.reward_normalization
-        batch.batch["token_level_scores"] = token_level(
+        batch.batch["token_level_scores"] = scores_on_last_token(
             normalize_scores(
                 batch.batch["scores"], _grouping(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type
             ),
@@ -134,7 +137,7 @@ class AgenticPipeline(BasePipeline):
         )
         batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
         real = len(batch)
-        batch = pad_for_training(batch, self._train_multiple())
+        batch, _ = batch.pad_to_multiple(self._train_multiple(), loss_free_keys=LOSS_KEYS)
         metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch[:real]))
         metrics.update({"rollout/samples": real, "rollout/padding_rows": len(batch) - real})

@@ -10,7 +10,6 @@ import torch
 
 from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
-from roll.pipeline.rlvr.rewards import pad_to_multiple
 from roll.utils.functional import compute_position_ids, left_pad
 
 ROW_KEYS = ("tag", "traj_group_id", "traj_id", "env_id", "success", "num_turns", "invalid_actions", "truncated")
@@ -52,7 +51,7 @@ class EnvRollout:
             batch.meta_info.update(
                 generation_config={**generation, "num_return_sequences": 1, "max_new_tokens": budget}, seed=seed
             )
-            batch, _ = pad_to_multiple(batch, self.actor_infer.world_size)
+            batch, _ = batch.pad_to_multiple(self.actor_infer.world_size)
             out = self.actor_infer.generate(batch)
             lengths = out.batch["response_mask"].sum(-1).long()
             for row, (env_id, _, _) in enumerate(part):
@@ -68,22 +67,21 @@ def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_tok
     """Training rows → the RLVR batch layout (docs/contracts.md): prompts left-padded to prompt_length,
     responses right-padded to response_length; `attention_mask` covers every real token (observations
     included), `response_mask` only the generated ones."""
-    size = len(rows)
-    prompts = torch.full((size, prompt_length), pad_token_id, dtype=torch.long)
-    responses = torch.full((size, response_length), pad_token_id, dtype=torch.long)
-    prompt_mask = torch.zeros((size, prompt_length), dtype=torch.long)
-    response_attention = torch.zeros((size, response_length), dtype=torch.long)
-    response_mask = torch.zeros((size, response_length))
-    log_probs = torch.zeros((size, response_length))
-    for i, row in enumerate(rows):
+    for row in rows:
         p, r = row["prompt_ids"], row["response_ids"]
         if len(p) > prompt_length or len(r) > response_length:
             raise ValueError(
                 f"env {row['env_id']} ({row['tag']}): a sample has {len(p)} prompt / {len(r)} response "
                 f"tokens, over prompt_length {prompt_length} / response_length {response_length}"
             )
-        prompts[i, prompt_length - len(p) :] = torch.tensor(p)
-        prompt_mask[i, prompt_length - len(p) :] = 1
+    prompts, prompt_mask = left_pad([row["prompt_ids"] for row in rows], pad_token_id, width=prompt_length)
+    size = len(rows)
+    responses = torch.full((size, response_length), pad_token_id, dtype=torch.long)
+    response_attention = torch.zeros((size, response_length), dtype=torch.long)
+    response_mask = torch.zeros((size, response_length))
+    log_probs = torch.zeros((size, response_length))
+    for i, row in enumerate(rows):
+        r = row["response_ids"]
         responses[i, : len(r)] = torch.tensor(r)
         response_attention[i, : len(r)] = 1
         response_mask[i, : len(r)] = torch.tensor(row["response_mask"], dtype=torch.float32)

@@ -11,9 +11,10 @@ import torch
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
-from roll.pipeline.rlvr.callbacks import SampleLogger
-from roll.pipeline.rlvr.metrics import batch_metrics
-from roll.pipeline.rlvr.rewards import build_tag_routes, pad_to_multiple, route, scores_to_token_level
+from roll.pipeline.core.callbacks import SampleLogger
+from roll.pipeline.core.metrics import batch_metrics
+from roll.pipeline.rlvr.routing import build_tag_routes, route
+from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
 
@@ -82,7 +83,7 @@ class RLVRPipeline(BasePipeline):
         n = generation["num_return_sequences"]
         self.memory.use("actor_infer")
         batch.meta_info.update(generation_config=generation, seed=config.seed * 100003 + step)
-        batch, pad = pad_to_multiple(batch, self.actor_infer.world_size)
+        batch, pad = batch.pad_to_multiple(self.actor_infer.world_size)
         out = self.actor_infer.generate(batch)
         out = out[: len(out) - pad * n] if pad else out
         out.non_tensor_batch["response_text"] = np.array(
@@ -98,11 +99,11 @@ class RLVRPipeline(BasePipeline):
             rows = np.nonzero(domains == domain)[0].tolist()
             if not rows:
                 continue
-            part, pad = pad_to_multiple(batch[rows], cluster.world_size)
+            part, pad = batch[rows].pad_to_multiple(cluster.world_size)
             part_scores = cluster.compute_rewards(part).batch["scores"]
             scores[rows] = part_scores[: len(rows)]
         batch.batch["scores"] = scores
-        batch.batch["token_level_scores"] = scores_to_token_level(scores, batch.batch["response_mask"])
+        batch.batch["token_level_scores"] = scores_on_last_token(scores, batch.batch["response_mask"])
         return batch
 
     def step(self, step: int) -> dict:

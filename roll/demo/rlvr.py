@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from roll.data import demo_task
-from roll.models.tiny import build_tiny_model
-from roll.models.warm_start import format_only_examples, warm_start
+from roll.demo import task as demo_task
+from roll.demo.tiny_model import build_tiny_model
+from roll.demo.warm_start import format_only_examples, warm_start
 from roll.utils.functional import left_pad
 
 MARKER = "prepared.json"

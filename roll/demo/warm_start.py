@@ -3,7 +3,7 @@
 Each training prompt is paired with a correctly formatted answer whose number is drawn at random,
 so the model learns to reply "\\boxed{N}" and stop, while its accuracy stays near chance. RL then
 has a format it can be graded on and everything about the task left to learn. The agentic demo
-(`roll.models.agentic_demo`) also uses it on random-play episodes, where the trained tokens include
+(`roll.demo.agentic`) also uses it on random-play episodes, where the trained tokens include
 the environment's observations: the environment's dynamics, still not which action is good.
 """
 

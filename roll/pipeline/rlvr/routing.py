@@ -1,9 +1,6 @@
-"""Routing of samples to reward domains by their `tag`, and scores → token-level scores."""
+"""Routing of samples to reward domains by their `tag`."""
 
 import numpy as np
-import torch
-
-from roll.distributed.data_proto import DataProto
 
 
 def build_tag_routes(rewards: dict) -> dict:
@@ -35,19 +32,3 @@ def route(tag, routes: dict, domains: list[str], where: str) -> str:
             f"(routed tags: {sorted(routes)}); add it to one domain's tag_included"
         )
     return routes[tag]
-
-
-def scores_to_token_level(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Place each sample's score on its last response token (rewards are zero elsewhere)."""
-    token_scores = torch.zeros_like(response_mask, dtype=torch.float32)
-    last = (response_mask.sum(dim=-1).long() - 1).clamp(min=0)
-    token_scores[torch.arange(len(scores)), last] = scores.float()
-    return token_scores
-
-
-def pad_to_multiple(batch: DataProto, multiple: int) -> tuple[DataProto, int]:
-    """Repeat leading rows so `len` divides `multiple` (workers split rows evenly); returns the pad count."""
-    pad = (-len(batch)) % multiple
-    if pad == 0:
-        return batch, 0
-    return DataProto.concat([batch, batch[[i % len(batch) for i in range(pad)]]]), pad

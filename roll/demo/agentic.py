@@ -23,8 +23,8 @@ from pathlib import Path
 
 from roll.agentic.env_managers.step import render_step_prompt
 from roll.agentic.envs import make_env
-from roll.models.tiny import build_tiny_model
-from roll.models.warm_start import warm_start
+from roll.demo.tiny_model import build_tiny_model
+from roll.demo.warm_start import warm_start
 
 MARKER = "prepared.json"
 FORMAT_VERSION = 2

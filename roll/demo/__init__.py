@@ -1,0 +1,1 @@
+"""The demos' tiny models, tokenizers, tasks and warm starts, built in code (no model hub)."""
