@@ -60,41 +60,6 @@ class DataProto:
             _pick(self.meta_info, meta_info_keys, "meta_info"),
         )
 
-    def pop(self, batch_keys=(), non_tensor_keys=(), meta_info_keys=()) -> "DataProto":
-        """Remove the named keys from self and return them as a new DataProto."""
-        popped = DataProto(
-            _pick(self.batch, batch_keys or [], "batch"),
-            _pick(self.non_tensor_batch, non_tensor_keys or [], "non_tensor_batch"),
-            _pick(self.meta_info, meta_info_keys or [], "meta_info"),
-        )
-        for store, keys in (
-            (self.batch, batch_keys),
-            (self.non_tensor_batch, non_tensor_keys),
-            (self.meta_info, meta_info_keys),
-        ):
-            for key in keys or []:
-                del store[key]
-        return popped
-
-    def union(self, other: "DataProto") -> "DataProto":
-        """Add other's keys to self (in place). A key in both must hold equal values."""
-        if len(self) and len(other) and len(self) != len(other):
-            raise ValueError(f"DataProto.union: {len(self)} rows vs {len(other)} rows")
-        for key, value in other.batch.items():
-            if key in self.batch and not torch.equal(self.batch[key], value):
-                raise ValueError(f"DataProto.union: tensor {key!r} differs between the two batches")
-            self.batch[key] = value
-        for key, value in other.non_tensor_batch.items():
-            if key in self.non_tensor_batch and not np.array_equal(self.non_tensor_batch[key], value):
-                raise ValueError(f"DataProto.union: non-tensor {key!r} differs between the two batches")
-            self.non_tensor_batch[key] = value
-        for key, value in other.meta_info.items():
-            if key in self.meta_info and self.meta_info[key] != value:
-                raise ValueError(f"DataProto.union: meta_info {key!r} differs: {self.meta_info[key]!r} vs {value!r}")
-            self.meta_info[key] = value
-        self._check_rows()
-        return self
-
     def chunk(self, chunks: int) -> list["DataProto"]:
         if len(self) % chunks:
             raise ValueError(
@@ -122,14 +87,6 @@ class DataProto:
             meta,
         )
 
-    def repeat(self, repeat_times: int, interleave: bool = True) -> "DataProto":
-        """Each row `repeat_times` times: adjacent copies (interleave) or whole-batch copies."""
-        if interleave:
-            index = torch.arange(len(self)).repeat_interleave(repeat_times)
-        else:
-            index = torch.arange(len(self)).repeat(repeat_times)
-        return self[index]
-
     def pad_to_multiple(self, multiple: int, loss_free_keys=()) -> tuple["DataProto", int]:
         """Append copies of leading rows until `len` divides `multiple` (workers split rows evenly); returns
         (padded batch, rows added). Callers drop the copies' outputs. For a training batch, name the tensors
@@ -145,19 +102,6 @@ class DataProto:
         if loss_free_keys and "uid" in filler.non_tensor_batch:
             filler.non_tensor_batch["uid"] = np.array([f"padding-{i}" for i in range(pad)], dtype=object)
         return DataProto.concat([self, filler]), pad
-
-    def group_by(self, key: str) -> dict:
-        """Rows grouped by the value of a non-tensor column, groups and rows in first-seen order."""
-        if key not in self.non_tensor_batch:
-            raise KeyError(f"DataProto.group_by: no non-tensor column {key!r}; have {sorted(self.non_tensor_batch)}")
-        groups: dict = {}
-        for row, value in enumerate(self.non_tensor_batch[key]):
-            groups.setdefault(value, []).append(row)
-        return {value: self[rows] for value, rows in groups.items()}
-
-    def to(self, device) -> "DataProto":
-        self.batch = {k: v.to(device) for k, v in self.batch.items()}
-        return self
 
 
 def _as_object_array(key, value) -> np.ndarray:
