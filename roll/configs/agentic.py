@@ -112,9 +112,6 @@ class AgenticConfig(RLAlgorithmConfig):
     def episodes_per_env(self) -> int:
         return self.rollout_batch_size // self.train_env_manager.num_envs
 
-    def env_of(self, tag: str) -> EnvConfig:
-        return self.custom_envs[tag]
-
 
 def check_agentic(config: AgenticConfig) -> None:
     if not config.custom_envs:
