@@ -1,4 +1,7 @@
-"""Pure-torch RL maths with verl's numbers (spec: shared/spec/rl_algorithms.md). No Ray, no engines."""
+"""Pure-torch RL maths with verl's numbers. No Ray, no engines.
+
+The formulas, section by section: docs/algorithms.md and docs/rollout_correction.md.
+"""
 
 from . import advantages, aggregation, kl, policy_losses, reductions, rollout_correction, rollout_is, value_losses
 from .advantages import *  # noqa: F401,F403

@@ -6,7 +6,7 @@ __all__ = []
 def config_get(config, key: str, default):
     """`config[key]` for mappings, `config.key` otherwise; missing, None-valued or config=None → default.
 
-    verl asserts a config is given; roll falls back to the documented defaults instead (spec §2, §8).
+    verl asserts a config is given; roll falls back to the documented defaults instead (docs/algorithms.md §2, §8).
     A non-struct OmegaConf DictConfig returns None for a missing attribute, hence the None check.
     """
     if config is None:

@@ -1,4 +1,4 @@
-"""Advantage estimators (spec §2), each registered by the name the YAML's `adv_estimator` uses.
+"""Advantage estimators (docs/algorithms.md §2), each registered by the name the YAML's `adv_estimator` uses.
 
 All take per-token rewards (B, T); outcome estimators use the row sum s_i as the sequence score and
 broadcast one advantage over the row's valid tokens. Grouping is by `index` (the prompt uid).
@@ -108,8 +108,8 @@ def compute_grpo_outcome_advantage(
 
 
 def _group_mean_std(scores: torch.Tensor, index, eps: float):
-    """Vectorised per-row group mean/std (§1 group_mean_std): variance floored at eps, singletons 0/1.
-    Also returns the per-row group count and group score sum (used by vectorised RLOO)."""
+    """Vectorised per-row group mean/std (group statistics of docs/algorithms.md §1): variance floored at eps,
+    singletons 0/1. Also returns the per-row group count and group score sum (used by vectorised RLOO)."""
     g = _group_ids(index).to(scores.device)
     n_groups = int(g.max()) + 1 if len(g) else 0
     scores = scores.float()  # verl computes group statistics in float32
@@ -270,7 +270,7 @@ def compute_optimal_token_baseline_advantage(
     config=None,
     **kwargs,
 ):
-    """Per-(group, position) baseline weighted by W_t = Σ_{u≤t} (1 − 2π_u + Σ_v π_v²)(·ρ_u²) (spec §2.10).
+    """Per-(group, position) baseline weighted by W_t = Σ_{u≤t} (1 − 2π_u + Σ_v π_v²)(·ρ_u²) (docs/algorithms.md §2.10).
 
     `config` and extra kwargs are accepted and ignored so registry dispatch works.
     """

@@ -1,4 +1,4 @@
-"""`agg_loss`: a per-token loss matrix → one scalar (spec §4, verl head semantics)."""
+"""`agg_loss`: a per-token loss matrix → one scalar (docs/algorithms.md §4, verl's newest semantics)."""
 
 from roll.algorithms.reductions import masked_sum
 

@@ -1,4 +1,4 @@
-"""KL estimators, KL controllers and KL-in-reward (spec §3)."""
+"""KL estimators, KL controllers and KL-in-reward (docs/algorithms.md §3)."""
 
 import numpy as np
 import torch
@@ -72,7 +72,8 @@ class AdaptiveKLController:
 
 
 def get_kl_controller(kl_ctrl):
-    """Controller from an `algorithm.kl_ctrl`-like config (mapping or object); missing keys → §8 defaults."""
+    """Controller from an `algorithm.kl_ctrl`-like config (mapping or object); missing keys take the defaults of
+    docs/algorithms.md §8."""
     kind = config_get(kl_ctrl, "type", "fixed")
     kl_coef = config_get(kl_ctrl, "kl_coef", 0.001)
     if kind == "fixed":
@@ -90,7 +91,7 @@ def get_kl_controller(kl_ctrl):
 @torch.no_grad()
 def apply_kl_penalty(token_level_scores, old_log_probs, ref_log_prob, response_mask, kl_ctrl, kl_penalty="kl"):
     """rewards = scores − β·KL(old‖ref)·m. β is read before the controller update; `kl_ctrl` is updated
-    with the batch's mean per-row KL and n_steps = B (spec §3.3)."""
+    with the batch's mean per-row KL and n_steps = B (docs/algorithms.md §3.3)."""
     name = kl_penalty[:-1] if kl_penalty.endswith("+") else kl_penalty  # '+' only changes the gradient
     kld = _kl_estimate(old_log_probs - ref_log_prob, name) * response_mask
     beta = kl_ctrl.value

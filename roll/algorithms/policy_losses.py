@@ -1,4 +1,4 @@
-"""Policy losses (spec §5), registered by the name the YAML's `policy_loss_mode` uses.
+"""Policy losses (docs/algorithms.md §5), registered by the name the YAML's `policy_loss_mode` uses.
 
 Every loss: (old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights)
 → (pg_loss, {"pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}) with Python-float metrics (0.0 for a key
@@ -31,9 +31,9 @@ __all__ = [
 
 @dataclass
 class PolicyLossConfig:
-    """Options the policy losses read (verl's actor / actor.policy_loss keys, §8 defaults).
+    """Options the policy losses read (verl's actor / actor.policy_loss keys; defaults: docs/algorithms.md §8).
 
-    The pipeline builds it from its ROLL-style keys in `roll.configs.rlvr.policy_loss_config`. A loss also
+    The pipeline builds it from its ROLL-style keys in `roll.configs.policy_loss_config`. A loss also
     accepts a mapping or any object with these attributes (verl's ActorConfig, where the clip-cov / kl-cov
     keys sit under `policy_loss`); a missing key takes the default below.
     """

@@ -1,4 +1,4 @@
-"""Masked reductions shared by every estimator and loss (spec §1)."""
+"""Masked reductions shared by every estimator and loss (docs/algorithms.md §1)."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Rollout correction, head semantics (spec §7.6): truncated IS weights plus KL-style rejection.
+"""Rollout correction, head semantics (docs/rollout_correction.md §7.6): truncated IS weights plus KL-style rejection.
 
 Compared with the seed (`rollout_is.py`): no geometric level, no lower threshold (L = 1/U for the
 metrics only), no veto; optional batch normalisation of the weights; rejection acts on the returned
@@ -172,7 +172,8 @@ def _rows_losing_tokens(keep, response_mask):
 
 
 def _option_metrics(stat, row_stat, keep, response_mask, lo, hi):
-    """The §7.6 per-option table. R′ = non-empty rows; row fractions for sequence-level options."""
+    """The per-option table of docs/rollout_correction.md §7.6. R′ = non-empty rows; row fractions for
+    sequence-level options."""
     valid = response_mask.bool()
     non_empty = valid.any(dim=-1)
     q = (masked_mean(stat, response_mask, axis=-1) if row_stat is None else row_stat)[non_empty]

@@ -1,4 +1,4 @@
-"""Rollout importance sampling, seed semantics (spec §7.1–7.5).
+"""Rollout importance sampling, seed semantics (docs/rollout_correction.md §7.1–7.5).
 
 The inference engine samples with π_rollout while the trainer scores the same tokens with π_train
 (`old_log_prob`). Their per-token log-ratio ℓ = old − rollout drives an IS weight (token, sequence or
@@ -94,7 +94,8 @@ def _row_mean_metrics(weights, mask, upper, lower, prefix):
 
 
 def is_weight_metrics(weights, level_ratio, response_mask, level, upper, lower, prefix="rollout_is"):
-    """The §7.3 weight statistics (no veto, no percentiles) on the safety-bounded, untruncated weights.
+    """The weight statistics of docs/rollout_correction.md §7.3 (no veto, no percentiles) on the safety-bounded,
+    untruncated weights.
 
     `level_ratio` is Λ from `level_log_ratio`; for sequence/geometric levels max/min and the threshold
     fractions are read in log space so they stay exact beyond the safety bound.
@@ -125,7 +126,8 @@ def is_weight_metrics(weights, level_ratio, response_mask, level, upper, lower, 
 
 
 def offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask):
-    """§7.4 statistics with bare names (`training_ppl`, `kl`, ...); rollout-dependent ones need rollout."""
+    """docs/rollout_correction.md §7.4 statistics with bare names (`training_ppl`, `kl`, ...); rollout-dependent
+    ones need rollout."""
     train_mean = masked_mean(old_log_prob, response_mask, axis=-1)  # empty row → 0, kept in the means
     metrics = {"training_ppl": torch.exp(-train_mean).mean(), "training_log_ppl": (-train_mean).mean()}
     if rollout_log_prob is None:
@@ -261,7 +263,8 @@ def compute_rollout_importance_weights(
 
 @torch.no_grad()
 def compute_mismatch_metrics(old_log_prob, rollout_log_prob, response_mask):
-    """Training/rollout perplexity and KL diagnostics (§7.4), keys `mismatch_*` without the `mismatch/` prefix.
+    """Training/rollout perplexity and KL diagnostics (docs/rollout_correction.md §7.4), keys `mismatch_*`
+    without the `mismatch/` prefix.
 
     `rollout_log_prob` may be None: only the training perplexities are then reported.
     """

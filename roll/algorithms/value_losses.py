@@ -1,4 +1,4 @@
-"""Value (critic) loss and entropy loss (spec §6)."""
+"""Value (critic) loss and entropy loss (docs/algorithms.md §6)."""
 
 import torch
 

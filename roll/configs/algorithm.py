@@ -77,7 +77,7 @@ class RLAlgorithmConfig(PipelineConfig):
     target_kl: float | None = field_help(None, "adaptive KL controller target; null = fixed β")
     kl_horizon: int = field_help(10000, "adaptive KL controller horizon")
 
-    # --- rollout importance sampling (spec §7) -------------------------------------------------------
+    # --- rollout importance sampling (docs/rollout_correction.md §7.1) -----------------------------------
     rollout_is_threshold: float | None = field_help(
         None, "upper IS-weight threshold U; null turns rollout IS off (mismatch metrics are still logged)"
     )

@@ -1,4 +1,4 @@
-"""Independent plain-Python versions of the spec's formulas (lists and floats, loops only).
+"""Independent plain-Python versions of the formulas in docs/algorithms.md (lists and floats, loops only).
 
 Tests compare the torch implementation against these, never against its own recorded output.
 """
@@ -21,7 +21,7 @@ def row_masked_mean(xr, mr):
 
 
 def masked_var(x, m):
-    """Unbiased as in §1: S/(N+1e-8) · N/(N−1)."""
+    """Unbiased as in docs/algorithms.md §1: S/(N+1e-8) · N/(N−1)."""
     mu = masked_mean(x, m)
     n = sum(w for _, w in flat_pairs(x, m))
     v = masked_mean([[(a - mu) ** 2 for a in xr] for xr in x], m)

@@ -1,5 +1,5 @@
-"""Plain-Python loop references for rollout IS / rollout correction, written from the spec formulas
-(shared/spec/rl_algorithms.md §7) and independent of roll's implementation: lists and `math` only,
+"""Plain-Python loop references for rollout IS / rollout correction, written from the formulas of
+docs/rollout_correction.md §7.2–7.6 and independent of roll's implementation: lists and `math` only,
 one row and one token at a time. Tests compare roll's tensors and metrics against these.
 Also the small batches and the comparison helper both test modules share.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-EPS = 1e-8  # masked_mean's denominator epsilon (§1)
+EPS = 1e-8  # masked_mean's denominator epsilon (docs/algorithms.md §1)
 BOUND = 20.0
 
 
@@ -37,7 +37,8 @@ def _std_of_rows(values):
 
 
 def weight_stats(weights, lam_rows, mask, level, upper, lower):
-    """§7.3 metrics (no veto/percentiles). weights: (B, T) lists; lam_rows: per-row Λ (seq/geo) or None."""
+    """docs/rollout_correction.md §7.3 metrics (no veto/percentiles). weights: (B, T) lists; lam_rows: per-row
+    Λ (seq/geo) or None."""
     cells = _valid(mask)
     n_valid = len(cells)
     out = {"rollout_is_mean": _masked_mean_all(weights, mask)}
@@ -82,7 +83,7 @@ def weight_stats(weights, lam_rows, mask, level, upper, lower):
 
 
 def offpolicy(old, rollout, mask):
-    """§7.4 with bare names."""
+    """docs/rollout_correction.md §7.4 with bare names."""
     t_bar = _row_means(old, mask)
     r_bar = _row_means(rollout, mask)
     diff = [r - t for r, t in zip(r_bar, t_bar)]
@@ -113,7 +114,8 @@ def _level_rows(ell, mask, level):
 
 
 def seed_reference(old, rollout, mask, level, mode, upper, lower=None, veto=1e-4):
-    """Returns (final weights, metrics without the `mismatch/` prefix) following §7.2 step by step."""
+    """Returns (final weights, metrics without the `mismatch/` prefix) following docs/rollout_correction.md §7.2
+    step by step."""
     lower = 1.0 / upper if lower is None else lower
     n_rows, n_cols = len(old), len(old[0])
     ell = [[o - r for o, r in zip(orow, rrow)] for orow, rrow in zip(old, rollout)]
@@ -155,7 +157,7 @@ def seed_reference(old, rollout, mask, level, mode, upper, lower=None, veto=1e-4
     return final, metrics
 
 
-# ----------------------------------------------------------------------------- head (§7.6)
+# ----------------------------------------------------------- head (docs/rollout_correction.md §7.6)
 
 
 def head_is_reference(old, rollout, mask, level, upper, batch_normalize):

@@ -1,4 +1,4 @@
-"""Advantage-estimator registry and properties every estimator shares (spec §2, §10)."""
+"""Advantage-estimator registry and properties every estimator shares (docs/algorithms.md §2, §10)."""
 
 import inspect
 

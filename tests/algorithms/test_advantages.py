@@ -1,4 +1,4 @@
-"""Outcome and GAE advantage estimators (spec §2, §9.2–9.6)."""
+"""Outcome and GAE advantage estimators (docs/algorithms.md §2, §9.2–9.6)."""
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ from tests.algorithms import plain_reference as ref
 
 
 class AttrDict(dict):
-    """A dict that also allows attribute access (one of the config kinds the spec allows)."""
+    """A dict that also allows attribute access (one of the config kinds docs/algorithms.md §2 allows)."""
 
     __getattr__ = dict.get
 

@@ -1,4 +1,4 @@
-"""agg_loss with verl head semantics and roll's 0-instead-of-NaN deviation (spec §4, §9.9)."""
+"""agg_loss with verl head semantics and roll's 0-instead-of-NaN deviation (docs/algorithms.md §4, §9.9)."""
 
 import math
 

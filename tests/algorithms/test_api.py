@@ -1,4 +1,5 @@
-"""The §10 public API: names importable from `roll.algorithms` with verl's argument names, orders, defaults."""
+"""The public API of docs/algorithms.md §10: names importable from `roll.algorithms` with verl's argument names,
+orders, defaults."""
 
 import dataclasses
 import inspect

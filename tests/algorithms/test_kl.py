@@ -1,4 +1,4 @@
-"""KL estimators, controllers and KL-in-reward (spec §3, §9.7–9.8)."""
+"""KL estimators, controllers and KL-in-reward (docs/algorithms.md §3, §9.7–9.8)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Optimal token baseline (spec §2.10)."""
+"""Optimal token baseline (docs/algorithms.md §2.10)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""vanilla (dual-clip PPO), gspo, gpg, cispo, sapo (spec §5.1–5.3, §5.7, §9.10–9.11)."""
+"""vanilla (dual-clip PPO), gspo, gpg, cispo, sapo (docs/algorithms.md §5.1–5.3, §5.7, §9.10–9.11)."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Properties every policy loss shares (spec §5, §5.8, §10): metrics, IS weights, global batch info, registry."""
+"""Properties every policy loss shares (docs/algorithms.md §5, §5.8, §10): metrics, IS weights, global batch info,
+registry."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""clip_cov, kl_cov and geo_mean (spec §5.4–5.6, §9.12–9.13)."""
+"""clip_cov, kl_cov and geo_mean (docs/algorithms.md §5.4–5.6, §9.12–9.13)."""
 
 import math
 

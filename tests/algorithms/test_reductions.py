@@ -1,4 +1,4 @@
-"""Masked reductions (spec §1, §9.1)."""
+"""Masked reductions (docs/algorithms.md §1, §9.1)."""
 
 import math
 

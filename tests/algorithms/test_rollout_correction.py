@@ -1,5 +1,6 @@
-"""Head rollout correction (spec §7.6, §9 item 16). Expected values come from hand calculations or from
-the loop reference in rollout_reference.py (written from the spec, not from roll's code)."""
+"""Head rollout correction (docs/rollout_correction.md §7.6; docs/algorithms.md §9.16). Expected values come from
+hand calculations or from the loop reference in rollout_reference.py (written from the documented formulas, not
+from roll's code)."""
 
 import math
 

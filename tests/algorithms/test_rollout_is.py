@@ -1,5 +1,6 @@
-"""Seed rollout IS (spec §7.1–7.5, §9 items 14–15). Expected values come from hand calculations or from
-the loop reference in rollout_reference.py (written from the spec, not from roll's code)."""
+"""Seed rollout IS (docs/rollout_correction.md §7.1–7.5; docs/algorithms.md §9.14–9.15). Expected values come from
+hand calculations or from the loop reference in rollout_reference.py (written from the documented formulas, not
+from roll's code)."""
 
 import math
 

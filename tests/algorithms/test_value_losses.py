@@ -1,4 +1,4 @@
-"""Clipped value loss and entropy loss (spec §6)."""
+"""Clipped value loss and entropy loss (docs/algorithms.md §6)."""
 
 import math
 
