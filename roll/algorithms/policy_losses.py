@@ -61,6 +61,9 @@ _GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_
 
 def register_policy_loss(name: str):
     def add(fn):
+        # a second function under one name would silently change what a YAML's policy_loss_mode means
+        if name in POLICY_LOSS_REGISTRY and POLICY_LOSS_REGISTRY[name] is not fn:
+            raise ValueError(f"policy loss {name!r} is already registered; pick another name")
         POLICY_LOSS_REGISTRY[name] = fn
         return fn
 

@@ -45,6 +45,9 @@ def test_register_round_trip():
             return torch.tensor(0.0), {}
 
         assert get_policy_loss_fn(name) is custom
+        with pytest.raises(ValueError, match="already registered"):
+            register_policy_loss(name)(lambda *args, **kwargs: (torch.tensor(0.0), {}))
+        assert get_policy_loss_fn(name) is custom
     finally:
         POLICY_LOSS_REGISTRY.pop(name, None)
 
