@@ -11,7 +11,7 @@ import time
 from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
-from roll.configs import optimizer_steps, policy_loss_config
+from roll.configs import optimizer_steps
 from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
@@ -26,6 +26,7 @@ from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer
 from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
+from roll.workers.loss_settings import LossSettings
 
 logger = get_logger("roll.pipeline")
 MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
@@ -165,20 +166,7 @@ class BasePipeline:
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
-        config = self.config
-        batch.meta_info["loss"] = {
-            "ppo_epochs": config.ppo_epochs,
-            "shuffle_seed": config.seed * 7919 + step,
-            "temperature": config.actor_infer.generating_args.temperature,
-            "policy_loss_mode": config.policy_loss_mode,
-            "loss_agg_mode": config.loss_agg_mode,
-            "policy_loss_config": policy_loss_config(config),
-            "use_kl_loss": config.use_kl_loss,
-            "kl_loss_coef": config.kl_loss_coef,
-            "kl_loss_type": config.kl_loss_type,
-            "entropy_loss_coef": config.entropy_loss_coef,
-            "value_clip": config.value_clip,
-        }
+        LossSettings.from_config(self.config, step).attach(batch)
         metrics = {}
         if self.critic is not None:
             self.memory.use("critic")

@@ -152,3 +152,14 @@ def test_no_module_outside_roll_algorithms_compares_estimator_names():
         if lines:
             offenders[str(path.relative_to(REPO))] = lines
     assert offenders == {}, "decide by get_adv_estimator_spec(name) instead of the estimator's name"
+
+
+def test_every_declarable_forward_pass_has_a_worker_method():
+    from roll.algorithms import FORWARD_PASSES
+    from roll.distributed.decorator import DISPATCH_ATTR, Dispatch
+    from roll.pipeline.base import FORWARD_PASS_METHODS
+    from roll.workers.actor_worker import ActorWorker
+
+    assert set(FORWARD_PASS_METHODS) == set(FORWARD_PASSES)
+    for method in FORWARD_PASS_METHODS.values():
+        assert getattr(getattr(ActorWorker, method), DISPATCH_ATTR) is Dispatch.DP_MP_COMPUTE
