@@ -2,9 +2,13 @@
 
 All take per-token rewards (B, T); outcome estimators use the row sum s_i as the sequence score and
 broadcast one advantage over the row's valid tokens. Grouping is by `index` (the prompt uid).
+
+Registration also declares what an estimator needs from the pipeline beyond rewards (`EstimatorSpec`):
+the config checks and the pipeline read these requirements, never the estimator's name.
 """
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
@@ -14,6 +18,9 @@ from roll.algorithms.reductions import masked_whiten
 __all__ = [
     "register_adv_est",
     "get_adv_estimator_fn",
+    "get_adv_estimator_spec",
+    "EstimatorSpec",
+    "FORWARD_PASSES",
     "ADV_ESTIMATOR_REGISTRY",
     "compute_gae_advantage_return",
     "compute_grpo_outcome_advantage",
@@ -29,14 +36,50 @@ __all__ = [
     "compute_optimal_token_baseline_advantage",
 ]
 
-ADV_ESTIMATOR_REGISTRY: dict = {}
+ADV_ESTIMATOR_REGISTRY: dict = {}  # name → function, as in verl
+_SPECS: dict = {}  # name → (function, EstimatorSpec): requirements belong to the function registered with them
+# Per-token quantities of the sampled responses that actor_train can compute besides log-probs; an
+# estimator names the ones it reads in `forward_passes` and receives each under that keyword.
+FORWARD_PASSES = ("sum_pi_squared",)
 
 
-def register_adv_est(name: str):
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What an estimator needs from the pipeline besides token rewards, mask and group index."""
+
+    name: str
+    min_group_size: int = 1  # 2 when the maths compares a sample with its group (a baseline from `index`)
+    forward_passes: tuple[str, ...] = ()  # extra actor_train forwards, from FORWARD_PASSES
+    greedy_baseline: bool = False  # reads `reward_baselines`: the reward of one greedy answer per prompt
+    needs_critic: bool = False  # reads `values` from a critic role
+
+    def __post_init__(self):
+        if not isinstance(self.min_group_size, int) or self.min_group_size < 1:
+            raise ValueError(f"estimator {self.name!r}: min_group_size must be an int ≥ 1, got {self.min_group_size!r}")
+        unknown = [key for key in self.forward_passes if key not in FORWARD_PASSES]
+        if unknown:
+            raise ValueError(
+                f"estimator {self.name!r}: unknown forward_passes {unknown}; the pipeline computes "
+                f"{list(FORWARD_PASSES)}"
+            )
+
+
+def register_adv_est(
+    name: str, *, min_group_size: int = 1, forward_passes=(), greedy_baseline: bool = False, needs_critic: bool = False
+):
+    """Decorator registering an estimator under `name`, with its requirements (verl's `register_adv_est(name)`
+    still works: no requirements)."""
+    if isinstance(forward_passes, str):  # ("sum_pi_squared") is a str, not a tuple
+        forward_passes = (forward_passes,)
+    spec = EstimatorSpec(name, min_group_size, tuple(forward_passes), bool(greedy_baseline), bool(needs_critic))
+
     def add(fn):
-        if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] is not fn:
+        if name in ADV_ESTIMATOR_REGISTRY and (
+            ADV_ESTIMATOR_REGISTRY[name] is not fn or get_adv_estimator_spec(name) != spec
+        ):
             raise ValueError(f"advantage estimator {name!r} is already registered")
         ADV_ESTIMATOR_REGISTRY[name] = fn
+        _SPECS[name] = (fn, spec)
         return fn
 
     return add
@@ -47,6 +90,15 @@ def get_adv_estimator_fn(name: str):
     if name not in ADV_ESTIMATOR_REGISTRY:
         raise ValueError(f"unknown adv_estimator {name!r}; valid: {sorted(ADV_ESTIMATOR_REGISTRY)}")
     return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def get_adv_estimator_spec(name: str) -> EstimatorSpec:
+    """The requirements `name` was registered with; a function put into ADV_ESTIMATOR_REGISTRY by hand
+    (verl style) has none."""
+    fn = get_adv_estimator_fn(name)  # the same error for an unknown name
+    name = getattr(name, "value", name)
+    registered_fn, spec = _SPECS.get(name, (None, None))
+    return spec if registered_fn is fn else EstimatorSpec(name)
 
 
 def _uids(index) -> list:
@@ -73,7 +125,7 @@ def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor):
     return advantages, advantages
 
 
-@register_adv_est("gae")
+@register_adv_est("gae", needs_critic=True)
 @torch.no_grad()
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
     response_mask = response_mask.to(values.dtype)
@@ -92,7 +144,7 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
     return masked_whiten(raw, response_mask), returns
 
 
-@register_adv_est("grpo")
+@register_adv_est("grpo", min_group_size=2)
 @torch.no_grad()
 def compute_grpo_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None
@@ -125,7 +177,7 @@ def _group_mean_std(scores: torch.Tensor, index, eps: float):
     return mean[g], std[g], count[g], s1[g]
 
 
-@register_adv_est("grpo_vectorized")
+@register_adv_est("grpo_vectorized", min_group_size=2)
 @torch.no_grad()
 def compute_grpo_vectorized_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None
@@ -136,7 +188,7 @@ def compute_grpo_vectorized_outcome_advantage(
     return _broadcast(out, response_mask)
 
 
-@register_adv_est("grpo_passk")
+@register_adv_est("grpo_passk", min_group_size=2)
 @torch.no_grad()
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None, **kwargs
@@ -156,7 +208,7 @@ def compute_grpo_passk_outcome_advantage(
     return _broadcast(out, response_mask)
 
 
-@register_adv_est("rloo")
+@register_adv_est("rloo", min_group_size=2)
 @torch.no_grad()
 def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs):
     scores = token_level_rewards.sum(dim=-1)
@@ -169,7 +221,7 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index, ep
     return _broadcast(out, response_mask)
 
 
-@register_adv_est("rloo_vectorized")
+@register_adv_est("rloo_vectorized", min_group_size=2)
 @torch.no_grad()
 def compute_rloo_vectorized_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs
@@ -180,7 +232,7 @@ def compute_rloo_vectorized_outcome_advantage(
     return _broadcast(out, response_mask)
 
 
-@register_adv_est("opo")
+@register_adv_est("opo", min_group_size=2)
 @torch.no_grad()
 def compute_opo_outcome_advantage(token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs):
     scores = token_level_rewards.sum(dim=-1)
@@ -206,7 +258,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_
     return masked_whiten(returns, response_mask) * response_mask, returns
 
 
-@register_adv_est("reinforce_plus_plus_baseline")
+@register_adv_est("reinforce_plus_plus_baseline", min_group_size=2)
 @torch.no_grad()
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, config=None, **kwargs
@@ -221,14 +273,14 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est("remax")
+@register_adv_est("remax", greedy_baseline=True)
 @torch.no_grad()
 def compute_remax_outcome_advantage(token_level_rewards, reward_baselines, response_mask, config=None, **kwargs):
     returns = (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
     return returns - reward_baselines.unsqueeze(-1) * response_mask, returns
 
 
-@register_adv_est("gpg")
+@register_adv_est("gpg", min_group_size=2)
 @torch.no_grad()
 def compute_gpg_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, f_norm=1.0, alpha=1.0, config=None, **kwargs
@@ -256,7 +308,7 @@ def _zero_unique_longest_tail(baseline: torch.Tensor, rows: list, lengths: torch
     baseline[longest, int(ordered[1]) :] = 0.0
 
 
-@register_adv_est("optimal_token_baseline")
+@register_adv_est("optimal_token_baseline", min_group_size=2, forward_passes=("sum_pi_squared",))
 @torch.no_grad()
 def compute_optimal_token_baseline_advantage(
     token_level_rewards,

@@ -114,6 +114,13 @@ class AgenticConfig(RLAlgorithmConfig):
 
 
 def check_agentic(config: AgenticConfig) -> None:
+    from roll.algorithms import get_adv_estimator_spec
+
+    if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # e.g. ReMax
+        raise ConfigError(
+            f"adv_estimator {config.adv_estimator!r} needs the reward of a greedy answer to each prompt as "
+            f"baseline, which the agentic pipeline does not generate; choose another estimator (e.g. grpo)"
+        )
     if not config.custom_envs:
         raise ConfigError(
             "'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "

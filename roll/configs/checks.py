@@ -29,7 +29,6 @@ ROLE_STRATEGIES = {
 }
 # Training strategies that can return Σπ² per token (the optimal-token-baseline estimator's input).
 SUM_PI_SQUARED = ("deepspeed_train", "fsdp2_train", "megatron_train")
-GROUP_ESTIMATORS = ("grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized")
 # Model-parallel degrees that divide a Megatron role's workers before data parallelism.
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
@@ -164,17 +163,25 @@ def _check_worker(name: str, worker, num_devices: int) -> None:
 
 
 def check_algorithm(config) -> None:
-    from roll.algorithms import KL_ESTIMATORS, get_adv_estimator_fn, get_policy_loss_fn
+    from roll.algorithms import (
+        ADV_ESTIMATOR_REGISTRY,
+        KL_ESTIMATORS,
+        get_adv_estimator_fn,
+        get_adv_estimator_spec,
+        get_policy_loss_fn,
+    )
 
     for key, lookup in (("adv_estimator", get_adv_estimator_fn), ("policy_loss_mode", get_policy_loss_fn)):
         try:
             lookup(getattr(config, key))
         except (KeyError, ValueError) as error:
             raise ConfigError(f"'{key}' = {getattr(config, key)!r}: {error}") from None
+    # what the estimator needs comes from its registration (roll.algorithms.register_adv_est), not its name
+    estimator = get_adv_estimator_spec(config.adv_estimator)
     train_strategy = config.actor_train.strategy_args.strategy_name
-    if config.adv_estimator == "optimal_token_baseline" and train_strategy not in SUM_PI_SQUARED:
+    if "sum_pi_squared" in estimator.forward_passes and train_strategy not in SUM_PI_SQUARED:
         raise ConfigError(
-            f"adv_estimator optimal_token_baseline needs per-token Σπ² from actor_train, which "
+            f"adv_estimator {config.adv_estimator} needs per-token Σπ² from actor_train, which "
             f"{train_strategy!r} does not compute; use one of {list(SUM_PI_SQUARED)}"
         )
     kl_names = list(KL_ESTIMATORS) + [f"{name}+" for name in KL_ESTIMATORS]
@@ -183,17 +190,20 @@ def check_algorithm(config) -> None:
         if value not in kl_names:
             raise ConfigError(f"'{key}' = {value!r} is not allowed; choose one of {kl_names}{closest(value, kl_names)}")
     group_key, n = config.group
-    if config.adv_estimator in GROUP_ESTIMATORS and n < 2:
+    if n < estimator.min_group_size:
         raise ConfigError(
             f"adv_estimator {config.adv_estimator!r} compares samples of the same prompt: set "
-            f"{group_key} ≥ 2 (it is {n})"
+            f"{group_key} ≥ {estimator.min_group_size} (it is {n})"
         )
-    if config.adv_estimator == "gae" and config.critic is None:
-        raise ConfigError("adv_estimator: gae needs a 'critic' role (a value model); add one or choose grpo")
-    if config.critic is not None and config.adv_estimator != "gae":
+    if estimator.needs_critic and config.critic is None:
+        raise ConfigError(
+            f"adv_estimator: {config.adv_estimator} needs a 'critic' role (a value model); add one or choose grpo"
+        )
+    if config.critic is not None and not estimator.needs_critic:
+        with_values = " / ".join(name for name in ADV_ESTIMATOR_REGISTRY if get_adv_estimator_spec(name).needs_critic)
         raise ConfigError(
             f"a 'critic' role is configured but adv_estimator {config.adv_estimator!r} does not use "
-            f"values; remove 'critic' or set adv_estimator: gae"
+            f"values; remove 'critic' or set adv_estimator: {with_values}"
         )
     if (config.use_kl_loss or config.add_token_level_kl) and config.reference is None:
         raise ConfigError("use_kl_loss / add_token_level_kl need a 'reference' role; add one or turn both off")

@@ -10,8 +10,8 @@ import time
 
 from transformers import AutoTokenizer
 
-from roll.algorithms import get_kl_controller
-from roll.configs import optimizer_steps, policy_loss_config
+from roll.algorithms import get_adv_estimator_spec, get_kl_controller
+from roll.configs import optimizer_steps
 from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
@@ -26,9 +26,12 @@ from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer
 from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
+from roll.workers.loss_settings import LossSettings
 
 logger = get_logger("roll.pipeline")
 MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
+# The worker method behind each extra forward pass an estimator can declare (roll.algorithms.FORWARD_PASSES).
+FORWARD_PASS_METHODS = {"sum_pi_squared": "compute_sum_pi_squared"}
 
 
 class BasePipeline:
@@ -144,13 +147,14 @@ class BasePipeline:
 
     # ---- phases shared by every pipeline kind ------------------------------------------------------
     def forward_log_probs(self, cluster: Cluster, batch: DataProto, key: str) -> None:
-        """`key` ← a per-token forward quantity of the responses: log-probs, or Σπ² for key "sum_pi_squared"."""
+        """`key` ← a per-token forward quantity of the responses: log-probs, or for a key of
+        FORWARD_PASS_METHODS (e.g. "sum_pi_squared") that quantity."""
         view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
         view, _ = view.pad_to_multiple(cluster.world_size)
         self.memory.use(cluster.name)
-        if key == "sum_pi_squared":
-            values = cluster.compute_sum_pi_squared(view).batch[key]
+        if key in FORWARD_PASS_METHODS:
+            values = getattr(cluster, FORWARD_PASS_METHODS[key])(view).batch[key]
         else:
             values = cluster.compute_log_probs(view).batch["log_probs"]
         batch.batch[key] = values[: len(batch)]
@@ -162,20 +166,7 @@ class BasePipeline:
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
-        config = self.config
-        batch.meta_info["loss"] = {
-            "ppo_epochs": config.ppo_epochs,
-            "shuffle_seed": config.seed * 7919 + step,
-            "temperature": config.actor_infer.generating_args.temperature,
-            "policy_loss_mode": config.policy_loss_mode,
-            "loss_agg_mode": config.loss_agg_mode,
-            "policy_loss_config": policy_loss_config(config),
-            "use_kl_loss": config.use_kl_loss,
-            "kl_loss_coef": config.kl_loss_coef,
-            "kl_loss_type": config.kl_loss_type,
-            "entropy_loss_coef": config.entropy_loss_coef,
-            "value_clip": config.value_clip,
-        }
+        LossSettings.from_config(self.config, step).attach(batch)
         metrics = {}
         if self.critic is not None:
             self.memory.use("critic")
@@ -204,9 +195,9 @@ class BasePipeline:
         """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""
         with timer.phase("old_log_probs"):
             self.forward_log_probs(self.actor_train, batch, "old_log_probs")
-        if self.config.adv_estimator == "optimal_token_baseline":
-            with timer.phase("sum_pi_squared"):
-                self.forward_log_probs(self.actor_train, batch, "sum_pi_squared")
+        for key in get_adv_estimator_spec(self.config.adv_estimator).forward_passes:  # e.g. Σπ²
+            with timer.phase(key):
+                self.forward_log_probs(self.actor_train, batch, key)
         if self.reference is not None:
             with timer.phase("ref_log_probs"):
                 self.forward_log_probs(self.reference, batch, "ref_log_probs")

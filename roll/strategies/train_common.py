@@ -10,6 +10,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import max_over_ranks, train_micro_batches
+from roll.workers.loss_settings import LOSS_KEY, LossSettings
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -63,10 +64,10 @@ def split_train_batch(config, batch: DataProto) -> list[DataProto]:
         micros = train_micro_batches(config, batch)
     else:
         micros = [batch[slice(index * micro_size, (index + 1) * micro_size)] for index in range(accumulation)]
-    if "loss" in batch.meta_info:
-        info = global_batch_info(batch, len(micros))
+    if LOSS_KEY in batch.meta_info:
+        settings = LossSettings.of(batch).with_global_batch_info(global_batch_info(batch, len(micros)))
         for micro in micros:
-            micro.meta_info["loss"] = {**micro.meta_info["loss"], "global_batch_info": info}
+            settings.attach(micro)
     return micros
 
 

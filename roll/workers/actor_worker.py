@@ -2,13 +2,11 @@
 
 Which methods a role uses depends on its strategy: an inference strategy generates and scores,
 a training strategy also trains and exports weights. Loss settings travel with each training batch
-(`meta_info["loss"]`), so the worker holds no copy of the algorithm config that could go stale.
+(`LossSettings`), so the worker holds no copy of the algorithm config that could go stale.
 """
 
 import dataclasses
-from collections import defaultdict
 
-import numpy as np
 import torch
 
 from roll.algorithms import agg_loss, entropy_from_logits, get_policy_loss_fn, kl_penalty
@@ -18,11 +16,13 @@ from roll.distributed.worker import Worker
 from roll.strategies import create_strategy
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
+from roll.workers.loss_settings import LossSettings
 from roll.workers.memory import MemoryMixin
+from roll.workers.ppo_epochs import PPOEpochsMixin
 from roll.workers.weight_transfer import WeightTransferMixin
 
 
-class ActorWorker(CheckpointMixin, MemoryMixin, WeightTransferMixin, Worker):
+class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         self.strategy = create_strategy(self.worker_config.strategy_args.strategy_name, self)
@@ -42,50 +42,39 @@ class ActorWorker(CheckpointMixin, MemoryMixin, WeightTransferMixin, Worker):
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def train_step(self, batch: DataProto) -> dict:
-        """PPO update: `ppo_epochs` passes over this rank's rows in mini-batches, one optimizer step each."""
-        settings = batch.meta_info["loss"]
-        args = self.worker_config.training_args
-        mini_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        generator = torch.Generator().manual_seed(int(settings["shuffle_seed"]) + self.rank)
-        history = defaultdict(list)
-        for _ in range(settings["ppo_epochs"]):
-            order = torch.randperm(len(batch), generator=generator)
-            for start in range(0, len(batch), mini_batch):
-                mini = batch[order[start : start + mini_batch]]
-                for key, value in self.strategy.train_step(mini, self._policy_loss).items():
-                    history[key if "/" in key else f"actor/{key}"].append(value)  # grad_norm, lr
-        return {key: float(np.mean(values)) for key, values in history.items()}
+        """PPO update with the policy loss (PPOEpochsMixin.ppo_epochs); metrics under actor/."""
+        return self.ppo_epochs(batch, self._policy_loss, metric_prefix="actor")
 
     def _policy_loss(self, micro: DataProto, logits: torch.Tensor):
-        settings = micro.meta_info["loss"]
+        settings = LossSettings.of(micro)
         responses, mask = micro.batch["responses"], micro.batch["response_mask"]
         logits = slice_response_logits(logits, responses.shape[1])
-        log_probs = response_log_probs(logits, responses, settings["temperature"])
-        loss_fn = get_policy_loss_fn(settings["policy_loss_mode"])
+        log_probs = response_log_probs(logits, responses, settings.temperature)
+        loss_fn = get_policy_loss_fn(settings.policy_loss_mode)
         # the training strategy adds the step's global token/row counts (train_common.global_batch_info)
-        scale = settings.get("global_batch_info") or {}
+        scale = settings.agg_scale
         pg_loss, metrics = loss_fn(
             old_log_prob=micro.batch["old_log_probs"],
             log_prob=log_probs,
             advantages=micro.batch["advantages"],
             response_mask=mask,
-            loss_agg_mode=settings["loss_agg_mode"],
-            config=dataclasses.replace(settings["policy_loss_config"], global_batch_info=scale or None),
+            loss_agg_mode=settings.loss_agg_mode,
+            config=dataclasses.replace(settings.policy_loss_config, global_batch_info=scale or None),
             rollout_is_weights=micro.batch.get("rollout_is_weights"),
         )
         metrics = {f"actor/{key}": value for key, value in metrics.items()}
         metrics["actor/pg_loss"] = pg_loss.item()
         loss = pg_loss
-        if settings["use_kl_loss"]:
-            kl = kl_penalty(log_probs, micro.batch["ref_log_probs"], settings["kl_loss_type"])
-            kl_loss = agg_loss(kl, mask, settings["loss_agg_mode"], **scale)
-            loss = loss + settings["kl_loss_coef"] * kl_loss
+        if settings.use_kl_loss:
+            kl = kl_penalty(log_probs, micro.batch["ref_log_probs"], settings.kl_loss_type)
+            kl_loss = agg_loss(kl, mask, settings.loss_agg_mode, **scale)
+            loss = loss + settings.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.item()
-        if settings["entropy_loss_coef"]:
+        if settings.entropy_loss_coef:
             entropy = agg_loss(
-                entropy_from_logits(logits.float() / settings["temperature"]), mask, settings["loss_agg_mode"], **scale
+                entropy_from_logits(logits.float() / settings.temperature), mask, settings.loss_agg_mode, **scale
             )
-            loss = loss - settings["entropy_loss_coef"] * entropy
+            loss = loss - settings.entropy_loss_coef * entropy
             metrics["actor/entropy"] = entropy.item()
         return loss, metrics
 

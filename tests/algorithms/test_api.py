@@ -41,7 +41,9 @@ SIGNATURES = {
     "sum_pi_squared, rollout_is_weights=None, handle_zero_tail=False, "
     "epsilon=1e-08, config=None, **kwargs)",
     "get_adv_estimator_fn": "(name)",
-    "register_adv_est": "(name)",
+    # verl's (name), extended with keyword-only requirements
+    "register_adv_est": "(name, *, min_group_size=1, forward_passes=(), greedy_baseline=False, needs_critic=False)",
+    "get_adv_estimator_spec": "(name)",
     "kl_penalty": "(logprob, ref_logprob, kl_penalty)",
     "FixedKLController": "(kl_coef)",
     "AdaptiveKLController": "(init_kl_coef, target_kl, horizon)",

@@ -28,25 +28,29 @@ from roll.algorithms import PolicyLossConfig  # noqa: E402 - after the progress-
 from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig  # noqa: E402 - after the progress-bar switch
 from roll.distributed.data_proto import DataProto  # noqa: E402 - after the progress-bar switch
 from roll.utils.functional import compute_position_ids  # noqa: E402 - after the progress-bar switch
+from roll.workers.loss_settings import LossSettings  # noqa: E402 - after the progress-bar switch
 
 WORLD_SIZE = 2
 STEPS = 3
 ROWS_PER_RANK = 8
 PROMPT_LENGTH, RESPONSE_LENGTH = 8, 8
-# loss settings exactly as the pipeline puts them in meta_info["loss"]. seq-mean-token-mean is the
+# loss settings as the pipeline attaches them to a training batch (LossSettings.from_config; ppo_epochs and
+# shuffle_seed are read by the workers' epoch loop, which these tests do not run). seq-mean-token-mean is the
 # aggregation under which equal-size micro-batches, accumulation and data-parallel averaging give
 # the same gradient as one big batch (token-mean normalises per micro-batch: see the report/docs).
-LOSS = {
-    "temperature": 1.0,
-    "policy_loss_mode": "vanilla",
-    "loss_agg_mode": "seq-mean-token-mean",
-    "policy_loss_config": PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0),
-    "use_kl_loss": True,
-    "kl_loss_type": "low_var_kl",
-    "kl_loss_coef": 0.05,
-    "entropy_loss_coef": 0.01,
-    "value_clip": 0.5,
-}  # the critic's clipped value loss (CriticWorker._value_loss)
+LOSS = LossSettings(
+    ppo_epochs=1,
+    shuffle_seed=0,
+    temperature=1.0,
+    policy_loss_mode="vanilla",
+    loss_agg_mode="seq-mean-token-mean",
+    policy_loss_config=PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0),
+    use_kl_loss=True,
+    kl_loss_type="low_var_kl",
+    kl_loss_coef=0.05,
+    entropy_loss_coef=0.01,
+    value_clip=0.5,  # the critic's clipped value loss (CriticWorker._value_loss)
+)
 CRITIC_SEED = 1234  # rank r initialises the untrained value head with CRITIC_SEED + r: engines must use rank 0's
 TRAINING = dict(learning_rate=1e-3, weight_decay=0.01, max_grad_norm=0.5, lr_scheduler_type="linear", warmup_steps=1)
 DS = {
@@ -159,8 +163,10 @@ def prepare(directory: Path) -> tuple[Path, Path]:
 
 def as_proto(tensors: dict, rows: slice | None = None, loss_agg_mode: str | None = None) -> DataProto:
     tensors = {k: v[rows] if rows is not None else v for k, v in tensors.items()}
-    loss = {**LOSS, "loss_agg_mode": loss_agg_mode} if loss_agg_mode else LOSS
-    return DataProto.from_dict(tensors=tensors, meta_info={"loss": loss, "temperature": 1.0})
+    loss = dataclasses.replace(LOSS, loss_agg_mode=loss_agg_mode) if loss_agg_mode else LOSS
+    batch = DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+    loss.attach(batch)
+    return batch
 
 
 def partial_checkpoint(model_dir: Path, directory: Path) -> Path:

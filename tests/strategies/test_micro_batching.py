@@ -12,6 +12,7 @@ import torch
 
 from roll.strategies.batching import hf_logits, token_budget_groups
 from roll.strategies.train_common import split_train_batch
+from roll.workers.loss_settings import LossSettings
 from tests.strategies import harness as h
 
 ATOL = 1e-5
@@ -42,7 +43,8 @@ def test_dynamic_train_split_uses_the_budget_and_the_step_counts(tmp_path, tiny)
     micros = split_train_batch(config, h.as_proto(tensors))
     assert sum(len(micro) for micro in micros) == 16 and len(micros) != 4
     assert all(micro.batch["attention_mask"].sum() <= 24 for micro in micros)
-    info = micros[0].meta_info["loss"]["global_batch_info"]
+    info = LossSettings.of(micros[0]).global_batch_info
+    assert all(LossSettings.of(micro).global_batch_info == info for micro in micros)
     assert info["dp_size"] == len(micros) and info["batch_num_tokens"] == tensors["response_mask"].sum().item()
 
 

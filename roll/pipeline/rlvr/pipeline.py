@@ -8,6 +8,7 @@ phases shared with the agentic pipeline live in `roll.pipeline.base`.
 import numpy as np
 import torch
 
+from roll.algorithms import get_adv_estimator_spec
 from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
@@ -114,7 +115,7 @@ class RLVRPipeline(BasePipeline):
             batch = self.generate(rows, step)
         with timer.phase("reward"):
             self.compute_rewards(batch)
-        if config.adv_estimator == "remax":
+        if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # ReMax
             with timer.phase("remax_baseline"):
                 self.remax_baselines(batch, rows, step)
         metrics.update(self.update(batch, step, timer))
@@ -125,7 +126,8 @@ class RLVRPipeline(BasePipeline):
         return metrics
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> None:
-        """ReMax: each sample's baseline is the reward of its prompt's greedy answer."""
+        """`reward_baselines` (estimators registered with greedy_baseline, e.g. ReMax): each sample's
+        baseline is the reward of its prompt's greedy answer."""
         greedy = self.compute_rewards(self.generate(rows, step, mode="greedy"))
         n = self.config.num_return_sequences_in_group
         batch.batch["reward_baselines"] = greedy.batch["scores"].repeat_interleave(n)
