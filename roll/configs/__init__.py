@@ -184,15 +184,7 @@ def describe_config(config) -> str:
     from omegaconf import OmegaConf
 
     from roll.distributed.resource_manager import format_plan, placement_plan
-    from roll.strategies import IMPLEMENTED
 
-    planned = sorted(
-        {
-            w.strategy_args.strategy_name
-            for w in roles(config).values()
-            if w.strategy_args is not None and w.strategy_args.strategy_name not in IMPLEMENTED
-        }
-    )
     arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()
     parts = [
         "resolved config:",
@@ -204,11 +196,6 @@ def describe_config(config) -> str:
         parts.append(
             "note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
             "reads its log-probs: it will not be started"
-        )
-    if planned:
-        parts.append(
-            f"note: strategies {planned} are not implemented in this version of roll; this config can be "
-            f"validated (--dry_run) but not run"
         )
     return "\n".join(parts)
 

@@ -15,22 +15,8 @@ DEFAULT_WORKERS = {
     "reference": "roll.workers.actor_worker.ActorWorker",
     "critic": "roll.workers.critic_worker.CriticWorker",
 }
-# What each role must be able to do, by strategy name (see roll/strategies/__init__.py).
-TRAIN = ("deepspeed_train", "fsdp2_train", "megatron_train")
-GENERATE = ("hf_infer", "vllm", "sglang")
-# Generation strategies that return per-token log-probs of the sampled tokens (needed by rollout IS).
-ROLLOUT_LOGPROBS = ("hf_infer", "vllm", "sglang")
-FORWARD = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer", "vllm", "sglang") + TRAIN
-ROLE_STRATEGIES = {
-    "actor_train": TRAIN,
-    "critic": TRAIN,
-    "actor_infer": GENERATE,
-    "reference": ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer"),
-}
-# Training strategies that can return Σπ² per token (the optimal-token-baseline estimator's input).
-SUM_PI_SQUARED = ("deepspeed_train", "fsdp2_train", "megatron_train")
-# Model-parallel degrees that divide a Megatron role's workers before data parallelism.
-MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+# The strategy capability (a strategy class's `roles`, roll/strategies/base.py) each role needs.
+ROLE_CAPABILITY = {"actor_train": "train", "critic": "critic", "actor_infer": "generate", "reference": "score"}
 
 
 @dataclass
@@ -71,19 +57,36 @@ def roles(config) -> dict:
     return out
 
 
+def strategies_with(flag: str | None = None, role: str | None = None) -> list[str]:
+    """Registered strategy names, in registry order, whose class sets the capability `flag` (a class
+    attribute of roll/strategies/base.py's InferenceStrategy) and serves the pipeline `role`."""
+    from roll.strategies import strategy_class, strategy_names
+
+    out = []
+    for name in strategy_names():
+        cls = strategy_class(name)
+        if (flag is None or getattr(cls, flag)) and (role is None or ROLE_CAPABILITY[role] in cls.roles):
+            out.append(name)
+    return out
+
+
+def _strategy_of(worker):
+    """The strategy class a role's worker names, or None (no strategy_args, or a name the role checks refuse)."""
+    from roll.strategies import strategy_class, strategy_names
+
+    if worker.strategy_args is None or worker.strategy_args.strategy_name not in strategy_names():
+        return None
+    return strategy_class(worker.strategy_args.strategy_name)
+
+
 def data_parallel_size(worker) -> int:
-    if worker.strategy_args is None or not worker.strategy_args.strategy_name.startswith("megatron"):
+    strategy = _strategy_of(worker)
+    if strategy is None:
         return worker.world_size
-    settings = worker.strategy_args.strategy_config or {}
-    model_parallel = 1
-    for key in MODEL_PARALLEL_KEYS:
-        model_parallel *= int(settings.get(key, 1))
-    if worker.world_size % model_parallel:
-        raise ConfigError(
-            f"{worker.name}: world_size {worker.world_size} is not divisible by tensor × pipeline × "
-            f"context parallel size = {model_parallel}; change device_mapping or the parallel sizes"
-        )
-    return worker.world_size // model_parallel
+    try:
+        return strategy.data_parallel_size(worker.world_size, worker.strategy_args.strategy_config)
+    except ValueError as error:
+        raise ConfigError(f"{worker.name}: {error}") from None
 
 
 def check_roles(config) -> None:
@@ -116,17 +119,16 @@ def _check_worker(name: str, worker, num_devices: int) -> None:
     if not is_reward:
         if worker.model_args is None:
             raise ConfigError(f"'{name}.model_args.model_name_or_path' is required")
+        allowed = strategies_with(role=name)
         if worker.strategy_args is None:
             raise ConfigError(
-                f"'{name}.strategy_args.strategy_name' is required; for this role choose one of "
-                f"{list(ROLE_STRATEGIES[name])}"
+                f"'{name}.strategy_args.strategy_name' is required; for this role choose one of {allowed}"
             )
-        allowed = ROLE_STRATEGIES[name]
         strategy = worker.strategy_args.strategy_name
         if strategy not in allowed:
             raise ConfigError(
                 f"'{name}.strategy_args.strategy_name' = {strategy!r} cannot serve this role; "
-                f"choose one of {list(allowed)}{closest(strategy, allowed)}"
+                f"choose one of {allowed}{closest(strategy, allowed)}"
             )
     mapping = worker.device_mapping
     if mapping:
@@ -179,10 +181,11 @@ def check_algorithm(config) -> None:
     # what the estimator needs comes from its registration (roll.algorithms.register_adv_est), not its name
     estimator = get_adv_estimator_spec(config.adv_estimator)
     train_strategy = config.actor_train.strategy_args.strategy_name
-    if "sum_pi_squared" in estimator.forward_passes and train_strategy not in SUM_PI_SQUARED:
+    sum_pi_squared = strategies_with("sum_pi_squared", role="actor_train")
+    if "sum_pi_squared" in estimator.forward_passes and train_strategy not in sum_pi_squared:
         raise ConfigError(
             f"adv_estimator {config.adv_estimator} needs per-token Σπ² from actor_train, which "
-            f"{train_strategy!r} does not compute; use one of {list(SUM_PI_SQUARED)}"
+            f"{train_strategy!r} does not compute; use one of {sum_pi_squared}"
         )
     kl_names = list(KL_ESTIMATORS) + [f"{name}+" for name in KL_ESTIMATORS]
     for key in ("kl_loss_type", "kl_penalty"):
@@ -213,10 +216,11 @@ def check_algorithm(config) -> None:
         if config.rollout_is_threshold <= 0:
             raise ConfigError(f"'rollout_is_threshold' = {config.rollout_is_threshold}: must be > 0 (or null = off)")
         strategy = config.actor_infer.strategy_args.strategy_name
-        if strategy not in ROLLOUT_LOGPROBS:
+        rollout_log_probs = strategies_with("rollout_log_probs", role="actor_infer")
+        if strategy not in rollout_log_probs:
             raise ConfigError(
                 f"rollout_is_threshold is set, but actor_infer strategy {strategy!r} does not return "
-                f"per-token log-probs of the sampled tokens; use one of {list(ROLLOUT_LOGPROBS)} or "
+                f"per-token log-probs of the sampled tokens; use one of {rollout_log_probs} or "
                 f"set rollout_is_threshold: null"
             )
 
@@ -287,21 +291,14 @@ def batch_plan(config) -> BatchPlan:
     return BatchPlan(config.rollout_batch_size, samples, dp, global_batch, optimizer_steps)
 
 
-# Strategies whose scoring forwards run through roll/strategies/batching.py (vllm/sglang score in their engine).
-DYNAMIC_BATCHING_INFER = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer") + TRAIN
-SEQUENCE_PACKING = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "deepspeed_train", "fsdp2_train")
-
-
 def check_micro_batching(config) -> None:
-    """Dynamic batching and sequence packing keys: only where a strategy reads them, with a token budget
-    that fits the longest possible row (prompt_length + response_length)."""
+    """Dynamic batching and sequence packing keys: only where a strategy reads them (its capability flags),
+    with a token budget that fits the longest possible row (prompt_length + response_length)."""
     longest = config.prompt_length + config.response_length
     for name, worker in roles(config).items():
         strategy = worker.strategy_args.strategy_name if worker.strategy_args else None
-        for phase, strategies in (
-            ("train", TRAIN if name in ("actor_train", "critic") else ()),
-            ("infer", DYNAMIC_BATCHING_INFER),
-        ):
+        strategy_cls = _strategy_of(worker)
+        for phase in ("train", "infer"):
             enabled, budget_key = f"use_dynamic_batching_in_{phase}", f"max_tokens_per_microbatch_in_{phase}"
             budget = getattr(worker, budget_key)
             if not getattr(worker, enabled):
@@ -311,26 +308,25 @@ def check_micro_batching(config) -> None:
                         f"turn that on or remove the budget"
                     )
                 continue
+            # only the trained roles run train steps
+            trains = phase == "infer" or name in ("actor_train", "critic")
+            strategies = strategies_with(f"dynamic_batching_{phase}") if trains else []
             if strategy not in strategies:
                 raise ConfigError(
                     f"'{name}.{enabled}' is not supported for role {name} with strategy {strategy!r}; "
-                    f"supported: {list(strategies)} (docs/strategies.md)"
+                    f"supported: {strategies} (docs/strategies.md)"
                 )
             if budget is None or budget < longest:
                 raise ConfigError(
                     f"'{name}.{budget_key}' = {budget}: must be ≥ prompt_length + response_length = "
                     f"{longest} (the longest possible row)"
                 )
-            if (
-                strategy.startswith("megatron")
-                and int((worker.strategy_args.strategy_config or {}).get("pipeline_model_parallel_size", 1)) > 1
-            ):
-                raise ConfigError(
-                    f"'{name}.{enabled}' needs pipeline_model_parallel_size 1 with {strategy} "
-                    f"(pipeline stages exchange fixed shapes)"
-                )
-        if worker.use_sequence_packing and strategy not in SEQUENCE_PACKING:
+            reason = strategy_cls.dynamic_batching_limit(worker.strategy_args.strategy_config)
+            if reason:
+                raise ConfigError(f"'{name}.{enabled}' with {strategy}: {reason}")
+        packing = strategies_with("sequence_packing")
+        if worker.use_sequence_packing and strategy not in packing:
             raise ConfigError(
                 f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
-                f"supported: {list(SEQUENCE_PACKING)}; set it to false"
+                f"supported: {packing}; set it to false"
             )

@@ -1,12 +1,13 @@
 """A role's workers as one object: every @register-ed method becomes a cluster-wide call."""
 
+import numbers
 import sys
 import time
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from roll.distributed.decorator import DISPATCH_ATTR, collect_results, split_arguments
+from roll.distributed.decorator import CONCURRENCY_ATTR, DISPATCH_ATTR, Dispatch, collect_results, split_arguments
 from roll.distributed.resource_manager import plan_role
 
 # Starting a worker process (imports torch, transformers) can take a while on a loaded machine.
@@ -21,7 +22,12 @@ class Cluster:
             name, worker_config.device_mapping, worker_config.num_gpus_per_worker, worker_config.world_size
         )
         self.world_size = len(placements)
-        remote_cls = ray.remote(ship_by_value(worker_cls))
+        # Concurrency groups let e.g. abort_request run while a request is generating; without any, Ray
+        # runs one call at a time on the worker's main thread.
+        groups = getattr(worker_cls, "concurrency_groups", None)
+        self.concurrency_groups = dict(groups(worker_config)) if groups else {}
+        remote = ray.remote(concurrency_groups=self.concurrency_groups) if self.concurrency_groups else ray.remote
+        remote_cls = remote(ship_by_value(worker_cls))
         # Workers start in the background (several roles start at once); the first call waits for rank 0
         # to pick the torch.distributed rendezvous address and hands it to the other ranks.
         self.workers = [
@@ -35,7 +41,9 @@ class Cluster:
         for method_name in dir(worker_cls):
             mode = dispatch_mode(worker_cls, method_name)
             if mode is not None:
-                setattr(self, method_name, RemoteMethod(self, method_name, mode))
+                group = _registered(worker_cls, method_name, CONCURRENCY_ATTR)
+                group = group if group in self.concurrency_groups else None  # not enabled: the usual queue
+                setattr(self, method_name, RemoteMethod(self, method_name, mode, group))
 
     def shutdown(self) -> None:
         """Stop this role's workers (their devices' shares are returned to the placement group)."""
@@ -52,27 +60,56 @@ class Cluster:
             worker.set_master_address.remote(*master)
         self._rendezvous_set = True
 
-    def _submit(self, method: str, mode, args: tuple, kwargs: dict) -> "PendingCall":
+    def _submit(self, method: str, mode, args: tuple, kwargs: dict, group: str | None = None) -> "PendingCall":
         self._set_rendezvous()
-        per_worker = split_arguments(mode, self.world_size, args, kwargs)
-        refs = [getattr(worker, method).remote(*a, **kw) for worker, (a, kw) in zip(self.workers, per_worker)]
-        return PendingCall(self, method, mode, refs, time.monotonic())
+        ranks, args = self._target_ranks(method, mode, args)
+        per_worker = split_arguments(mode, len(ranks), args, kwargs)
+        refs = []
+        for rank, (a, kw) in zip(ranks, per_worker):
+            remote = getattr(self.workers[rank], method)
+            if group is not None:
+                remote = remote.options(concurrency_group=group)
+            refs.append(remote.remote(*a, **kw))
+        return PendingCall(self, method, mode, refs, time.monotonic(), ranks)
 
-    def _wait(self, method: str, refs: list, timeout: float | None = -1.0, started: float | None = None) -> list:
+    def _target_ranks(self, method: str, mode, args: tuple) -> tuple[list[int], tuple]:
+        """The ranks a call goes to, and its arguments without the target rank (Dispatch.ONE_RANK)."""
+        if mode is Dispatch.ONE_RANK:
+            rank = args[0] if args else None
+            if not isinstance(rank, numbers.Integral) or isinstance(rank, bool) or not 0 <= rank < self.world_size:
+                raise ValueError(
+                    f"{self.name}.{method}: the first argument is the rank of the worker to call "
+                    f"(0..{self.world_size - 1}), got {rank!r}"
+                )
+            return [int(rank)], args[1:]
+        if mode is Dispatch.RANK0:
+            return [0], args
+        return list(range(self.world_size)), args
+
+    def _wait(
+        self,
+        method: str,
+        refs: list,
+        timeout: float | None = -1.0,
+        started: float | None = None,
+        ranks: list[int] | None = None,
+    ) -> list:
         timeout = self.rpc_timeout if timeout == -1.0 else timeout
         deadline = None if timeout is None else (started or time.monotonic()) + timeout
         results = []
-        for rank, ref in enumerate(refs):
+        for rank, ref in zip(ranks or range(len(refs)), refs):
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
                 results.append(ray.get(ref, timeout=remaining))
             except GetTimeoutError:
                 raise TimeoutError(
                     f"{self.name}.{method} did not answer within {timeout} s "
-                    f"(rank {rank} of {len(refs)}); raise rpc_timeout if the work is legitimately slow"
+                    f"(rank {rank} of {self.world_size}); raise rpc_timeout if the work is legitimately slow"
                 ) from None
             except RayTaskError as error:
-                raise RuntimeError(f"{self.name}.{method} failed on rank {rank} of {len(refs)}:\n{error}") from None
+                raise RuntimeError(
+                    f"{self.name}.{method} failed on rank {rank} of {self.world_size}:\n{error}"
+                ) from None
             except RayActorError as error:
                 raise RuntimeError(f"{self.name}.{method}: worker rank {rank} died ({error})") from None
         return results
@@ -81,11 +118,14 @@ class Cluster:
 def dispatch_mode(worker_cls, method_name: str):
     """The method's @register mode; an override without the decorator (a user's reward worker
     redefining `initialize`) keeps the mode of the method it overrides."""
+    return _registered(worker_cls, method_name, DISPATCH_ATTR)
+
+
+def _registered(worker_cls, method_name: str, attr: str):
+    """What @register set on the nearest definition of the method that has the decorator."""
     for klass in worker_cls.__mro__:
-        if method_name in vars(klass):
-            mode = getattr(vars(klass)[method_name], DISPATCH_ATTR, None)
-            if mode is not None:
-                return mode
+        if method_name in vars(klass) and hasattr(vars(klass)[method_name], DISPATCH_ATTR):
+            return getattr(vars(klass)[method_name], attr, None)
     return None
 
 
@@ -93,23 +133,25 @@ class RemoteMethod:
     """`cluster.method(...)` blocks (with the role's rpc_timeout); `cluster.method.submit(...)` returns a
     PendingCall, so several roles can work at once (e.g. every role initialising in parallel)."""
 
-    def __init__(self, cluster: Cluster, name: str, mode):
-        self.cluster, self.name, self.mode = cluster, name, mode
+    def __init__(self, cluster: Cluster, name: str, mode, group: str | None = None):
+        self.cluster, self.name, self.mode, self.group = cluster, name, mode, group
 
     def __call__(self, *args, **kwargs):
         return self.submit(*args, **kwargs).result()
 
     def submit(self, *args, **kwargs) -> "PendingCall":
-        return self.cluster._submit(self.name, self.mode, args, kwargs)
+        return self.cluster._submit(self.name, self.mode, args, kwargs, self.group)
 
 
 class PendingCall:
-    def __init__(self, cluster: Cluster, method: str, mode, refs: list, started: float):
+    def __init__(self, cluster: Cluster, method: str, mode, refs: list, started: float, ranks: list[int]):
         self.cluster, self.method, self.mode, self.refs, self.started = cluster, method, mode, refs, started
+        self.ranks = ranks
 
     def result(self):
         """The call's result; the role's rpc_timeout counts from submission."""
-        return collect_results(self.mode, self.cluster._wait(self.method, self.refs, started=self.started))
+        results = self.cluster._wait(self.method, self.refs, started=self.started, ranks=self.ranks)
+        return collect_results(self.mode, results)
 
 
 def ship_by_value(worker_cls):

@@ -35,6 +35,13 @@ class Worker:
             self.set_master_address(master_addr, master_port)
         self.logger = get_logger(f"{self.worker_name}[{rank}]")
 
+    @classmethod
+    def concurrency_groups(cls, worker_config) -> dict:
+        """Ray concurrency groups (names from decorator.CONCURRENCY_GROUPS → calls at once) this role's
+        workers get. None by default: one call at a time, in order, on the worker's main thread. With a
+        group, Ray runs the default queue on a thread of its own (still one call at a time, in order)."""
+        return {}
+
     def get_master_address(self) -> tuple[str, int]:
         return self.master_addr, self.master_port
 

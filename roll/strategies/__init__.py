@@ -1,4 +1,10 @@
-"""Strategy registry: `strategy_name` in a role's `strategy_args` → engine adapter class."""
+"""Strategy registry: `strategy_name` in a role's `strategy_args` → engine adapter class.
+
+A new engine is one module with its strategy class (capabilities as class attributes, see
+roll/strategies/base.py) plus one line here; the config checks and `create_strategy` find it by name.
+Classes are imported on first use, and a strategy module imports without its engine, so the
+capabilities can be read (config checks, --dry_run) where the engine is not installed.
+"""
 
 from importlib import import_module
 
@@ -14,17 +20,23 @@ _STRATEGIES = {
     "megatron_train": "roll.strategies.megatron_train.MegatronTrainStrategy",
     "megatron_infer": "roll.strategies.megatron_train.MegatronInferStrategy",
 }
-# Named in configs and docs, not implemented yet: a clear error instead of a silent fallback.
-_PLANNED: dict[str, str] = {}
-IMPLEMENTED = tuple(_STRATEGIES)
+
+
+def strategy_names() -> list[str]:
+    """Registered names, in registry order (the order config errors list them in)."""
+    return list(_STRATEGIES)
+
+
+def strategy_class(name: str) -> type:
+    """The strategy class registered as `name` (imports its module, not its engine)."""
+    if name not in _STRATEGIES:
+        raise ValueError(f"unknown strategy_name {name!r}; valid: {sorted(_STRATEGIES)}")
+    module_name, _, class_name = _STRATEGIES[name].rpartition(".")
+    try:
+        return getattr(import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise ImportError(f"strategy_name {name!r}: cannot load {_STRATEGIES[name]} ({error})") from error
 
 
 def create_strategy(name: str, worker):
-    if name in _PLANNED:
-        raise NotImplementedError(
-            f"strategy_name {name!r} is not implemented yet ({_PLANNED[name]}); available now: {sorted(_STRATEGIES)}"
-        )
-    if name not in _STRATEGIES:
-        raise ValueError(f"unknown strategy_name {name!r}; valid: {sorted(_STRATEGIES) + sorted(_PLANNED)}")
-    module_name, _, class_name = _STRATEGIES[name].rpartition(".")
-    return getattr(import_module(module_name), class_name)(worker)
+    return strategy_class(name)(worker)

@@ -1,10 +1,17 @@
 """The strategy interface: one engine adapter per `strategy_name`, behind the same methods.
 
 A strategy belongs to one worker (one process) and is built from its worker_config. Inference
-strategies generate and score; training strategies also take optimizer steps, export weights and
-save checkpoints. Everything here is engine-independent; subclasses bring the engine.
+strategies (`InferenceStrategy`) generate and score; training strategies (`TrainStrategy`) also take
+optimizer steps, export weights and save checkpoints. Everything here is engine-independent;
+subclasses bring the engine.
+
+Each strategy class also declares what it can do (`roles`, `rollout_log_probs`, `sum_pi_squared`, ...,
+class attributes below). The config checks read them through the registry (roll/strategies/__init__.py)
+without starting anything, so a strategy module must import without its engine: engine imports go inside
+methods.
 """
 
+import abc
 import threading
 from dataclasses import dataclass, field
 
@@ -17,8 +24,18 @@ from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.utils.logging import get_logger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# sampling settings a single request may override (generating_args give the defaults; one sample per request)
+# Per-call sampling settings on top of generating_args: a batch's generation_config (meta_info) may set
+# these; the batch's seed travels in meta_info["seed"].
+BATCH_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
+# ... and a single request these (one sample per request; `seed` makes it reproducible)
 REQUEST_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "seed")
+# What a strategy can serve (its `roles`), by the pipeline role that needs it:
+ROLES = (
+    "train",  # actor_train: train_step with the policy loss, named_hf_parameters for the weight sync
+    "generate",  # actor_infer: generate (+ generate_request / abort_request)
+    "score",  # reference: compute_log_probs without training
+    "critic",  # critic: a value head (worker.model_kind == "value"), compute_values and train_step
+)
 
 
 @dataclass
@@ -32,6 +49,34 @@ class RequestResult:
 
 
 class InferenceStrategy:
+    # --- capabilities (class attributes; no engine needed to read them) ----------------------------------
+    roles: frozenset = frozenset()  # a subset of ROLES
+    rollout_log_probs = False  # generate() returns `rollout_log_probs` of the sampled tokens (rollout IS)
+    sum_pi_squared = False  # compute_sum_pi_squared works (the optimal-token-baseline estimator's input)
+    dynamic_batching_train = False  # train_step honours use_dynamic_batching_in_train
+    dynamic_batching_infer = False  # the scoring forwards honour use_dynamic_batching_in_infer
+    sequence_packing = False  # training and scoring forwards honour use_sequence_packing
+    lora = False  # LoRA adapters (no strategy has them yet)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        unknown = sorted(set(cls.roles) - set(ROLES))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.roles has unknown roles {unknown}; valid: {list(ROLES)}")
+        if {"train", "critic"} & set(cls.roles) and not issubclass(cls, TrainStrategy):
+            raise TypeError(f"{cls.__name__} declares roles {sorted(cls.roles)}: it must subclass TrainStrategy")
+
+    @classmethod
+    def data_parallel_size(cls, world_size: int, strategy_config: dict | None) -> int:
+        """How many data-parallel shards `world_size` workers form (the rows of a step are split over
+        them). A ValueError says why the combination cannot work. Read by the config checks."""
+        return world_size
+
+    @classmethod
+    def dynamic_batching_limit(cls, strategy_config: dict | None) -> str | None:
+        """Why this strategy_config rules out dynamic batching (None: it does not). Read by the config checks."""
+        return None
+
     def __init__(self, worker):
         self.worker = worker
         self.config = worker.worker_config
@@ -166,15 +211,20 @@ class InferenceStrategy:
         with self._request_lock:
             return bool(self._in_flight.pop(request_id, False))
 
-    def request_settings(self, sampling: dict | None) -> dict:
-        """generating_args merged with one request's overrides (one sample); unknown keys are an error."""
+    def sampling_settings(self, overrides: dict | None = None, request: bool = False) -> dict:
+        """generating_args merged with one call's overrides — the one place generation settings are
+        resolved. A batch (`generate`'s generation_config) may override BATCH_SAMPLING_KEYS; a request
+        (`generate_request`) REQUEST_SAMPLING_KEYS, and always gets num_return_sequences 1 and a `seed`
+        (None unless given). An unknown key is an error naming the valid ones."""
         args = self.config.generating_args
-        sampling = dict(sampling or {})
-        unknown = sorted(set(sampling) - set(REQUEST_SAMPLING_KEYS))
+        valid = REQUEST_SAMPLING_KEYS if request else BATCH_SAMPLING_KEYS
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - set(valid))
         if unknown:
+            what = "request sampling keys" if request else "generation settings"
+            hint = "" if request else " (a batch's seed goes in meta_info['seed'])"
             raise ValueError(
-                f"{self.config.strategy_args.strategy_name}: unknown request sampling keys {unknown}; "
-                f"valid: {list(REQUEST_SAMPLING_KEYS)}"
+                f"{self.config.strategy_args.strategy_name}: unknown {what} {unknown}; valid: {list(valid)}{hint}"
             )
         merged = {
             "max_new_tokens": args.max_new_tokens,
@@ -182,9 +232,11 @@ class InferenceStrategy:
             "top_p": args.top_p,
             "top_k": args.top_k,
             "do_sample": args.do_sample,
-            "seed": None,
+            "num_return_sequences": 1 if request else args.num_return_sequences,
         }
-        merged.update(sampling)
+        if request:
+            merged["seed"] = None
+        merged.update(overrides)
         return merged
 
     # --- weights ------------------------------------------------------------------------------------
@@ -225,6 +277,55 @@ class InferenceStrategy:
     def reload(self) -> None:
         if torch.cuda.is_available():
             self.model.to("cuda")
+
+
+class TrainStrategy(InferenceStrategy, metaclass=abc.ABCMeta):
+    """What a training engine must offer (actor_train, critic), on top of scoring. Every method here is
+    collective over the role's ranks: all ranks call it, in the same order, or sharded engines hang.
+    A class that misses one of them cannot be instantiated (TypeError naming it)."""
+
+    @abc.abstractmethod
+    def initialize(self, total_steps: int = 0) -> None:
+        """Build the engine from worker_config: the HF model (a one-output token head when
+        worker.model_kind == "value"), the optimizer and an LR schedule over `total_steps` optimizer steps
+        (training_args: AdamW settings, lr_scheduler_type, warmup_steps), in training mode."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: DataProto, loss_fn) -> dict:
+        """ONE optimizer step over this rank's `batch` of exactly per_device_train_batch_size ×
+        gradient_accumulation_steps rows (train_common.split_train_batch: fixed micro-batches, or
+        token-budget ones with use_dynamic_batching_in_train, as many on every rank).
+        For each micro-batch: logits = forward(input_ids, attention_mask, position_ids) over the full
+        sequence (rows, P+R, vocab or 1); `loss, metrics = loss_fn(micro on the device, logits)`; backward
+        of loss / (number of micro-batches). Gradients are averaged over data-parallel ranks, clipped at
+        training_args.max_grad_norm (≤ 0: no clipping), then one optimizer and LR-scheduler step.
+        Returns loss_fn's metrics averaged over micro-batches, plus "grad_norm" (before clipping) and "lr"
+        (after the scheduler step)."""
+
+    @abc.abstractmethod
+    def named_hf_parameters(self):
+        """Iterator of (HF parameter name, full tensor) — what every inference strategy's load_weights
+        takes (the weight sync). Gathers shards: every rank must consume it completely, in order."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, path: str) -> None:
+        """Write the engine state (weights, optimizer moments and step counts, LR schedule) under `path`,
+        plus a plain HF copy (weights + tokenizer) in `path/hf` written by rank 0."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what save_checkpoint wrote, exactly: the next train_step equals an uninterrupted run's.
+        A missing or incompatible checkpoint is an error naming `path`."""
+
+    @abc.abstractmethod
+    def offload(self) -> None:
+        """Move parameters, gradients and optimizer state off the accelerator (colocated roles); the next
+        train_step after reload() must equal one without the round trip. A no-op where there is nothing
+        to move (CPU)."""
+
+    @abc.abstractmethod
+    def reload(self) -> None:
+        """Undo offload()."""
 
 
 def buckets(named_tensors, limit_bytes: float):

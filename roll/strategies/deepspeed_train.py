@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import InferenceStrategy
+from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
 from roll.strategies.train_common import (
     EvalModeScoring,
@@ -89,7 +89,13 @@ def zero_stage(config: dict) -> int:
     return int(config.get("zero_optimization", {}).get("stage", 0))
 
 
-class DeepSpeedTrainStrategy(EvalModeScoring, InferenceStrategy):
+class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
+    roles = frozenset({"train", "critic"})
+    sum_pi_squared = True
+    dynamic_batching_train = True
+    dynamic_batching_infer = True
+    sequence_packing = True
+
     def initialize(self, total_steps: int = 0) -> None:
         import deepspeed
 
@@ -296,6 +302,11 @@ def resolve_ds_infer_config(strategy_config: dict, world_size: int, dtype: str) 
 class DeepSpeedInferStrategy(InferenceStrategy):
     """Forward-only (reference / old log-probs). ZeRO-3 shards the weights across ranks; lower stages
     keep a full copy per rank, so a plain module is enough."""
+
+    roles = frozenset({"score"})
+    sum_pi_squared = True
+    dynamic_batching_infer = True
+    sequence_packing = True
 
     def initialize(self, total_steps: int = 0) -> None:
         self.ds_config = resolve_ds_infer_config(

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import DTYPES, InferenceStrategy
+from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
 from roll.strategies.train_common import (
     EvalModeScoring,
@@ -168,6 +168,11 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
 class FSDP2InferStrategy(InferenceStrategy):
     """Forward only (reference log-probs, values): weights sharded, gathered layer by layer per forward."""
 
+    roles = frozenset({"score"})
+    sum_pi_squared = True
+    dynamic_batching_infer = True
+    sequence_packing = True
+
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
         self.device = _device()
@@ -248,7 +253,10 @@ class FSDP2InferStrategy(InferenceStrategy):
         pass
 
 
-class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy):
+class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
+    roles = frozenset({"train", "critic"})
+    dynamic_batching_train = True
+
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
         self.device = _device()

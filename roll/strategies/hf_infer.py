@@ -23,33 +23,29 @@ def response_mask_from(responses: torch.Tensor, eos_token_id: int, generated_len
 
 
 class HFInferStrategy(InferenceStrategy):
+    roles = frozenset({"generate", "score"})
+    rollout_log_probs = True
+    sum_pi_squared = True
+    dynamic_batching_infer = True
+    sequence_packing = True
+
     def initialize(self, total_steps: int = 0) -> None:
         super().initialize(total_steps)
         gen = self.model.generation_config
         self.eos_token_id = gen.eos_token_id if isinstance(gen.eos_token_id, int) else gen.eos_token_id[0]
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
 
-    def _sampling_kwargs(self, generation_config: dict) -> dict:
-        args = self.config.generating_args
-        merged = {
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_p": args.top_p,
-            "top_k": args.top_k,
-            "do_sample": args.do_sample,
-            "num_return_sequences": args.num_return_sequences,
-        }
-        unknown = set(generation_config) - set(merged) - {"seed"}
-        if unknown:
-            raise ValueError(f"hf_infer: unknown generation settings {sorted(unknown)}; valid: {sorted(merged)}")
-        merged.update(generation_config)
-        if not merged["do_sample"]:
-            merged.update(temperature=None, top_p=None, top_k=None)
-        return merged
+    @staticmethod
+    def _generate_kwargs(settings: dict) -> dict:
+        """`generate` keyword arguments from sampling_settings (greedy: no sampling knobs, as HF expects)."""
+        kwargs = {key: value for key, value in settings.items() if key != "seed"}
+        if not kwargs["do_sample"]:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        return kwargs
 
     @torch.no_grad()
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
-        kwargs = self._sampling_kwargs(generation_config)
+        kwargs = self._generate_kwargs(self.sampling_settings(generation_config))
         if batch.meta_info.get("seed") is not None:
             torch.manual_seed(int(batch.meta_info["seed"]) * 1009 + self.rank)
         n, response_length = kwargs["num_return_sequences"], kwargs["max_new_tokens"]
@@ -103,9 +99,9 @@ class HFInferStrategy(InferenceStrategy):
         """One sample for one prompt with `generate`. abort_request(request_id) from another thread (or from
         a callback during generation) stops it after the current token; aborting an unknown or finished id
         is a no-op returning False (see InferenceStrategy.abort_request)."""
-        settings = self.request_settings(sampling)
-        seed = settings.pop("seed")
-        kwargs = self._sampling_kwargs({**settings, "num_return_sequences": 1})
+        settings = self.sampling_settings(sampling, request=True)
+        seed = settings["seed"]
+        kwargs = self._generate_kwargs(settings)
         self._begin_request(request_id)
         try:
             if seed is not None:

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.base import DTYPES, InferenceStrategy
+from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
@@ -70,6 +70,8 @@ MEGATRON_DEFAULTS = {
     "moe_router_load_balancing_type": "aux_loss",
 }
 _MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
+# Model-parallel degrees that divide a role's workers before data parallelism.
+MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 CHECKPOINT_DIR = "megatron"
 
 
@@ -158,17 +160,38 @@ def check_micro_batching(config, parallel: dict) -> None:
             f"fsdp2_infer)"
         )
     dynamic = config.use_dynamic_batching_in_train or config.use_dynamic_batching_in_infer
-    if dynamic and parallel["pipeline_model_parallel_size"] > 1:
-        raise ValueError(
-            f"{config.name}: use_dynamic_batching_in_train/_in_infer need "
-            f"pipeline_model_parallel_size 1 with megatron (pipeline stages exchange fixed shapes)"
-        )
+    reason = MegatronInferStrategy.dynamic_batching_limit(parallel)
+    if dynamic and reason:
+        raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer with megatron: {reason}")
 
 
 class MegatronInferStrategy(InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
 
+    roles = frozenset({"score"})
+    sum_pi_squared = True
+    dynamic_batching_infer = True  # pipeline_model_parallel_size 1 only (dynamic_batching_limit)
     training = False
+
+    @classmethod
+    def data_parallel_size(cls, world_size: int, strategy_config: dict | None) -> int:
+        """world_size / (TP × PP × CP): the ranks of one model-parallel group pool their rows."""
+        settings = strategy_config or {}
+        model_parallel = 1
+        for key in MODEL_PARALLEL_KEYS:
+            model_parallel *= int(settings.get(key, 1))
+        if world_size % model_parallel:
+            raise ValueError(
+                f"world_size {world_size} is not divisible by tensor × pipeline × context parallel size = "
+                f"{model_parallel}; change device_mapping or the parallel sizes"
+            )
+        return world_size // model_parallel
+
+    @classmethod
+    def dynamic_batching_limit(cls, strategy_config: dict | None) -> str | None:
+        if int((strategy_config or {}).get("pipeline_model_parallel_size", 1)) > 1:
+            return "needs pipeline_model_parallel_size 1 (pipeline stages exchange fixed shapes)"
+        return None
 
     def initialize(self, total_steps: int = 0) -> None:
         from megatron.core import parallel_state as ps
@@ -412,7 +435,9 @@ class MegatronInferStrategy(InferenceStrategy):
             torch.cuda.empty_cache()
 
 
-class MegatronTrainStrategy(MegatronInferStrategy):
+class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
+    roles = frozenset({"train"})  # causal LMs only: no value head for the critic
+    dynamic_batching_train = True
     training = True
 
     def _wrap_for_training(self, total_steps: int) -> None:

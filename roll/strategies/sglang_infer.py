@@ -63,7 +63,6 @@ ENGINE_KEYS = {
 ROLL_KEYS = {"model_update_buffer_size_mb": float, "weight_update_mode": str}
 WEIGHT_UPDATE_MODES = ("tensor", "distributed")
 DEFAULT_BUFFER_MB = 512.0
-GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
 SEED_STRIDE = 2**20  # per-request seeds: base + prompt_index * n + sample_index
 
 
@@ -217,6 +216,9 @@ def _check_update(result, what: str) -> None:
 
 
 class SGLangInferStrategy(InferenceStrategy):
+    roles = frozenset({"generate"})  # compute_log_probs works at temperature 1.0 only: not a reference role
+    rollout_log_probs = True
+
     def initialize(self, total_steps: int = 0) -> None:
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -253,26 +255,10 @@ class SGLangInferStrategy(InferenceStrategy):
             )
 
     # --- generation ---------------------------------------------------------------------------------
-    def _sampling_settings(self, generation_config: dict) -> dict:
-        args = self.config.generating_args
-        merged = {
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_p": args.top_p,
-            "top_k": args.top_k,
-            "do_sample": args.do_sample,
-            "num_return_sequences": args.num_return_sequences,
-        }
-        unknown = set(generation_config) - set(GENERATION_KEYS) - {"seed"}
-        if unknown:
-            raise ValueError(f"sglang: unknown generation settings {sorted(unknown)}; valid: {sorted(GENERATION_KEYS)}")
-        merged.update({k: v for k, v in generation_config.items() if k != "seed"})
-        return merged
-
     @torch.no_grad()
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
         self._check_ready()
-        settings = self._sampling_settings(generation_config)
+        settings = self.sampling_settings(generation_config)
         prompts = batch.batch["prompts"]
         prompt_mask = batch.batch["attention_mask"][:, : prompts.shape[1]]
         seed = batch.meta_info.get("seed")
@@ -298,8 +284,8 @@ class SGLangInferStrategy(InferenceStrategy):
         tokenizer_manager.abort_request(rid) on the engine's event loop (thread-safe); the engine then
         finishes the request with finish_reason type "abort" and this returns the tokens so far."""
         self._check_ready()
-        settings = self.request_settings(sampling)
-        seed = settings.pop("seed")
+        settings = self.sampling_settings(sampling, request=True)
+        seed = settings["seed"]
         params = sampling_params(settings, self.stop_token_ids, seed)
         self._begin_request(request_id)
         try:

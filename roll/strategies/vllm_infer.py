@@ -54,8 +54,6 @@ ENGINE_KEYS = {
 }
 ROLL_KEYS = {"model_update_buffer_size_mb": float}
 DEFAULT_BUFFER_MB = 512.0
-# generation_config keys the pipeline may send, on top of generating_args
-GENERATION_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
 SEED_STRIDE = 2**20  # per-request seeds: base + prompt_index * n (+ sample index, added by vLLM)
 
 
@@ -162,6 +160,9 @@ def refresh_shared_weight_layers(worker) -> int:
 
 
 class VLLMInferStrategy(InferenceStrategy):
+    roles = frozenset({"generate"})  # compute_log_probs works at temperature 1.0 only: not a reference role
+    rollout_log_probs = True
+
     def initialize(self, total_steps: int = 0) -> None:
         on_cpu = not torch.cuda.is_available()
         strategy_args = self.config.strategy_args
@@ -221,22 +222,6 @@ class VLLMInferStrategy(InferenceStrategy):
         raise NotImplementedError("vllm: the model lives inside the engine; use load_weights / state_checksum")
 
     # --- generation -------------------------------------------------------------------------------
-    def _sampling_settings(self, generation_config: dict) -> dict:
-        args = self.config.generating_args
-        merged = {
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_p": args.top_p,
-            "top_k": args.top_k,
-            "do_sample": args.do_sample,
-            "num_return_sequences": args.num_return_sequences,
-        }
-        unknown = set(generation_config) - set(GENERATION_KEYS) - {"seed"}
-        if unknown:
-            raise ValueError(f"vllm: unknown generation settings {sorted(unknown)}; valid: {sorted(GENERATION_KEYS)}")
-        merged.update({k: v for k, v in generation_config.items() if k != "seed"})
-        return merged
-
     def _sampling_params(self, settings: dict, seed):
         from vllm import SamplingParams
 
@@ -269,7 +254,7 @@ class VLLMInferStrategy(InferenceStrategy):
     @torch.no_grad()
     def generate(self, batch: DataProto, generation_config: dict) -> DataProto:
         self._check_ready()
-        settings = self._sampling_settings(generation_config)
+        settings = self.sampling_settings(generation_config)
         n, response_length = settings["num_return_sequences"], settings["max_new_tokens"]
         prompts = batch.batch["prompts"]
         prompt_mask = batch.batch["attention_mask"][:, : prompts.shape[1]]
@@ -323,9 +308,8 @@ class VLLMInferStrategy(InferenceStrategy):
         request; the stepping loop then calls the engine's abort_request itself (the engine is not
         thread-safe) and returns the tokens so far with finish_reason "abort"."""
         self._check_ready()
-        settings = self.request_settings(sampling)
-        seed = settings.pop("seed")
-        settings["num_return_sequences"] = 1
+        settings = self.sampling_settings(sampling, request=True)
+        seed = settings["seed"]
         params = self._sampling_params(settings, None if seed is None or not self.request_seeds else int(seed))
         if seed is not None and not self.request_seeds:
             torch.manual_seed(int(seed))

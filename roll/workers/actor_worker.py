@@ -11,9 +11,10 @@ import torch
 
 from roll.algorithms import agg_loss, entropy_from_logits, get_policy_loss_fn, kl_penalty
 from roll.distributed.data_proto import DataProto
-from roll.distributed.decorator import Dispatch, register
+from roll.distributed.decorator import CONCURRENCY_GROUPS, Dispatch, register
 from roll.distributed.worker import Worker
-from roll.strategies import create_strategy
+from roll.strategies import create_strategy, strategy_class
+from roll.strategies.base import RequestResult
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
 from roll.workers.loss_settings import LossSettings
@@ -23,6 +24,15 @@ from roll.workers.weight_transfer import WeightTransferMixin
 
 
 class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMixin, Worker):
+    @classmethod
+    def concurrency_groups(cls, worker_config) -> dict:
+        """Roles whose strategy generates get the "control" group, so that abort_request reaches a worker
+        while its generate_request runs; the others keep Ray's plain one-call-at-a-time worker."""
+        args = worker_config.strategy_args
+        if args is not None and "generate" in strategy_class(args.strategy_name).roles:
+            return {"control": CONCURRENCY_GROUPS["control"]}
+        return {}
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         self.strategy = create_strategy(self.worker_config.strategy_args.strategy_name, self)
@@ -31,6 +41,22 @@ class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMi
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def generate(self, batch: DataProto) -> DataProto:
         return self.strategy.generate(batch, batch.meta_info.get("generation_config", {}))
+
+    # --- request-level generation (dynamic sampling, async rollout): one worker per call -------------------
+    @register(dispatch_mode=Dispatch.ONE_RANK)
+    def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
+        """`cluster.generate_request(rank, request_id, prompt_ids, sampling)`: one sample on worker `rank`
+        (InferenceStrategy.generate_request), blocking until it ends or is aborted. It queues with the
+        worker's other calls (generate, weight loads), so it never overlaps them."""
+        return self.strategy.generate_request(request_id, list(prompt_ids), sampling)
+
+    @register(dispatch_mode=Dispatch.ONE_RANK, concurrency_group="control")
+    def abort_request(self, request_id: str) -> bool:
+        """`cluster.abort_request(rank, request_id)`: stop that worker's in-flight request (its
+        generate_request returns finish_reason "abort"); False if the id is not in flight there. Runs beside
+        the request (the "control" concurrency group), not after it."""
+        strategy = getattr(self, "strategy", None)  # the control group does not wait for initialize
+        return strategy.abort_request(request_id) if strategy is not None else False
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_log_probs(self, batch: DataProto) -> DataProto:

@@ -1,7 +1,9 @@
 """Cluster dispatch, placement on virtual devices, gloo across ranks, timeouts — through a real Ray."""
 
+import threading
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import ray
@@ -59,6 +61,40 @@ class EchoWorker(Worker):  # test double
     def fail(self):
         raise ValueError("boom")
 
+    @register(Dispatch.ONE_RANK)
+    def echo(self, value, suffix=""):
+        return self.rank, f"{value}{suffix}"
+
+
+class GatedWorker(EchoWorker):  # test double: a long call that only another call can end early
+    groups = {"control": 2}
+
+    @classmethod
+    def concurrency_groups(cls, worker_config):
+        return dict(cls.groups)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gate, self.log = threading.Event(), []
+
+    @register(Dispatch.ONE_RANK)
+    def wait_for_gate(self, seconds):
+        return self.gate.wait(seconds)
+
+    @register(Dispatch.ONE_RANK, concurrency_group="control")
+    def open_gate(self):
+        self.gate.set()
+        return True
+
+    @register(Dispatch.ONE_TO_ALL)
+    def record(self, value):
+        self.log.append(value)
+        return self.log
+
+
+class UngatedWorker(GatedWorker):  # the same methods, no concurrency group enabled
+    groups = {}
+
 
 @pytest.fixture(scope="module")
 def resources():
@@ -74,6 +110,12 @@ def test_dispatch_modes(resources):
     assert out.batch["rank"].tolist() == [0, 0, 1, 1]
     assert cluster.rank() == 0
     assert cluster.all_reduce() == [3.0, 3.0]  # gloo rendezvous from the env the Worker set
+    assert cluster.echo(1, "a", suffix="!") == (1, "a!") and cluster.echo(0, "b") == (0, "b")  # ONE_RANK
+    for bad in (2, -1, "a", True):
+        with pytest.raises(
+            ValueError, match=r"actor\.echo: the first argument is the rank of the worker to call \(0\.\.1\)"
+        ):
+            cluster.echo(bad, "x")
     cluster.shutdown()
 
 
@@ -123,3 +165,85 @@ def test_an_undecorated_override_keeps_the_dispatch_mode_of_the_method_it_overri
     assert dispatch_mode(UserWorker, "double") is Dispatch.DP_MP_COMPUTE
     assert dispatch_mode(UserWorker, "rank") is Dispatch.RANK0
     assert dispatch_mode(UserWorker, "helper") is None
+
+
+def test_a_control_group_call_reaches_a_worker_while_a_long_call_runs(resources):
+    gated = Cluster("gated", GatedWorker, resources, StandInWorkerConfig("gated", None))
+    waiting = gated.wait_for_gate.submit(0, 60.0)
+    assert gated.open_gate(0) is True
+    assert waiting.result() is True  # ended by the gate, not by its 60 s
+    # the default queue still runs one call at a time, in submission order
+    pending = [gated.record.submit(i) for i in range(20)]
+    assert [p.result() for p in pending][-1] == [list(range(20))]
+    gated.shutdown()
+
+    ungated = Cluster("ungated", UngatedWorker, resources, StandInWorkerConfig("ungated", None))
+    waiting = ungated.wait_for_gate.submit(0, 2.0)
+    opened = ungated.open_gate.submit(0)
+    assert waiting.result() is False and opened.result() is True  # without the group it queued behind the wait
+    ungated.shutdown()
+
+
+@pytest.fixture(scope="module")
+def request_model(tmp_path_factory):
+    from transformers import GenerationConfig
+
+    from roll.demo.tiny_model import build_tiny_model
+
+    path = build_tiny_model(
+        str(tmp_path_factory.mktemp("requests") / "model"), [f"w{i}" for i in range(40)], max_position_embeddings=4096
+    )
+    # EOS never sampled: the long request below can only end by its abort (or by its 2000 tokens)
+    generation = GenerationConfig.from_pretrained(path)
+    generation.suppress_tokens = [generation.eos_token_id]
+    generation.save_pretrained(path)
+    return path
+
+
+def test_only_generating_roles_get_the_control_concurrency_group():
+    from roll.configs.worker import StrategyArgs
+    from roll.workers.actor_worker import ActorWorker
+
+    def groups(name):
+        strategy_args = StrategyArgs(strategy_name=name) if name else None
+        return ActorWorker.concurrency_groups(SimpleNamespace(strategy_args=strategy_args))
+
+    assert groups("hf_infer") == groups("vllm") == groups("sglang") == {"control": 2}
+    assert groups("deepspeed_train") == groups("megatron_infer") == groups(None) == {}
+
+
+def test_request_generation_and_abort_through_the_actor_worker(resources, request_model):
+    from roll.configs.worker import GeneratingArgs, ModelArgs, StrategyArgs, WorkerConfig
+    from roll.workers.actor_worker import ActorWorker
+
+    config = WorkerConfig(
+        name="actor_infer",
+        model_args=ModelArgs(model_name_or_path=str(request_model)),
+        generating_args=GeneratingArgs(max_new_tokens=6, num_return_sequences=1),
+        strategy_args=StrategyArgs(strategy_name="hf_infer"),
+        device_mapping=[2, 3],
+        rpc_timeout=120.0,
+    )
+    cluster = Cluster("actor_infer", ActorWorker, resources, config)
+    assert cluster.concurrency_groups == {"control": 2}
+    cluster.initialize()
+    prompt = [5, 6, 7, 8]
+    greedy = [cluster.generate_request(rank, f"g{rank}", prompt, {"do_sample": False}) for rank in (0, 1)]
+    assert greedy[1].request_id == "g1" and greedy[1].finish_reason == "length"
+    assert len(greedy[1].token_ids) == len(greedy[1].log_probs) == 6  # generating_args.max_new_tokens
+    assert greedy[0].token_ids == greedy[1].token_ids  # same weights on both workers
+
+    long = cluster.generate_request.submit(0, "long", prompt, {"max_new_tokens": 2000, "seed": 1})
+    deadline = time.monotonic() + 60
+    while not cluster.abort_request(0, "long"):  # False until the request is in flight on worker 0
+        assert time.monotonic() < deadline, "the long request was never seen in flight"
+        time.sleep(0.02)
+    result = long.result()
+    assert result.finish_reason == "abort" and 1 <= len(result.token_ids) < 2000
+    assert len(result.log_probs) == len(result.token_ids)
+    assert cluster.abort_request(0, "long") is False  # finished: a no-op
+    again = cluster.generate_request(0, "after", prompt, {"do_sample": False})
+    assert again.token_ids == greedy[0].token_ids  # the worker serves requests after an abort
+    with pytest.raises(RuntimeError, match=r"actor_infer\.generate_request failed on rank 1 of 2(.|\n)*\['n'\]"):
+        cluster.generate_request(1, "bad", prompt, {"n": 2})
+    cluster.shutdown()

@@ -234,9 +234,9 @@ class FakeSGLangEngine:
 
 # --- no engine needed ------------------------------------------------------------------------------------
 def test_module_imports_without_sglang_and_is_registered():
-    from roll.strategies import _PLANNED, _STRATEGIES
+    from roll.strategies import strategy_class
 
-    assert _STRATEGIES["sglang"] == "roll.strategies.sglang_infer.SGLangInferStrategy" and "sglang" not in _PLANNED
+    assert strategy_class("sglang") is sglang_infer.SGLangInferStrategy
     if importlib.util.find_spec("sglang") is None:
         with pytest.raises(ModuleNotFoundError):
             sglang_infer.create_engine(model_path="x")

@@ -58,9 +58,10 @@ def test_buckets_respect_the_size_limit():
 
 
 def test_vllm_is_registered():
-    from roll.strategies import _PLANNED, _STRATEGIES
+    from roll.strategies import strategy_class
+    from roll.strategies.vllm_infer import VLLMInferStrategy
 
-    assert _STRATEGIES["vllm"] == "roll.strategies.vllm_infer.VLLMInferStrategy" and "vllm" not in _PLANNED
+    assert strategy_class("vllm") is VLLMInferStrategy
 
 
 # --- the engine, for real ------------------------------------------------------------------------------------
