@@ -14,6 +14,7 @@ from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics
 from roll.pipeline.rlvr.routing import build_tag_routes, route
+from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
@@ -132,20 +133,23 @@ class RLVRPipeline(BasePipeline):
 
     # ---- validation ------------------------------------------------------------------
     def validate(self, step: int) -> dict:
-        """Answers to the held-out prompts (greedy by default); mean score per tag (= accuracy for 0/1 rewards)."""
+        """Answers to the held-out prompts (greedy by default): mean score per tag (= accuracy for 0/1 rewards)
+        and, with several samples per prompt, pass@k (roll.pipeline.rlvr.validation_metrics)."""
         if not self.val_rows:
             return {}
-        size = self.config.val_batch_size
+        size, validation = self.config.val_batch_size, self.config.validation
         parts = [
             self.compute_rewards(self.generate(self.val_rows[i : i + size], step, mode="validation"))
             for i in range(0, len(self.val_rows), size)
         ]
         batch = DataProto.concat(parts)
-        scores = batch.batch["scores"].numpy()
-        tags = np.array([row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows])
-        metrics = {f"val/score/{tag}": float(scores[tags == tag].mean()) for tag in sorted(set(tags))}
-        metrics["val/score/all"] = float(scores.mean())
-        return metrics
+        tags = [row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows]
+        return validation_metrics(
+            batch.batch["scores"].numpy(),
+            tags,
+            validation.generating_args.num_return_sequences,
+            validation.pass_score,
+        )
 
 
 def run_pipeline(config) -> dict:
