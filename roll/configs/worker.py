@@ -135,7 +135,12 @@ class RewardConfig(WorkerConfig):
     tag_included: list[str] = field_help(
         default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
     )
-    timeout: float = field_help(5.0, "per-sample grading time limit in seconds (the sample then scores 0)")
+    timeout: float = field_help(
+        5.0,
+        "per-sample grading time limit in seconds, honoured by workers that grade through "
+        "RewardWorker.grade_rows (the built-in math and multiple-choice workers): a sample past it scores 0 "
+        "and counts in reward/<domain>/timeouts",
+    )
     reward_args: dict[str, Any] = field_help(
         default_factory=dict, help="free-form settings for a custom reward worker (self.worker_config.reward_args)"
     )

@@ -1,19 +1,42 @@
-"""Validation with 2 samples per prompt (validation.generating_args.num_return_sequences=2) in a real RLVR
-pipeline (1 step, validation before and after): val/score and val/pass@k per tag and over all prompts, on
-held-out prompts of two tags, with actor_infer on 2 workers so that the validation chunks
-(val_batch_size=5 prompts) are padded."""
+"""One RLVR pipeline (1 step, validation before and after) for two defects of issue 15:
+
+- validation with 2 samples per prompt (validation.generating_args.num_return_sequences=2): val/score and
+  val/pass@k per tag and over all prompts, on held-out prompts of two tags, with actor_infer on 2 workers so
+  that the validation chunks (val_batch_size=5 prompts) are padded;
+- grading failures reach the step metrics: in every call to the math domain's worker the grader raises on
+  the first row and hangs past rewards.math.timeout on the second; those samples score 0 and are counted in
+  reward/math/errors and reward/math/timeouts (val/reward/... in validation).
+"""
 
 import json
+import time
 
 import pytest
 
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.core.callbacks import read_samples
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
+from roll.workers.rewards.math_rule import MathRuleRewardWorker
+from roll.workers.rewards.math_verify_grader import grade_math
 from tests.pipeline.helpers import run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 PROMPTS, SAMPLES, VAL_BATCH = 24, 2, 5
+
+
+class FailingMathReward(MathRuleRewardWorker):  # travels to the Ray worker by value (ship_by_value)
+    def score(self, batch):
+        rows = iter(range(len(batch)))  # grade_rows grades the rows in order
+
+        def grade(response: str, truth: str) -> float:
+            row = next(rows)
+            if row == 0:
+                raise ArithmeticError("grader bug")
+            if row == 1:
+                time.sleep(2)  # past rewards.math.timeout
+            return grade_math(response, truth)
+
+        return self.grade_rows(batch, grade)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +58,8 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
             f"validation.generating_args.num_return_sequences={SAMPLES}",
             "validation.generating_args.do_sample=true",
             f"val_batch_size={VAL_BATCH}",
+            f"rewards.math.worker_cls={__name__}.FailingMathReward",
+            "rewards.math.timeout=0.3",
         ],
     )
 
@@ -62,7 +87,9 @@ def test_validation_with_two_samples_per_prompt(run):
     responses = batch.non_tensor_batch["response_text"]
     assert any(responses[::SAMPLES] != responses[1::SAMPLES])  # do_sample: the two samples differ
     tags = [row["tag"] for row in rows]
-    assert metrics == pytest.approx(validation_metrics(batch.batch["scores"].numpy(), tags, SAMPLES))
+    assert {k: v for k, v in metrics.items() if not k.startswith("val/reward/")} == pytest.approx(
+        validation_metrics(batch.batch["scores"].numpy(), tags, SAMPLES)
+    )
     for when in ("before", "after"):
         got = history[when]
         for name in ("math", "math_b", "all"):
@@ -70,3 +97,14 @@ def test_validation_with_two_samples_per_prompt(run):
             assert got[f"val/pass@1/{name}"] == pytest.approx(got[f"val/score/{name}"])
             assert got[f"val/pass@2/{name}"] >= got[f"val/pass@1/{name}"]
     assert history["after"] == pytest.approx(metrics)  # the pipeline's own last validation
+
+
+def test_grading_failures_reach_the_step_and_validation_metrics(run):
+    history, samples = run["history"], run["samples"]
+    step = history["steps"][0]  # one call: the 32 samples of the step go to the one reward worker
+    assert (step["reward/math/errors"], step["reward/math/timeouts"]) == (1, 1)
+    assert [row["score"] for row in samples[:2]] == [0.0, 0.0]
+    assert any(row["score"] == 1.0 for row in samples)  # the other rows are graded as usual
+    calls = -(-PROMPTS // VAL_BATCH)  # validation chunks of val_batch_size prompts
+    for when in ("before", "after"):
+        assert (history[when]["val/reward/math/errors"], history[when]["val/reward/math/timeouts"]) == (calls, calls)

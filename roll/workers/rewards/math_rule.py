@@ -2,13 +2,9 @@
 
 from roll.distributed.data_proto import DataProto
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.math_verify_grader import grade
+from roll.workers.rewards.math_verify_grader import grade_math
 
 
 class MathRuleRewardWorker(RewardWorker):
     def score(self, batch: DataProto) -> list[float]:
-        timeout = getattr(self.worker_config, "timeout", 5.0)
-        return [
-            grade(response, truth, timeout)
-            for response, truth in zip(batch.non_tensor_batch["response_text"], batch.non_tensor_batch["ground_truth"])
-        ]
+        return self.grade_rows(batch, grade_math)  # rewards.<domain>.timeout per row
