@@ -14,7 +14,11 @@ class PipelineConfig:
         "experiment name: the run's TensorBoard directory is <logging_dir>/<exp_name> (runs with different "
         "names compare side by side under one logging_dir); logged at start-up",
     )
-    seed: int = field_help(42, "seed for data order, sampling and initialisation")
+    seed: int = field_help(
+        42,
+        "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
+        "(roll.utils.seeding.worker_seed)",
+    )
     output_dir: str = field_help("./output", "checkpoints go to <output_dir>/checkpoints/step-N")
     logging_dir: str | None = field_help(
         None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"

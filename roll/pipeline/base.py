@@ -108,6 +108,7 @@ class BasePipeline:
                 worker_cls=import_class(worker_config.worker_cls),
                 resource_manager=self.resource_manager,
                 worker_config=worker_config,
+                seed=config.seed,
             )
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")

@@ -16,6 +16,12 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def worker_seed(seed: int, rank: int) -> int:
+    """The seed of a role's worker `rank`: deterministic in (config seed, rank), different per rank, and
+    within numpy's 32-bit range for any config seed."""
+    return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+
+
 def get_rng_state() -> dict:
     numpy_state = np.random.get_state(legacy=False)
     state = {
