@@ -39,7 +39,8 @@ class RewardWorker(Worker):
     def grade_rows(self, batch: DataProto, grade) -> list[float]:
         """`grade(response_text, ground_truth) -> float` for every row, each within worker_config.timeout
         seconds. A grader that raises or times out gives 0.0 for that row, counted (the row's
-        `grading_status`) and logged for the first few; a RewardDataError stops the step."""
+        `grading_status`) and logged for the first few; a RewardDataError stops the step. Pass the batch
+        `score` received (statuses are recorded by row position)."""
         columns = batch.non_tensor_batch
         scores = []
         for row, (response, truth) in enumerate(zip(columns["response_text"], columns["ground_truth"])):
@@ -69,6 +70,7 @@ class RewardWorker(Worker):
             _excerpt(columns.get("prompt_text", [None] * len(batch))[row]),
             _excerpt(columns["response_text"][row]),
             _excerpt(columns["ground_truth"][row]),
+            exc_info=error,  # the grader's traceback (None for a time-out)
         )
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
