@@ -33,7 +33,7 @@ class FailingMathReward(MathRuleRewardWorker):  # travels to the Ray worker by v
             if row == 0:
                 raise ArithmeticError("grader bug")
             if row == 1:
-                time.sleep(2)  # past rewards.math.timeout
+                time.sleep(5)  # past rewards.math.timeout
             return grade_math(response, truth)
 
         return self.grade_rows(batch, grade)
@@ -59,7 +59,7 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
             "validation.generating_args.do_sample=true",
             f"val_batch_size={VAL_BATCH}",
             f"rewards.math.worker_cls={__name__}.FailingMathReward",
-            "rewards.math.timeout=0.3",
+            "rewards.math.timeout=0.5",  # initialize() warmed math-verify up: a real grade takes milliseconds
         ],
     )
 
