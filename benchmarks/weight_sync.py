@@ -41,7 +41,7 @@ def build_roles(model_dir: Path, buffer_mb: float):
         strategy_args=StrategyArgs("hf_infer"),
     )
     manager = ResourceManager(num_nodes=1, num_gpus_per_node=2)
-    clusters = [Cluster(c.name, ActorWorker, manager, c) for c in (train, infer)]
+    clusters = [Cluster(c.name, ActorWorker, manager, c, seed=0) for c in (train, infer)]
     for call in [cluster.initialize.submit(total_steps=1) for cluster in clusters]:
         call.result()
     return manager, clusters

@@ -1,6 +1,7 @@
 """Settings every pipeline (RLVR, agentic) shares: run bookkeeping, devices, logging, checkpoints."""
 
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Literal
 
 from roll.configs.loader import ConfigError, field_help
@@ -8,10 +9,20 @@ from roll.configs.loader import ConfigError, field_help
 
 @dataclass
 class PipelineConfig:
-    exp_name: str = field_help("roll", "experiment name (shown in logs)")
-    seed: int = field_help(42, "seed for data order, sampling and initialisation")
+    exp_name: str = field_help(
+        "roll",
+        "experiment name: the run's TensorBoard directory is <logging_dir>/<exp_name> (runs with different "
+        "names compare side by side under one logging_dir); logged at start-up",
+    )
+    seed: int = field_help(
+        42,
+        "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
+        "(roll.utils.seeding.worker_seed)",
+    )
     output_dir: str = field_help("./output", "checkpoints go to <output_dir>/checkpoints/step-N")
-    logging_dir: str | None = field_help(None, "TensorBoard directory; null means <output_dir>/tensorboard")
+    logging_dir: str | None = field_help(
+        None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"
+    )
     track_with: Literal["tensorboard", "stdout"] = field_help(
         "tensorboard", "metric sink besides the console progress line"
     )
@@ -47,6 +58,12 @@ class PipelineConfig:
     )
 
     def __post_init__(self):
+        name = PurePath(self.exp_name)
+        if not self.exp_name or name.is_absolute() or ".." in name.parts:
+            raise ConfigError(
+                f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
+                f"directory under logging_dir), e.g. tiny_rlvr"
+            )
         if not self.model_update_buffer_size_mb > 0:
             raise ConfigError(
                 f"'model_update_buffer_size_mb' = {self.model_update_buffer_size_mb}: must be > 0 "

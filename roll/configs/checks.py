@@ -230,6 +230,7 @@ def check_generation(config) -> None:
     blocks = [("actor_infer.generating_args", config.actor_infer.generating_args, config.num_return_sequences_in_group)]
     if config.validation is not None:
         blocks.append(("validation.generating_args", config.validation.generating_args, None))
+        check_validation_samples(config.validation.generating_args)
     for path, args, group in blocks:
         if args.max_new_tokens is None:
             args.max_new_tokens = config.response_length
@@ -254,6 +255,22 @@ def check_generation(config) -> None:
         )
     if config.actor_train.data_args.file_name is None:
         raise ConfigError("'actor_train.data_args.file_name' is required: the training prompt file(s)")
+
+
+def check_validation_samples(args) -> None:
+    """Validation samples per prompt: null means 1; n > 1 needs sampling (n greedy answers are one answer n
+    times, and HF generate refuses them) and reports pass@k besides the mean score."""
+    if args.num_return_sequences is None:
+        args.num_return_sequences = 1
+    n = args.num_return_sequences
+    if n < 1:
+        raise ConfigError(f"'validation.generating_args.num_return_sequences' = {n}: must be ≥ 1")
+    if n > 1 and not args.do_sample:
+        raise ConfigError(
+            f"'validation.generating_args.num_return_sequences' = {n} with do_sample: false gives {n} copies of "
+            f"the greedy answer; set validation.generating_args.do_sample: true (for pass@k) or "
+            f"num_return_sequences: 1"
+        )
 
 
 def batch_plan(config) -> BatchPlan:

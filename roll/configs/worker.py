@@ -58,7 +58,9 @@ class GeneratingArgs:
     top_p: float = field_help(1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's")
     top_k: int = field_help(0, "top-k sampling (0 = off); > 0 makes rollout log-probs differ from the trainer's")
     do_sample: bool = field_help(True, "sample (true) or decode greedily (false)")
-    num_return_sequences: int | None = field_help(None, "samples per prompt; null means num_return_sequences_in_group")
+    num_return_sequences: int | None = field_help(
+        None, "samples per prompt; null means num_return_sequences_in_group (validation: 1)"
+    )
 
 
 @dataclass
@@ -133,7 +135,12 @@ class RewardConfig(WorkerConfig):
     tag_included: list[str] = field_help(
         default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
     )
-    timeout: float = field_help(5.0, "per-sample grading time limit in seconds (the sample then scores 0)")
+    timeout: float = field_help(
+        5.0,
+        "per-sample grading time limit in seconds, honoured by workers that grade through "
+        "RewardWorker.grade_rows (the built-in math and multiple-choice workers): a sample past it scores 0 "
+        "and counts in reward/<domain>/timeouts",
+    )
     reward_args: dict[str, Any] = field_help(
         default_factory=dict, help="free-form settings for a custom reward worker (self.worker_config.reward_args)"
     )
@@ -144,5 +151,11 @@ class ValidationConfig:
     data_args: DataArgs = field_help(default_factory=DataArgs, help="held-out prompt file(s)")
     generating_args: GeneratingArgs = field_help(
         default_factory=lambda: GeneratingArgs(do_sample=False, num_return_sequences=1),
-        help="sampling for validation (greedy by default)",
+        help="sampling for validation (greedy by default); num_return_sequences n > 1 (with do_sample: true) "
+        "adds val/pass@k for k = 1, 2, 4, … ≤ n and k = n",
+    )
+    pass_score: float = field_help(
+        1.0,
+        "a validation sample passes (for pass@k) when its score ≥ this; 1.0 = full marks of the built-in "
+        "0/1 rule rewards",
     )

@@ -15,7 +15,8 @@ ACTOR_START_TIMEOUT = 300.0
 
 
 class Cluster:
-    def __init__(self, name: str, worker_cls, resource_manager, worker_config):
+    def __init__(self, name: str, worker_cls, resource_manager, worker_config, *, seed: int):
+        """`seed`: the pipeline's config.seed; worker `rank` seeds its RNGs with worker_seed(seed, rank)."""
         self.name, self.worker_config = name, worker_config
         self.rpc_timeout = worker_config.rpc_timeout
         placements = plan_role(
@@ -33,7 +34,7 @@ class Cluster:
         self.workers = [
             remote_cls.options(
                 name=f"{name}-{placement.rank}-{id(self)}", **resource_manager.actor_options(placement)
-            ).remote(worker_config, placement.rank, self.world_size, placement.devices)
+            ).remote(worker_config, placement.rank, self.world_size, placement.devices, seed=seed)
             for placement in placements
         ]
         self._master_ref = self.workers[0].get_master_address.remote()

@@ -1,9 +1,10 @@
-"""Base class of every role's Ray actor: rank, world size and the torch.distributed environment."""
+"""Base class of every role's Ray actor: rank, world size, the torch.distributed environment and the seed."""
 
 import os
 import socket
 
 from roll.utils.logging import get_logger
+from roll.utils.seeding import set_seed, worker_seed
 
 
 def _free_port() -> int:
@@ -21,7 +22,14 @@ class Worker:
         devices: tuple = (),
         master_addr: str | None = None,
         master_port: int | None = None,
+        seed: int | None = None,
     ):
+        # Python, numpy and torch RNGs from the pipeline's seed and the rank (a critic's value head, dropout,
+        # any sampling in a user's worker), before anything draws from them; None (a worker built outside
+        # a Cluster) leaves the process defaults.
+        self.seed = seed
+        if seed is not None:
+            set_seed(worker_seed(seed, rank))
         self.worker_config = worker_config
         self.worker_name = worker_config.name
         self.rank, self.world_size, self.devices = rank, world_size, tuple(devices)

@@ -44,6 +44,7 @@ class BasePipeline:
         self.callbacks = list(callbacks)
         self.clusters: dict[str, Cluster] = {}
         self.resource_manager = None
+        logger.info("experiment %r: seed %d, output_dir %s", config.exp_name, config.seed, config.output_dir)
         set_seed(config.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
         self.pad_token_id = (
@@ -51,7 +52,7 @@ class BasePipeline:
         )
         self._setup_data()
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
-        self.tracker = Tracker(config.track_with, config.tensorboard_dir)
+        self.tracker = Tracker.from_config(config)
         try:
             self._create_clusters()
         except BaseException:
@@ -110,6 +111,7 @@ class BasePipeline:
                 worker_cls=import_class(worker_config.worker_cls),
                 resource_manager=self.resource_manager,
                 worker_config=worker_config,
+                seed=config.seed,
             )
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")

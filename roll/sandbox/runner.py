@@ -147,30 +147,84 @@ def run_python(code: str, *, timeout: float = 5.0, memory_mb: int = 512, stdin: 
 
 
 _CAPABILITIES = None
+_MB = 1024 * 1024
+# Tries each layer from inside a sandboxed run and reports what held (the caller compares).
+_PROBE = """
+import json, os, resource, socket
+report = {"pid": os.getpid(), "sid": os.getsid(0)}
+try:
+    report["netns"] = os.readlink("/proc/self/ns/net")
+except OSError:
+    report["netns"] = ""
+report["limits"] = {name: resource.getrlimit(getattr(resource, name)) for name in NAMES}
+try:
+    hog = bytes(HOG_BYTES)  # calloc: no page is touched should the limit not hold
+    report["memory_refused"] = False
+except MemoryError:
+    report["memory_refused"] = True
+try:
+    socket.socket().close()
+    report["socket_refused"] = False
+except PermissionError as error:
+    report["socket_refused"] = str(error).startswith("sandbox:")
+print(json.dumps(report))
+"""
+# With RLIMIT_NPROC = 1 any fork must fail (EAGAIN) unless the kernel ignores the limit (root).
+_NPROC_PROBE = """
+import os
+try:
+    pid = os.fork()
+except OSError:
+    print("refused")
+else:
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("forked")
+"""
+
+
+def _probe(netns: bool = True, audit_hook: bool = True) -> dict:
+    """Which layers hold, each tried for real from a sandboxed run with these layers requested."""
+    try:
+        parent_ns = os.readlink("/proc/self/ns/net")
+    except OSError:
+        parent_ns = None
+    timeout, memory_mb = 10.0, 128
+    expected = {
+        "RLIMIT_AS": memory_mb * _MB,
+        "RLIMIT_CPU": math.ceil(timeout) + 1,
+        "RLIMIT_FSIZE": 16 * _MB,  # _run's default fsize_mb
+        "RLIMIT_NOFILE": 64,
+    }
+    code = f"NAMES = {sorted(expected)!r}\nHOG_BYTES = {2 * memory_mb * _MB}\n" + _PROBE
+    result = _run(code, timeout=timeout, memory_mb=memory_mb, stdin="", netns=netns, audit_hook=audit_hook)
+    try:
+        report = json.loads(result.stdout)
+    except ValueError:
+        report = None  # the probe itself did not run to its end: claim nothing
+    if report is None or result.returncode != 0:
+        return dict.fromkeys(("process_isolation", "netns", "audit_hook", "rlimits", "rlimit_nproc"), False)
+    nproc = _run(_NPROC_PROBE, timeout=timeout, memory_mb=memory_mb, stdin="", nproc=1, netns=netns, audit_hook=False)
+    return {
+        # a separate process that leads its own session (the group the runner kills)
+        "process_isolation": report["pid"] != os.getpid() and report["sid"] == report["pid"],
+        "netns": bool(parent_ns and report["netns"] and report["netns"] != parent_ns),
+        "audit_hook": report["socket_refused"],
+        "rlimits": report["memory_refused"]
+        and all(report["limits"][name] == [value, value] for name, value in expected.items()),
+        # Linux ignores RLIMIT_NPROC for root (CAP_SYS_RESOURCE / CAP_SYS_ADMIN); fork is then refused only
+        # by the audit hook.
+        "rlimit_nproc": nproc.stdout.strip() == "refused",
+    }
 
 
 def capabilities() -> dict:
-    """Which isolation layers hold on this machine (probed once with a tiny sandboxed program)."""
+    """Which isolation layers hold on this machine: each one is tried from inside a sandboxed run (probed
+    once per process): process_isolation (own process and session), netns (another network namespace),
+    audit_hook (a socket is refused), rlimits (the limits are set and an allocation over memory_mb fails),
+    rlimit_nproc (a fork over RLIMIT_NPROC fails)."""
     global _CAPABILITIES
     if _CAPABILITIES is None:
-        try:
-            parent_ns = os.readlink("/proc/self/ns/net")
-        except OSError:
-            parent_ns = None
-        probe = _run(
-            "import os\ntry:\n    print(os.readlink('/proc/self/ns/net'))\nexcept OSError:\n    print('')",
-            timeout=10.0,
-            memory_mb=256,
-            stdin="",
-        )
-        child_ns = probe.stdout.strip()
-        _CAPABILITIES = {
-            "process_isolation": True,
-            "netns": bool(parent_ns and child_ns and child_ns != parent_ns),
-            "audit_hook": True,
-            "rlimits": True,
-            # Linux ignores RLIMIT_NPROC for root (CAP_SYS_RESOURCE / CAP_SYS_ADMIN); fork is still refused
-            # by the audit hook, but only that.
-            "rlimit_nproc": os.geteuid() != 0,
-        }
-    return _CAPABILITIES
+        _CAPABILITIES = _probe()
+    return dict(_CAPABILITIES)

@@ -89,6 +89,32 @@ def zero_stage(config: dict) -> int:
     return int(config.get("zero_optimization", {}).get("stage", 0))
 
 
+def deepspeed_checkpoint_globals() -> list:
+    """The classes DeepSpeed pickles into its checkpoints besides tensors and plain data (ZeRO 0-3, fp32,
+    bf16 and fp16, found with torch.serialization.get_unsafe_globals_in_checkpoint on deepspeed 0.19): a
+    dataclass of two ints, an enum and the loss scalers, whose state is a few numbers."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [fragment_address, ZeroStageEnum, LossScaler, DynamicLossScaler]
+
+
+def load_checkpoints_weights_only(engine) -> None:
+    """DeepSpeed's TorchCheckpointEngine unpickles checkpoints with weights_only=False (a replaced file
+    could run code); this engine's loads use weights_only=True, allowing only deepspeed_checkpoint_globals."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    if type(engine.checkpoint_engine) is not TorchCheckpointEngine:
+        return  # the other engines (checkpoint.writer configs) call torch.load with torch's default, weights_only
+
+    def load(path: str, map_location=None):
+        with torch.serialization.safe_globals(deepspeed_checkpoint_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+
+    engine.checkpoint_engine.load = load  # an instance attribute: this engine only
+
+
 class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
     roles = frozenset({"train", "critic"})
     sum_pi_squared = True
@@ -126,6 +152,7 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
         self.model, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config
         )
+        load_checkpoints_weights_only(self.model)
         self.model.train()
 
     @property

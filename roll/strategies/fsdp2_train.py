@@ -46,6 +46,7 @@ from roll.strategies.train_common import (
     save_tokenizer,
     split_train_batch,
 )
+from roll.utils.checkpoint import load_state
 
 FSDP2_DEFAULTS = {
     "reshard_after_forward": True,
@@ -333,7 +334,7 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=str(engine_dir))
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-        extra = torch.load(engine_dir / SCHEDULER_FILE, weights_only=False)
+        extra = load_state(engine_dir / SCHEDULER_FILE)
         self.scheduler.load_state_dict(extra["scheduler"])
 
     # --- memory ---------------------------------------------------------------------------------------

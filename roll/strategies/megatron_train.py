@@ -49,6 +49,7 @@ from roll.strategies.train_common import (
     save_tokenizer,
     split_train_batch,
 )
+from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
 
 MEGATRON_DEFAULTS = {
@@ -555,7 +556,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         source = self._rank_file(path)
         if not source.is_file():
             raise FileNotFoundError(f"{self.config.name}: {path} has no megatron checkpoint for this rank ({source})")
-        saved = torch.load(source, weights_only=False)
+        saved = load_state(source)
         if tuple(saved["layout"]) != (self.tp_size, self.pp_size, self.world_size):
             raise ValueError(
                 f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "

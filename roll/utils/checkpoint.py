@@ -63,3 +63,19 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
             f"<output_dir>/checkpoints/step-N to pick a complete checkpoint"
         )
     return path
+
+
+def load_state(path) -> dict:
+    """A roll-written `.pt` state file (RNG states, step counters, optimizer and scheduler state): loaded with
+    `weights_only=True`, so a replaced or untrusted file cannot run code while it is unpickled."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise pickle.UnpicklingError(
+            f"{path}: refused to load: it holds objects other than tensors and plain Python data, which roll "
+            f"never writes (was the file replaced?). torch says: {error}"
+        ) from None

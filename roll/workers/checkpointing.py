@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from roll.distributed.decorator import Dispatch, register
+from roll.utils.checkpoint import load_state
 from roll.utils.seeding import get_rng_state, set_rng_state
 
 
@@ -25,7 +26,7 @@ class CheckpointMixin:
                 f"{self.worker_name}: {path} has no {rng_file.name}; was it saved with "
                 f"a different number of {self.worker_name} workers ({self.world_size} now)?"
             )
-        set_rng_state(torch.load(rng_file, weights_only=False))
+        set_rng_state(load_state(rng_file))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def state_checksum(self) -> float:

@@ -169,3 +169,16 @@ def test_configuration_reference_is_current():
 
     doc = (EXAMPLES.parent / "docs" / "configuration.md").read_text()
     assert doc == render(), "docs/configuration.md is stale: python -m roll.configs.reference > docs/configuration.md"
+
+
+def test_validation_samples_per_prompt():
+    def validation(*overrides):
+        return tiny(*[f"validation.generating_args.{o}" for o in overrides]).validation
+
+    assert tiny().validation.generating_args.num_return_sequences == 1  # greedy, one answer
+    sampled = validation("num_return_sequences=4", "do_sample=true")
+    assert sampled.generating_args.num_return_sequences == 4 and sampled.pass_score == 1.0
+    assert validation("num_return_sequences=null").generating_args.num_return_sequences == 1
+    greedy = error_of("validation.generating_args.num_return_sequences=2", "validation.generating_args.do_sample=false")
+    assert "set validation.generating_args.do_sample: true" in greedy
+    assert "must be ≥ 1" in error_of("validation.generating_args.num_return_sequences=0")

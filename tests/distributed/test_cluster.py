@@ -104,7 +104,7 @@ def resources():
 
 
 def test_dispatch_modes(resources):
-    cluster = Cluster("actor", EchoWorker, resources, StandInWorkerConfig("actor", [0, 1]))
+    cluster = Cluster("actor", EchoWorker, resources, StandInWorkerConfig("actor", [0, 1]), seed=0)
     out = cluster.double(DataProto.from_dict({"x": torch.arange(4)}))
     assert out.batch["x"].tolist() == [0, 2, 4, 6]
     assert out.batch["rank"].tolist() == [0, 0, 1, 1]
@@ -130,11 +130,11 @@ def test_colocated_roles_share_bundles_and_separate_roles_do_not(resources):
     while any(used()) and time.monotonic() < deadline:
         time.sleep(0.2)
     before = used()
-    train = Cluster("train", EchoWorker, resources, StandInWorkerConfig("train", [0, 1]))
-    infer = Cluster("infer", EchoWorker, resources, StandInWorkerConfig("infer", [0, 1]))
+    train = Cluster("train", EchoWorker, resources, StandInWorkerConfig("train", [0, 1]), seed=0)
+    infer = Cluster("infer", EchoWorker, resources, StandInWorkerConfig("infer", [0, 1]), seed=0)
     train.whoami(), infer.whoami()
     after_colocated = used()
-    other = Cluster("other", EchoWorker, resources, StandInWorkerConfig("other", [2, 3]))
+    other = Cluster("other", EchoWorker, resources, StandInWorkerConfig("other", [2, 3]), seed=0)
     other.whoami()
     after_separate = used()
     delta = [round(a - b, 2) for a, b in zip(after_colocated, before)]
@@ -144,10 +144,10 @@ def test_colocated_roles_share_bundles_and_separate_roles_do_not(resources):
 
 
 def test_timeout_and_remote_error_name_role_and_method(resources):
-    cluster = Cluster("reward", EchoWorker, resources, StandInWorkerConfig("reward", None, rpc_timeout=1.0))
+    cluster = Cluster("reward", EchoWorker, resources, StandInWorkerConfig("reward", None, rpc_timeout=1.0), seed=0)
     with pytest.raises(TimeoutError, match=r"reward\.sleep did not answer within 1.0 s"):
         cluster.sleep(5)
-    slow_free = Cluster("reward2", EchoWorker, resources, StandInWorkerConfig("reward2", None))
+    slow_free = Cluster("reward2", EchoWorker, resources, StandInWorkerConfig("reward2", None), seed=0)
     with pytest.raises(RuntimeError, match=r"reward2\.fail failed on rank 0(.|\n)*boom"):
         slow_free.fail()
 
@@ -168,7 +168,7 @@ def test_an_undecorated_override_keeps_the_dispatch_mode_of_the_method_it_overri
 
 
 def test_a_control_group_call_reaches_a_worker_while_a_long_call_runs(resources):
-    gated = Cluster("gated", GatedWorker, resources, StandInWorkerConfig("gated", None))
+    gated = Cluster("gated", GatedWorker, resources, StandInWorkerConfig("gated", None), seed=0)
     waiting = gated.wait_for_gate.submit(0, 60.0)
     assert gated.open_gate(0) is True
     assert waiting.result() is True  # ended by the gate, not by its 60 s
@@ -177,7 +177,7 @@ def test_a_control_group_call_reaches_a_worker_while_a_long_call_runs(resources)
     assert [p.result() for p in pending][-1] == [list(range(20))]
     gated.shutdown()
 
-    ungated = Cluster("ungated", UngatedWorker, resources, StandInWorkerConfig("ungated", None))
+    ungated = Cluster("ungated", UngatedWorker, resources, StandInWorkerConfig("ungated", None), seed=0)
     waiting = ungated.wait_for_gate.submit(0, 2.0)
     opened = ungated.open_gate.submit(0)
     assert waiting.result() is False and opened.result() is True  # without the group it queued behind the wait
@@ -224,7 +224,7 @@ def test_request_generation_and_abort_through_the_actor_worker(resources, reques
         device_mapping=[2, 3],
         rpc_timeout=120.0,
     )
-    cluster = Cluster("actor_infer", ActorWorker, resources, config)
+    cluster = Cluster("actor_infer", ActorWorker, resources, config, seed=0)
     assert cluster.concurrency_groups == {"control": 2}
     cluster.initialize()
     prompt = [5, 6, 7, 8]
@@ -247,3 +247,33 @@ def test_request_generation_and_abort_through_the_actor_worker(resources, reques
     with pytest.raises(RuntimeError, match=r"actor_infer\.generate_request failed on rank 1 of 2(.|\n)*\['n'\]"):
         cluster.generate_request(1, "bad", prompt, {"n": 2})
     cluster.shutdown()
+
+
+class ValueHeadProbe(Worker):  # test double: the critic's model loading (strategies' load_model), no engine
+    model_kind = "value"
+
+    @register(Dispatch.ONE_TO_ALL)
+    def value_head(self):
+        from roll.strategies.base import InferenceStrategy
+
+        return InferenceStrategy(self).load_model().score.weight.detach().clone()  # the randomly initialised head
+
+
+def test_workers_are_seeded_from_the_config_seed_and_their_rank(resources, tmp_path):
+    from roll.configs import ModelArgs, WorkerConfig
+    from roll.demo.tiny_model import build_tiny_model
+
+    model = build_tiny_model(str(tmp_path / "model"), ["one two three"], num_layers=1)
+    config = WorkerConfig(name="critic", model_args=ModelArgs(str(model)), world_size=2)
+    seeds = {"a": 1, "again": 1, "b": 2}
+    clusters = {name: Cluster("critic", ValueHeadProbe, resources, config, seed=seed) for name, seed in seeds.items()}
+    try:
+        pending = {name: cluster.value_head.submit() for name, cluster in clusters.items()}  # start in parallel
+        heads = {name: call.result() for name, call in pending.items()}
+    finally:
+        for cluster in clusters.values():
+            cluster.shutdown()
+    for rank in range(2):
+        assert torch.equal(heads["a"][rank], heads["again"][rank])  # same seed, same rank: same head
+        assert not torch.equal(heads["a"][rank], heads["b"][rank])  # another seed: another head
+    assert not torch.equal(heads["a"][0], heads["a"][1])  # ranks draw different streams

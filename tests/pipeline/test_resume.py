@@ -83,7 +83,7 @@ def test_checkpoints_are_complete_atomic_step_directories(runs):
         "actor_train/hf/tokenizer.json",
     ):
         assert (step2 / name).exists(), name
-    state = torch.load(step2 / "pipeline_state.pt", weights_only=False)
+    state = torch.load(step2 / "pipeline_state.pt", weights_only=True)  # plain data only
     assert state["completed_steps"] == 2
     assert state["sampler"] == {"epoch": 0, "cursor": 2 * 8}  # two steps of rollout_batch_size=8 prompts
     # the loadable HF copy of step 4 holds the final weights; step 2 equals the uninterrupted run's step 2

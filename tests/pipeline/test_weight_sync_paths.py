@@ -87,7 +87,10 @@ def roles(ray_session, rlvr_config, tmp_path_factory):
         ],
     )
     manager = ResourceManager(num_nodes=1, num_gpus_per_node=2)
-    clusters = [Cluster(name, ActorWorker, manager, getattr(config, name)) for name in ("actor_train", "actor_infer")]
+    clusters = [
+        Cluster(name, ActorWorker, manager, getattr(config, name), seed=config.seed)
+        for name in ("actor_train", "actor_infer")
+    ]
     try:
         for call in [cluster.initialize.submit() for cluster in clusters]:
             call.result()

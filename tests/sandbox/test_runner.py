@@ -7,7 +7,7 @@ import time
 import pytest
 
 from roll.sandbox import capabilities, run_python
-from roll.sandbox.runner import _run
+from roll.sandbox.runner import _probe, _run
 
 
 def test_stdout_and_stdin():
@@ -135,10 +135,13 @@ def test_limits_cannot_be_raised_from_inside():
     assert result.returncode != 0 and "PermissionError" in result.stderr
 
 
-def test_capabilities_report():
+def test_capabilities_are_probed_not_claimed():
     caps = capabilities()
     assert caps["audit_hook"] and caps["rlimits"] and caps["process_isolation"]
-    assert caps["rlimit_nproc"] == (os.geteuid() != 0)
+    assert caps["rlimit_nproc"] == (os.geteuid() != 0)  # Linux does not apply RLIMIT_NPROC to root
+    # a layer that is switched off is reported as not holding: the report comes from trying each one
+    off = _probe(netns=False, audit_hook=False)
+    assert off == {**caps, "netns": False, "audit_hook": False}
 
 
 def test_concurrent_calls_from_threads():

@@ -33,11 +33,12 @@ class PipelineCheckpointer:
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
+        # plain data only: resume loads it with weights_only=True
         state = {
-            "completed_steps": completed_steps,
+            "completed_steps": int(completed_steps),
             **self.pipeline.data_state(),
             "rng": get_rng_state(),
-            "kl_coef": self.pipeline.kl_ctrl.value,
+            "kl_coef": float(self.pipeline.kl_ctrl.value),
         }
         torch.save(state, staged / STATE_FILE)
         final = checkpoint.commit(output_dir, completed_steps)
@@ -58,7 +59,7 @@ class PipelineCheckpointer:
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
-        state = torch.load(path / STATE_FILE, weights_only=False)
+        state = checkpoint.load_state(path / STATE_FILE)
         completed = state["completed_steps"]
         if completed >= config.max_steps:
             logger.warning(

@@ -15,8 +15,10 @@ from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics
 from roll.pipeline.rlvr.routing import build_tag_routes, route
+from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
+from roll.workers.rewards.grading import ERROR, TIMEOUT
 
 
 class RLVRPipeline(BasePipeline):
@@ -93,19 +95,35 @@ class RLVRPipeline(BasePipeline):
         return out
 
     def compute_rewards(self, batch: DataProto) -> DataProto:
-        """Scores from each domain's workers, placed on the last response token."""
+        """Scores from each domain's workers, placed on the last response token, and each row's
+        `grading_status` (roll.workers.rewards.grading: graded, error or time-out; see reward_failures)."""
         scores = torch.zeros(len(batch))
+        status = torch.zeros(len(batch), dtype=torch.int8)
         domains = batch.non_tensor_batch["domain"]
         for domain, cluster in self.reward_clusters.items():
             rows = np.nonzero(domains == domain)[0].tolist()
             if not rows:
                 continue
             part, pad = batch[rows].pad_to_multiple(cluster.world_size)
-            part_scores = cluster.compute_rewards(part).batch["scores"]
-            scores[rows] = part_scores[: len(rows)]
+            out = cluster.compute_rewards(part)
+            scores[rows] = out.batch["scores"][: len(rows)]
+            if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
+                status[rows] = out.batch["grading_status"][: len(rows)]
         batch.batch["scores"] = scores
         batch.batch["token_level_scores"] = scores_on_last_token(scores, batch.batch["response_mask"])
+        batch.batch["grading_status"] = status
         return batch
+
+    def reward_failures(self, *batches: DataProto, prefix: str = "") -> dict:
+        """reward/<domain>/errors and reward/<domain>/timeouts for every domain: samples of these batches whose
+        grader raised or ran past rewards.<domain>.timeout (they scored 0)."""
+        status = torch.cat([batch.batch["grading_status"] for batch in batches]).numpy()
+        domains = np.concatenate([batch.non_tensor_batch["domain"] for batch in batches])
+        return {
+            f"{prefix}reward/{domain}/{name}": int(((status == code) & (domains == domain)).sum())
+            for domain in self.config.rewards
+            for name, code in (("errors", ERROR), ("timeouts", TIMEOUT))
+        }
 
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
@@ -115,9 +133,11 @@ class RLVRPipeline(BasePipeline):
             batch = self.generate(rows, step)
         with timer.phase("reward"):
             self.compute_rewards(batch)
+        graded = [batch]
         if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # ReMax
             with timer.phase("remax_baseline"):
-                self.remax_baselines(batch, rows, step)
+                graded.append(self.remax_baselines(batch, rows, step))
+        metrics.update(self.reward_failures(*graded))
         metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
@@ -125,29 +145,34 @@ class RLVRPipeline(BasePipeline):
             callback.on_step_end(step, batch, metrics)
         return metrics
 
-    def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> None:
+    def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
         """`reward_baselines` (estimators registered with greedy_baseline, e.g. ReMax): each sample's
-        baseline is the reward of its prompt's greedy answer."""
+        baseline is the reward of its prompt's greedy answer; returns the greedy batch."""
         greedy = self.compute_rewards(self.generate(rows, step, mode="greedy"))
         n = self.config.num_return_sequences_in_group
         batch.batch["reward_baselines"] = greedy.batch["scores"].repeat_interleave(n)
+        return greedy
 
     # ---- validation ------------------------------------------------------------------
     def validate(self, step: int) -> dict:
-        """Answers to the held-out prompts (greedy by default); mean score per tag (= accuracy for 0/1 rewards)."""
+        """Answers to the held-out prompts (greedy by default): mean score per tag (= accuracy for 0/1 rewards)
+        and, with several samples per prompt, pass@k (roll.pipeline.rlvr.validation_metrics)."""
         if not self.val_rows:
             return {}
-        size = self.config.val_batch_size
+        size, validation = self.config.val_batch_size, self.config.validation
         parts = [
             self.compute_rewards(self.generate(self.val_rows[i : i + size], step, mode="validation"))
             for i in range(0, len(self.val_rows), size)
         ]
         batch = DataProto.concat(parts)
-        scores = batch.batch["scores"].numpy()
-        tags = np.array([row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows])
-        metrics = {f"val/score/{tag}": float(scores[tags == tag].mean()) for tag in sorted(set(tags))}
-        metrics["val/score/all"] = float(scores.mean())
-        return metrics
+        tags = [row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows]
+        metrics = validation_metrics(
+            batch.batch["scores"].numpy(),
+            tags,
+            validation.generating_args.num_return_sequences,
+            validation.pass_score,
+        )
+        return {**metrics, **self.reward_failures(batch, prefix="val/")}
 
 
 def run_pipeline(config) -> dict:

@@ -4,6 +4,11 @@ The pipeline hands each domain the rows whose `tag` it includes, with `prompt_te
 `response_text` and `ground_truth` as non-tensor columns (decoded once on the driver), and puts the
 returned score on each response's last token. A user's class lives in their own module and is named
 by dotted path in `rewards.<domain>.worker_cls`.
+
+`score` may grade row by row through `grade_rows(batch, grade)` (the built-in workers do): each row then
+gets `rewards.<domain>.timeout` seconds, and a grader that raises or times out scores 0, is counted in
+the step metrics (`reward/<domain>/errors`, `reward/<domain>/timeouts`) and the first few are logged with
+their row.
 """
 
 import math
@@ -14,9 +19,16 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
+from roll.workers.rewards.grading import GRADED, TIMEOUT, grade_with_time_limit
+
+LOGGED_FAILURES = 5  # per worker: the first failures are logged with their row, all are counted
+EXCERPT_CHARS = 200
 
 
 class RewardWorker(Worker):
+    _grading_status: torch.Tensor | None = None
+    _failures_logged = 0
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         """Override to load resources (a reward model, a test-case store); called once."""
@@ -24,9 +36,52 @@ class RewardWorker(Worker):
     def score(self, batch: DataProto) -> list[float]:
         raise NotImplementedError(f"{type(self).__name__} must implement score(batch) -> list[float]")
 
+    def grade_rows(self, batch: DataProto, grade) -> list[float]:
+        """`grade(response_text, ground_truth) -> float` for every row, each within worker_config.timeout
+        seconds. A grader that raises or times out gives 0.0 for that row, counted (the row's
+        `grading_status`) and logged for the first few; a RewardDataError stops the step. Pass the batch
+        `score` received (statuses are recorded by row position)."""
+        columns = batch.non_tensor_batch
+        scores = []
+        for row, (response, truth) in enumerate(zip(columns["response_text"], columns["ground_truth"])):
+            value, status, error = grade_with_time_limit(grade, (response, truth), self.worker_config.timeout)
+            if status != GRADED:
+                if self._grading_status is not None:
+                    self._grading_status[row] = status
+                self._log_failure(batch, row, status, error)
+            scores.append(value)
+        return scores
+
+    def _log_failure(self, batch: DataProto, row: int, status: int, error: BaseException | None) -> None:
+        if self._failures_logged >= LOGGED_FAILURES:
+            return
+        self._failures_logged += 1
+        columns = batch.non_tensor_batch
+        what = f"timed out after {self.worker_config.timeout} s" if status == TIMEOUT else f"raised {error!r}"
+        domain = self.worker_name.removeprefix("rewards.")
+        self.logger.warning(
+            "grading %s, the sample scores 0 (logged failure %d of at most %d; all are counted in "
+            "reward/%s/errors and reward/%s/timeouts)\n  prompt:       %s\n  response:     %s\n  ground truth: %s",
+            what,
+            self._failures_logged,
+            LOGGED_FAILURES,
+            domain,
+            domain,
+            _excerpt(columns.get("prompt_text", [None] * len(batch))[row]),
+            _excerpt(columns["response_text"][row]),
+            _excerpt(columns["ground_truth"][row]),
+            exc_info=error,  # the grader's traceback (None for a time-out)
+        )
+
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_rewards(self, batch: DataProto) -> DataProto:
-        scores = list(self.score(batch))
+        """`scores` and each row's `grading_status` (grading.GRADED, ERROR or TIMEOUT)."""
+        self._grading_status = torch.full((len(batch),), GRADED, dtype=torch.int8)
+        try:
+            scores = list(self.score(batch))
+            status = self._grading_status
+        finally:
+            self._grading_status = None
         if len(scores) != len(batch):
             raise ValueError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
         for row, value in enumerate(scores):  # Python or numpy numbers; not tensors, strings or None
@@ -34,4 +89,11 @@ class RewardWorker(Worker):
                 raise ValueError(
                     f"{type(self).__name__}.score: row {row} has score {value!r}; scores must be finite numbers"
                 )
-        return DataProto.from_dict(tensors={"scores": torch.tensor([float(v) for v in scores], dtype=torch.float32)})
+        return DataProto.from_dict(
+            tensors={"scores": torch.tensor([float(v) for v in scores], dtype=torch.float32), "grading_status": status}
+        )
+
+
+def _excerpt(text) -> str:
+    text = repr(text) if not isinstance(text, str) else text
+    return text if len(text) <= EXCERPT_CHARS else f"{text[:EXCERPT_CHARS]}… ({len(text)} chars)"

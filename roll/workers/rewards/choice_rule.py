@@ -8,6 +8,7 @@ import re
 
 from roll.distributed.data_proto import DataProto
 from roll.workers.rewards.base import RewardWorker
+from roll.workers.rewards.grading import RewardDataError
 
 _PATTERNS = (
     re.compile(r"\\boxed\{\s*\(?([A-J])\)?\s*\}"),
@@ -28,13 +29,10 @@ def final_choice(response: str) -> str | None:
 def grade_choice(response: str, ground_truth: str) -> float:
     truth = str(ground_truth).strip().strip("()").upper()
     if not re.fullmatch(r"[A-J]", truth):
-        raise ValueError(f"multiple-choice reward: ground_truth {ground_truth!r} is not a single letter A-J")
+        raise RewardDataError(f"multiple-choice reward: ground_truth {ground_truth!r} is not a single letter A-J")
     return 1.0 if final_choice(response) == truth else 0.0
 
 
 class MultipleChoiceRewardWorker(RewardWorker):
     def score(self, batch: DataProto) -> list[float]:
-        return [
-            grade_choice(response, truth)
-            for response, truth in zip(batch.non_tensor_batch["response_text"], batch.non_tensor_batch["ground_truth"])
-        ]
+        return self.grade_rows(batch, grade_choice)  # rewards.<domain>.timeout per row
