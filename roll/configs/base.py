@@ -32,6 +32,10 @@ class PipelineConfig:
     )
     max_steps: int = field_help(1, "pipeline steps (rollout + update) to run")
     save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
+    max_ckpt_to_keep: int = field_help(
+        0,
+        "keep only the newest N checkpoints (older ones are removed after a new one is complete); 0 = keep all",
+    )
     eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
     logging_steps: int = field_help(1, "print the progress line every N steps")
     sample_log_steps: int = field_help(
@@ -63,6 +67,10 @@ class PipelineConfig:
             raise ConfigError(
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
+            )
+        if self.max_ckpt_to_keep < 0:
+            raise ConfigError(
+                f"'max_ckpt_to_keep' = {self.max_ckpt_to_keep}: must be >= 0 (0 keeps every checkpoint, N the newest N)"
             )
         if not self.model_update_buffer_size_mb > 0:
             raise ConfigError(

@@ -33,8 +33,10 @@ def test_saving_a_step_again_replaces_it_and_a_dangling_latest_is_an_error(tmp_p
     root = checkpoint.checkpoint_root(out)
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2"]
     assert (checkpoint.find_checkpoint(out, True) / "a.txt").read_text() == "new"
-    (root / "latest").write_text("step-9\n")
-    with pytest.raises(FileNotFoundError, match="step-9, which does not exist"):
+    (root / "latest").write_text("step-9\n")  # a dangling pointer: the newest complete step is used instead
+    assert checkpoint.find_checkpoint(out, True).name == "step-2"
+    (root / "step-2" / "a.txt").write_text("truncated!")  # its size no longer matches the manifest
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint.*step-9, which does not exist.*a.txt has"):
         checkpoint.find_checkpoint(out, True)
     with pytest.raises(FileNotFoundError, match="not a checkpoint directory"):
         checkpoint.find_checkpoint(out, str(root / "step-7"))
@@ -54,7 +56,9 @@ class _RunsCode:
 def _stand_in_pipeline(tmp_path, resume_from, saved: dict):
     cluster = SimpleNamespace(save_checkpoint=lambda path: None, load_checkpoint=lambda path: None)
     return SimpleNamespace(
-        config=SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint=resume_from, max_steps=4),
+        config=SimpleNamespace(
+            output_dir=str(tmp_path), resume_from_checkpoint=resume_from, max_steps=4, max_ckpt_to_keep=0
+        ),
         actor_train=cluster,
         critic=None,
         memory=SimpleNamespace(use=lambda *names: None),
@@ -92,6 +96,7 @@ def test_checkpoint_files_that_would_run_code_are_refused(tmp_path):
     step = tmp_path / "checkpoints" / "step-2"
     step.mkdir(parents=True)
     torch.save({"completed_steps": _RunsCode(marker)}, step / STATE_FILE)
+    checkpoint.write_manifest(step)
     with pytest.raises(pickle.UnpicklingError, match="refused to load"):
         PipelineCheckpointer(_stand_in_pipeline(tmp_path, str(step), {})).resume()
     # a trained role's per-worker RNG file

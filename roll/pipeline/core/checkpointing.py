@@ -5,6 +5,7 @@ line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
     actor_train/            DeepSpeed engine state (weights, optimizer, LR schedule) + hf/ (loadable copy)
     critic/                 the same for the value model (GAE only)
     pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient
+    MANIFEST.json           written last: every file's size and sha256 (roll.utils.checkpoint)
 """
 
 import torch
@@ -41,7 +42,7 @@ class PipelineCheckpointer:
             "kl_coef": float(self.pipeline.kl_ctrl.value),
         }
         torch.save(state, staged / STATE_FILE)
-        final = checkpoint.commit(output_dir, completed_steps)
+        final = checkpoint.commit(output_dir, completed_steps, max_to_keep=self.pipeline.config.max_ckpt_to_keep)
         logger.info("saved checkpoint %s", final)
 
     def resume(self) -> int:
@@ -54,6 +55,10 @@ class PipelineCheckpointer:
                     "resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1", config.output_dir
                 )
             return 0
+        try:
+            checkpoint.verify(path)  # sizes and sha256 of every file of the checkpoint that is loaded
+        except checkpoint.IncompleteCheckpoint as error:
+            raise FileNotFoundError(f"resume_from_checkpoint: {error}") from None
         if not (path / STATE_FILE).is_file():
             raise FileNotFoundError(
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
