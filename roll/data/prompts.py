@@ -5,6 +5,8 @@ Each row becomes: prompt token ids (chat template applied if asked), the prompt 
 and row; prompts longer than `prompt_length` are dropped with a count, or rejected, per config.
 """
 
+import json
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,68 @@ def _builder_for(files: list[str]) -> str:
     return kinds.pop()
 
 
+ROW_EXAMPLE = '{"prompt": "What is 2+3?", "ground_truth": "5", "tag": "math"}'
+
+
+def _check_text_file(name: str, kind: str) -> None:
+    """Errors `datasets` reports without the file or line (or not at all): empty files, bytes that are not
+    UTF-8, JSON lines that do not parse or are not objects. Parquet files are binary and left to `datasets`."""
+    if kind == "parquet":
+        return
+    raw = Path(name).read_bytes()
+    if not raw.strip():
+        raise ValueError(f"data_args.file_name: {name!r} is empty; it needs one prompt per row, e.g. {ROW_EXAMPLE}")
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"data_args.file_name: {name!r} line {number} is not UTF-8 (byte 0x{line[error.start]:02x} at "
+                f"column {error.start + 1}); re-save the file as UTF-8"
+            ) from None
+    if kind != "json":
+        return
+    try:
+        whole = json.loads(raw)
+    except ValueError:
+        whole = None  # not one JSON document: JSON lines
+    else:
+        if not isinstance(whole, (list, dict)):
+            raise ValueError(
+                f"data_args.file_name: {name!r} holds one JSON {type(whole).__name__}, not rows; write a JSON "
+                f"list of objects or one object per line, e.g. {ROW_EXAMPLE}"
+            )
+        return
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as error:
+            raise ValueError(
+                f"data_args.file_name: {name!r} line {number} is not valid JSON ({error}); each line must be one "
+                f"JSON object, e.g. {ROW_EXAMPLE}"
+            ) from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"data_args.file_name: {name!r} line {number} is a JSON {type(row).__name__}, not an object; "
+                f"each line must be one JSON object, e.g. {ROW_EXAMPLE}"
+            )
+
+
+def _ground_truth(row: dict, data_args, where: str):
+    truth = row.get(data_args.ground_truth_key)
+    if truth is None or isinstance(truth, str):
+        return truth
+    if isinstance(truth, Real) and not isinstance(truth, bool):
+        return str(truth)
+    raise ValueError(
+        f"{where}: '{data_args.ground_truth_key}' = {truth!r} ({type(truth).__name__}): expected a string or a "
+        f'number (the reference answer the reward compares with), e.g. "5"'
+    )
+
+
 def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
     messages = row.get(data_args.messages_key)
     prompt = row.get(data_args.prompt_key)
@@ -58,7 +122,16 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
     import datasets
 
     files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
-    table = datasets.load_dataset(_builder_for(files), data_files=files, split="train")
+    kind = _builder_for(files)
+    for name in files:
+        _check_text_file(name, kind)
+    try:
+        table = datasets.load_dataset(kind, data_files=files, split="train")
+    except Exception as error:  # datasets' own message rarely names the file
+        raise ValueError(
+            f"data_args.file_name: {files} could not be read as {kind} ({type(error).__name__}: {error}); "
+            f"rows look like {ROW_EXAMPLE}"
+        ) from error
     rows, too_long = [], []
     for index, row in enumerate(table):
         where = f"{files[0] if len(files) == 1 else files} row {index}"
@@ -67,12 +140,12 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
         if len(ids) > prompt_length:
             too_long.append(index)
             continue
-        truth = row.get(data_args.ground_truth_key)
+        truth = _ground_truth(row, data_args, where)
         rows.append(
             {
                 "prompt_ids": ids,
                 "prompt_text": text,
-                "ground_truth": None if truth is None else str(truth),
+                "ground_truth": truth,
                 "tag": row.get(data_args.tag_key),
             }
         )

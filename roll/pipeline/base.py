@@ -16,7 +16,7 @@ from roll.distributed.cluster import Cluster
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager
-from roll.pipeline.core import step_maths
+from roll.pipeline.core import preflight, step_maths
 from roll.pipeline.core.checkpointing import PipelineCheckpointer
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
@@ -46,12 +46,15 @@ class BasePipeline:
         self.resource_manager = None
         logger.info("experiment %r: seed %d, output_dir %s", config.exp_name, config.seed, config.output_dir)
         set_seed(config.seed)
+        preflight.check_roles(config)  # model directories, worker classes: before anything loads them
         self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
         self._setup_data()
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
+        self.checkpointer = PipelineCheckpointer(self)
+        self.checkpointer.check_resumable()
         self.tracker = Tracker.from_config(config)
         try:
             self._create_clusters()
@@ -65,7 +68,6 @@ class BasePipeline:
             buffer_size_mb=config.model_update_buffer_size_mb,
             method=config.weight_sync_method,
         )
-        self.checkpointer = PipelineCheckpointer(self)
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
     def _setup_data(self) -> None:

@@ -15,3 +15,16 @@ def roll_log():
     yield stream
     for logger in loggers:
         logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def small_demo(tmp_path_factory):
+    """The RLVR demo's model and data without the warm start (~2 s): enough for every start-up check."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from roll.demo.rlvr import DemoSettings, prepare_demo
+
+    directory = tmp_path_factory.mktemp("demo")
+    prepare_demo(directory, DemoSettings(warm_start_steps=0), log=lambda *_: None)
+    return directory

@@ -16,6 +16,22 @@ from roll.utils.seeding import get_rng_state, set_rng_state
 
 logger = get_logger("roll.checkpoint")
 STATE_FILE = "pipeline_state.pt"
+# What a checkpoint must agree on with the run that resumes it: the trainer's engine state is sharded per
+# strategy and world size, the sampler position counts prompts per step, and the rest changes what a step is.
+FINGERPRINT_KEYS = ("seed", "rollout_batch_size", "num_return_sequences_in_group", "adv_estimator")
+
+
+def config_fingerprint(config) -> dict:
+    """The settings a resumed run must share with the checkpoint (saved in pipeline_state.pt as "config")."""
+    out = {key: getattr(config, key) for key in FINGERPRINT_KEYS if hasattr(config, key)}
+    for role in ("actor_train", "critic"):
+        worker = getattr(config, role, None)
+        if worker is not None and getattr(worker, "strategy_args", None) is not None:
+            out[f"{role}.strategy_args.strategy_name"] = worker.strategy_args.strategy_name
+            out[f"{role}.world_size"] = worker.world_size
+    if hasattr(config, "critic"):
+        out["critic"] = "configured" if config.critic is not None else "none"
+    return out
 
 
 class PipelineCheckpointer:
@@ -40,10 +56,38 @@ class PipelineCheckpointer:
             **self.pipeline.data_state(),
             "rng": get_rng_state(),
             "kl_coef": float(self.pipeline.kl_ctrl.value),
+            "config": config_fingerprint(self.pipeline.config),
         }
         torch.save(state, staged / STATE_FILE)
         final = checkpoint.commit(output_dir, completed_steps, max_to_keep=self.pipeline.config.max_ckpt_to_keep)
         logger.info("saved checkpoint %s", final)
+
+    def check_resumable(self) -> None:
+        """Start-up check, before any worker starts: the checkpoint a resume would load is complete and was
+        saved by a compatible configuration (config_fingerprint)."""
+        config = self.pipeline.config
+        path = checkpoint.find_checkpoint(config.output_dir, config.resume_from_checkpoint)
+        if path is None:
+            return
+        if not (path / STATE_FILE).is_file():
+            raise FileNotFoundError(
+                f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
+                f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
+            )
+        saved = checkpoint.load_state(path / STATE_FILE).get("config")
+        if saved is None:  # written before fingerprints existed
+            return
+        current = config_fingerprint(config)
+        differ = [
+            f"{key} = {saved[key]!r} there, {current[key]!r} here"
+            for key in current
+            if saved.get(key, current[key]) != current[key]
+        ]
+        if differ:
+            raise ValueError(
+                f"resume_from_checkpoint: {path} was saved by a different configuration: {'; '.join(differ)}. "
+                f"Resume with the same values, or start a new run (resume_from_checkpoint: false or another output_dir)"
+            )
 
     def resume(self) -> int:
         """Restores the newest (or the named) checkpoint if asked; returns the 0-based first step to run."""

@@ -1,0 +1,80 @@
+"""Start-up checks that need the file system or imports but no worker: run by the pipeline before it loads
+the tokenizer or starts Ray, so a wrong path or class fails in a second with a message naming its key.
+
+Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a machine without the model.
+"""
+
+import os
+from pathlib import Path
+
+from roll.configs.checks import roles
+from roll.configs.loader import ConfigError, closest
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")
+
+
+def check_roles(config) -> None:
+    for name, worker in roles(config).items():
+        if name in MODEL_ROLES and worker.model_args is not None:
+            check_model_dir(f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path)
+        check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name.startswith("rewards."))
+
+
+def _looks_like_hub_id(value: str) -> bool:
+    """'Qwen/Qwen2.5-7B': one slash, not a path a user would write for a local directory."""
+    return value.count("/") == 1 and not value.startswith((".", "/", "~")) and not os.path.exists(value)
+
+
+def check_model_dir(key: str, value: str) -> None:
+    if _looks_like_hub_id(value):
+        return  # a model hub id: transformers resolves (or refuses) it
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise ConfigError(
+            f"'{key}' = {value!r}: no such directory; give a local model directory (config.json, weights and "
+            f"tokenizer files, e.g. what save_pretrained writes) or a model hub id such as 'Qwen/Qwen2.5-0.5B'"
+        )
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"'{key}' = {value!r}: the directory has no config.json, so it is not a Hugging Face model "
+            f"directory (it holds: {sorted(p.name for p in path.iterdir())[:8]})"
+        )
+    if key.startswith("actor_train") and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"'{key}' = {value!r}: the directory has no tokenizer (none of {list(TOKENIZER_FILES)}); copy the "
+            f"tokenizer files of the base model into it (tokenizer.save_pretrained)"
+        )
+
+
+def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
+    import importlib
+
+    from roll.distributed.worker import Worker
+    from roll.workers.rewards.base import RewardWorker
+
+    module_name, _, class_name = dotted.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(
+            f"'{key}' = {dotted!r}: cannot import the module {module_name!r} ({error}); is it installed or on "
+            f"PYTHONPATH?"
+        ) from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        names = [n for n, v in vars(module).items() if isinstance(v, type)]
+        raise ConfigError(
+            f"'{key}' = {dotted!r}: the module {module_name!r} has no {class_name!r}{closest(class_name, names)}"
+        )
+    base = RewardWorker if reward else Worker
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(
+            f"'{key}' = {dotted!r} is not a subclass of {base.__module__}.{base.__name__}; "
+            + (
+                "a reward worker subclasses RewardWorker and implements score(batch) -> list[float] "
+                "(docs/architecture.md, examples/custom_reward/)"
+                if reward
+                else "a role's worker class subclasses roll.distributed.worker.Worker"
+            )
+        )
