@@ -28,3 +28,19 @@ def small_demo(tmp_path_factory):
     directory = tmp_path_factory.mktemp("demo")
     prepare_demo(directory, DemoSettings(warm_start_steps=0), log=lambda *_: None)
     return directory
+
+
+@pytest.fixture(scope="module")
+def ray_for_module(small_demo):
+    """A Ray session with the demo's 2 virtual devices: the running one if a session exists, else one that
+    this module starts and stops."""
+    import ray
+
+    from roll.distributed.ray_utils import init_ray
+    from tests.pipeline.helpers import make_config
+
+    started = not ray.is_initialized()
+    init_ray(num_devices=2, env_vars=make_config(small_demo, small_demo / "unused").system_envs)
+    yield
+    if started:
+        ray.shutdown()

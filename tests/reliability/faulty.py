@@ -1,0 +1,40 @@
+"""Test doubles that fail on purpose, importable by Ray workers (the worktree root is on their PYTHONPATH).
+
+`FaultyRewardWorker` grades like the math rule and, on its `at_call`-th compute_rewards call, does
+`fault`: "nan" (a NaN score), "count" (one score too few), "hang" (sleeps an hour), "raise".
+With `marker` set the fault happens once across processes: the first worker to reach it creates the file.
+"""
+
+import math
+import os
+import time
+
+from roll.workers.rewards import RewardWorker
+from roll.workers.rewards.math_verify_grader import grade as grade_math
+
+
+class FaultyRewardWorker(RewardWorker):
+    calls = 0
+
+    def score(self, batch) -> list[float]:
+        args = self.worker_config.reward_args
+        self.calls += 1
+        scores = self.grade_rows(batch, grade_math)
+        if self.calls != args["at_call"]:
+            return scores
+        marker = args.get("marker")
+        if marker:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return scores  # already failed once
+        fault = args["fault"]
+        if fault == "nan":
+            scores[3] = math.nan
+        elif fault == "count":
+            scores = scores[:-1]
+        elif fault == "hang":
+            time.sleep(3600)
+        elif fault == "raise":
+            raise RuntimeError("the reward service is down")
+        return scores
