@@ -36,6 +36,12 @@ class PipelineConfig:
         0,
         "keep only the newest N checkpoints (older ones are removed after a new one is complete); 0 = keep all",
     )
+    max_failures: int = field_help(
+        0,
+        "automatic recoveries per run: when a role's worker dies or a call times out, tear the roles down, restart "
+        "them, reload the last complete checkpoint and redo the steps since, at most this many times (each is "
+        "logged and counted in system/recoveries); 0 = the run stops at the first failure",
+    )
     eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
     logging_steps: int = field_help(1, "print the progress line every N steps")
     sample_log_steps: int = field_help(
@@ -68,6 +74,8 @@ class PipelineConfig:
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
             )
+        if self.max_failures < 0:
+            raise ConfigError(f"'max_failures' = {self.max_failures}: must be >= 0 (0 = no automatic recovery)")
         if self.max_ckpt_to_keep < 0:
             raise ConfigError(
                 f"'max_ckpt_to_keep' = {self.max_ckpt_to_keep}: must be >= 0 (0 keeps every checkpoint, N the newest N)"

@@ -134,9 +134,15 @@ class WorkerConfig:
         "row) for training and scoring forwards; HF-module strategies only",
     )
     rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
+    start_timeout: float = field_help(
+        300.0, "seconds a worker process of this role may take to start (imports, placement) before start-up fails"
+    )
 
     def __post_init__(self):
         self.device_mapping = parse_device_mapping(self.device_mapping, f"{self.name or 'worker'}.device_mapping")
+        for key in ("rpc_timeout", "start_timeout"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"'{self.name}.{key}' = {getattr(self, key)}: must be > 0 seconds")
         if self.num_gpus_per_worker < 1:
             raise ConfigError(f"'{self.name}.num_gpus_per_worker' = {self.num_gpus_per_worker}: must be ≥ 1")
 

@@ -10,8 +10,26 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from roll.distributed.decorator import CONCURRENCY_ATTR, DISPATCH_ATTR, Dispatch, collect_results, split_arguments
 from roll.distributed.resource_manager import plan_role
 
-# Starting a worker process (imports torch, transformers) can take a while on a loaded machine.
+# Starting a worker process (imports torch, transformers) can take a while on a loaded machine; a role's
+# `start_timeout` sets it.
 ACTOR_START_TIMEOUT = 300.0
+
+
+class RoleFailure(RuntimeError):
+    """A role's worker died or a call to it timed out: the failures automatic recovery (max_failures)
+    handles by restarting the roles. `role`, `method`, `rank` name the call."""
+
+    def __init__(self, message: str, role: str, method: str, rank: int):
+        super().__init__(message)
+        self.role, self.method, self.rank = role, method, rank
+
+
+class WorkerDied(RoleFailure):
+    pass
+
+
+class RoleTimeout(RoleFailure, TimeoutError):
+    pass
 
 
 class Cluster:
@@ -19,6 +37,7 @@ class Cluster:
         """`seed`: the pipeline's config.seed; worker `rank` seeds its RNGs with worker_seed(seed, rank)."""
         self.name, self.worker_config = name, worker_config
         self.rpc_timeout = worker_config.rpc_timeout
+        self.start_timeout = getattr(worker_config, "start_timeout", ACTOR_START_TIMEOUT)
         placements = plan_role(
             name, worker_config.device_mapping, worker_config.num_gpus_per_worker, worker_config.world_size
         )
@@ -56,7 +75,7 @@ class Cluster:
         """Ranks > 0 learn rank 0's address before any other call reaches them (calls are ordered)."""
         if self._rendezvous_set:
             return
-        master = tuple(self._wait("get_master_address", [self._master_ref], timeout=ACTOR_START_TIMEOUT)[0])
+        master = tuple(self._wait("get_master_address", [self._master_ref], timeout=self.start_timeout)[0])
         for worker in self.workers[1:]:
             worker.set_master_address.remote(*master)
         self._rendezvous_set = True
@@ -96,23 +115,31 @@ class Cluster:
         ranks: list[int] | None = None,
     ) -> list:
         timeout = self.rpc_timeout if timeout == -1.0 else timeout
-        deadline = None if timeout is None else (started or time.monotonic()) + timeout
+        started = started or time.monotonic()
+        deadline = None if timeout is None else started + timeout
         results = []
         for rank, ref in zip(ranks or range(len(refs)), refs):
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
                 results.append(ray.get(ref, timeout=remaining))
             except GetTimeoutError:
-                raise TimeoutError(
-                    f"{self.name}.{method} did not answer within {timeout} s "
-                    f"(rank {rank} of {self.world_size}); raise rpc_timeout if the work is legitimately slow"
+                key = "start_timeout" if method == "get_master_address" else "rpc_timeout"
+                raise RoleTimeout(
+                    f"{self.name}.{method} did not answer within {timeout} s (rank {rank} of {self.world_size}; "
+                    f"gave up after {time.monotonic() - started:.1f} s); raise {self.name}.{key} if the work is "
+                    f"legitimately slow",
+                    self.name,
+                    method,
+                    rank,
                 ) from None
             except RayTaskError as error:
                 raise RuntimeError(
                     f"{self.name}.{method} failed on rank {rank} of {self.world_size}:\n{error}"
                 ) from None
             except RayActorError as error:
-                raise RuntimeError(f"{self.name}.{method}: worker rank {rank} died ({error})") from None
+                raise WorkerDied(
+                    f"{self.name}.{method}: worker rank {rank} died ({error})", self.name, method, rank
+                ) from None
         return results
 
 

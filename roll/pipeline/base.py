@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
 from roll.configs import optimizer_steps
-from roll.distributed.cluster import Cluster
+from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager
@@ -44,6 +44,7 @@ class BasePipeline:
         self.callbacks = list(callbacks)
         self.clusters: dict[str, Cluster] = {}
         self.resource_manager = None
+        self.recoveries = 0  # automatic recoveries so far (max_failures)
         logger.info("experiment %r: seed %d, output_dir %s", config.exp_name, config.seed, config.output_dir)
         set_seed(config.seed)
         preflight.check_roles(config)  # model directories, worker classes: before anything loads them
@@ -61,12 +62,15 @@ class BasePipeline:
         except BaseException:
             self.close()  # a half-built pipeline must not keep workers and devices
             raise
+        self._create_weight_sync()
+
+    def _create_weight_sync(self) -> None:
         self.weight_sync = WeightSync(
             self.actor_train,
             self.actor_infer,
             self._probe_batch(),
-            buffer_size_mb=config.model_update_buffer_size_mb,
-            method=config.weight_sync_method,
+            buffer_size_mb=self.config.model_update_buffer_size_mb,
+            method=self.config.weight_sync_method,
         )
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
@@ -213,20 +217,70 @@ class BasePipeline:
     def run(self) -> dict:
         """Train from the first step not yet done (0, or the one after a resumed checkpoint) to max_steps.
 
+        With `max_failures` > 0, a worker that dies or a call that times out (RoleFailure) does not end the
+        run: the roles are torn down and restarted, the last complete checkpoint is reloaded (or the run starts
+        over if none was saved yet) and the steps since are redone, at most max_failures times.
+
         Returns {"first_step": 0-based first step run, "before": validation metrics before training (only
-        on a fresh start), "steps": {0-based step: that step's metrics}, "after": the last validation}.
+        on a fresh start), "steps": {0-based step: that step's metrics}, "after": the last validation,
+        "recoveries": automatic recoveries}.
         """
-        first_step = self.checkpointer.resume()
+        history = {"first_step": None, "before": {}, "steps": {}, "after": None, "recoveries": 0}
+        source = None  # the first attempt resumes as configured
+        while True:
+            try:
+                self._run_from(self.checkpointer.resume(source), history)
+                break
+            except RoleFailure as failure:
+                if self.recoveries >= self.config.max_failures:
+                    raise
+                self.recoveries += 1
+                history["recoveries"] = self.recoveries
+                logger.warning(
+                    "recovery %d of max_failures=%d: %s: restarting every role and resuming from the last complete "
+                    "checkpoint",
+                    self.recoveries,
+                    self.config.max_failures,
+                    failure,
+                )
+                source = self._restart_roles()
+        self.tracker.flush()
+        return history
+
+    def _run_from(self, first_step: int, history: dict) -> None:
         self.memory.use("actor_train", "actor_infer")
         self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
-        history = {"first_step": first_step, "before": self._validate_before(first_step), "steps": {}, "after": None}
+        if history["first_step"] is None:
+            history["first_step"] = first_step
+            history["before"] = self._validate_before(first_step)
         eta = ETA(first_step, self.config.max_steps - 1)
         for step in range(first_step, self.config.max_steps):
             metrics = self._run_step(step, eta)
             history["steps"][step] = metrics
             history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history["after"]
-        self.tracker.flush()
-        return history
+
+    def _restart_roles(self):
+        """Tear every role down and start it again; returns what to resume from: "latest" (the newest complete
+        checkpoint under output_dir, else the configured resume_from_checkpoint) or False (start over, with
+        the driver's seed, data order and KL controller reset)."""
+        started = time.perf_counter()
+        for cluster in self.clusters.values():
+            cluster.shutdown()
+        self.clusters = {}
+        if self.resource_manager is not None:
+            self.resource_manager.shutdown()
+            self.resource_manager = None
+        self._create_clusters()
+        self._create_weight_sync()
+        logger.info("recovery: roles restarted in %.1f s", time.perf_counter() - started)
+        if self.checkpointer.latest() is not None:
+            return "latest"
+        if self.config.resume_from_checkpoint:
+            return None  # nothing saved since: resume from the configured checkpoint again
+        set_seed(self.config.seed)
+        self._setup_data()
+        self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(self.config))
+        return False
 
     def _validate_before(self, first_step: int) -> dict:
         if first_step != 0 or not self.config.eval_steps:
@@ -246,6 +300,7 @@ class BasePipeline:
         if config.eval_steps and ((step + 1) % config.eval_steps == 0 or last):
             metrics.update(self.validate(step + 1))
         metrics["timing/step"] = time.perf_counter() - started
+        metrics["system/recoveries"] = self.recoveries
         self.tracker.log(metrics, step)
         if step % config.logging_steps == 0 or last:
             logger.info("%s %s", eta.line(step), progress(metrics))

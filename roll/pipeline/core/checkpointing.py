@@ -89,12 +89,19 @@ class PipelineCheckpointer:
                 f"Resume with the same values, or start a new run (resume_from_checkpoint: false or another output_dir)"
             )
 
-    def resume(self) -> int:
-        """Restores the newest (or the named) checkpoint if asked; returns the 0-based first step to run."""
+    def latest(self):
+        """The newest complete checkpoint under output_dir, or None."""
+        return checkpoint.find_checkpoint(self.pipeline.config.output_dir, True)
+
+    def resume(self, source=None) -> int:
+        """Restores the newest (or the named) checkpoint if asked; returns the 0-based first step to run.
+        `source`: None = as configured (resume_from_checkpoint); "latest" = the newest complete checkpoint
+        under output_dir (automatic recovery); False = none (start over)."""
         config = self.pipeline.config
-        path = checkpoint.find_checkpoint(config.output_dir, config.resume_from_checkpoint)
+        wanted = config.resume_from_checkpoint if source is None else (source == "latest")
+        path = checkpoint.find_checkpoint(config.output_dir, wanted)
         if path is None:
-            if config.resume_from_checkpoint:
+            if wanted:
                 logger.info(
                     "resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1", config.output_dir
                 )
