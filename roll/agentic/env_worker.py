@@ -53,7 +53,7 @@ class EnvironmentWorker(Worker):
     def start(self, assignments: dict) -> None:
         """env id → (seed, group_id, traj_id): begin an episode in each listed environment of this worker."""
         mine = [(self.managers[i], a) for i, a in assignments.items() if i in self.managers]
-        list(self.pool.map(lambda item: item[0].start(*item[1]), mine))  # list(): re-raise env errors here
+        list(self.pool.map(lambda item: _call_env(item[0], "reset", item[0].start, *item[1]), mine))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def requests(self) -> list[tuple[int, list[int], int]]:
@@ -69,7 +69,7 @@ class EnvironmentWorker(Worker):
     def apply(self, replies: dict) -> None:
         """env id → (reply token ids, log-probs): step each listed environment of this worker."""
         mine = [(self.managers[i], r) for i, r in replies.items() if i in self.managers]
-        list(self.pool.map(lambda item: item[0].apply(*item[1]), mine))
+        list(self.pool.map(lambda item: _call_env(item[0], "step", item[0].apply, *item[1]), mine))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def collect(self, env_ids: list[int]) -> tuple[list[dict], list[dict]]:
@@ -116,3 +116,17 @@ class EnvironmentWorker(Worker):
                     }
                 )
         return out
+
+
+def _call_env(manager, what: str, method, *args) -> None:
+    """Runs an env manager's call; an environment's error names its class, tag, env id and episode seed
+    (list(pool.map(...)) re-raises it in the worker's call, which the driver reports with role and rank)."""
+    try:
+        method(*args)
+    except Exception as error:
+        env_cls = type(manager.env)
+        seed = args[0] if what == "reset" else getattr(manager.episode, "seed", None)
+        raise RuntimeError(
+            f"environment {env_cls.__module__}.{env_cls.__qualname__} (tag {manager.tag!r}, env id "
+            f"{manager.env_id}, episode seed {seed}) raised in {what}: {type(error).__name__}: {error}"
+        ) from error

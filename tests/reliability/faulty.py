@@ -3,12 +3,14 @@
 `FaultyRewardWorker` grades like the math rule and, on its `at_call`-th compute_rewards call, does
 `fault`: "nan" (a NaN score), "count" (one score too few), "hang" (sleeps an hour), "raise".
 With `marker` set the fault happens once across processes: the first worker to reach it creates the file.
+`ResetFailsEnv` is an environment whose reset raises after `env_config.fail_after` resets.
 """
 
 import math
 import os
 import time
 
+from roll.agentic.envs import BaseEnv, EnvStep
 from roll.workers.rewards import RewardWorker
 from roll.workers.rewards.math_verify_grader import grade as grade_math
 
@@ -38,3 +40,21 @@ class FaultyRewardWorker(RewardWorker):
         elif fault == "raise":
             raise RuntimeError("the reward service is down")
         return scores
+
+
+class ResetFailsEnv(BaseEnv):
+    """A one-turn env whose reset raises from the `fail_after`-th reset in this process on."""
+
+    instructions = "Reply 'go'."
+    action_pattern = r"^(go)$"
+    default_config = {"fail_after": 1_000_000}
+    resets = 0
+
+    def reset(self, seed: int) -> str:
+        type(self).resets += 1
+        if type(self).resets > self.config["fail_after"]:
+            raise ConnectionError("the game server refused the connection")
+        return "ready"
+
+    def step(self, action: str) -> EnvStep:
+        return EnvStep("done", 1.0, True, {"action_is_valid": True, "success": True})

@@ -1,0 +1,91 @@
+"""Agentic reliability. Acceptance: a run stopped after a checkpoint and resumed with resume_from_checkpoint: true is
+the uninterrupted run — same env seeds and episodes (the transcripts of every later step), same metrics and
+final weights (fp32 on CPU: exact equality, wall-clock metrics aside).
+
+Env seeds come from (seed, step, group, episode) and trajectory ids from the step, so no env-manager state
+needs saving beyond the driver's RNG. Three small FrozenLake pipelines in the session's Ray: A runs 3 steps;
+B runs 1 (checkpoint at step 1) and is resumed to 3. A smaller batch than SMALL_AGENTIC keeps it ~1 min.
+"""
+
+import json
+
+import pytest
+import torch
+
+from tests.pipeline.helpers import agentic_config, trained_weights
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+STEPS, STOP = 3, 1
+NONDETERMINISTIC = ("timing/", "weight_sync/seconds")
+SMALLER = [
+    "rollout_batch_size=16",
+    "train_env_manager.num_env_groups=2",
+    "train_env_manager.group_size=8",
+    "sample_log_steps=1",
+    "save_steps=1",
+]
+
+
+def _run(model, out, *overrides) -> dict:
+    from roll.pipeline.agentic.pipeline import AgenticPipeline
+
+    with AgenticPipeline(agentic_config(model, out, [*SMALLER, *overrides])) as pipeline:
+        history = pipeline.run()
+        history["weights"] = trained_weights(pipeline)
+    return history
+
+
+@pytest.fixture(scope="module")
+def runs(agentic_model, tmp_path_factory):
+    root = tmp_path_factory.mktemp("agentic_resume")
+    full = _run(agentic_model, root / "full", f"max_steps={STEPS}")
+    stopped = _run(agentic_model, root / "stopped", f"max_steps={STOP}")
+    resumed = _run(agentic_model, root / "stopped", f"max_steps={STEPS}", "resume_from_checkpoint=true")
+    return {"root": root, "full": full, "stopped": stopped, "resumed": resumed}
+
+
+def _transcripts(out, step: int) -> list[dict]:
+    path = out / "samples" / f"step-{step}.jsonl"
+    return sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda t: t["env_id"])
+
+
+def _deterministic(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not k.startswith(NONDETERMINISTIC)}
+
+
+def test_agentic_resume_continues_with_the_same_episodes_metrics_and_weights(runs):
+    root, full, resumed = runs["root"], runs["full"], runs["resumed"]
+    assert resumed["first_step"] == STOP and sorted(resumed["steps"]) == list(range(STOP, STEPS))
+    for step in range(STOP + 1, STEPS + 1):  # 1-based: the resumed run's steps
+        again, expected = _transcripts(root / "stopped", step), _transcripts(root / "full", step)
+        assert [t["turns"][0]["observation"] for t in again] == [t["turns"][0]["observation"] for t in expected]
+        assert again == expected, f"step {step}: same maps but different episodes"
+    for step in range(STEPS):
+        other = runs["stopped"] if step < STOP else resumed
+        assert _deterministic(other["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"
+    assert all(torch.equal(resumed["weights"][n], t) for n, t in full["weights"].items())
+    changed = not all(torch.equal(runs["stopped"]["weights"][n], t) for n, t in full["weights"].items())
+    assert changed, {k: v for k, v in full["steps"][2].items() if k.startswith(("actor/grad", "critic/", "env/"))}
+
+
+def test_an_env_that_raises_in_reset_fails_the_step_naming_it_and_keeps_the_checkpoint(agentic_model, tmp_path):
+    """16 resets per step: the 17th (step 2) raises. The step fails with the env's class, tag, env id and seed;
+    step 1's checkpoint stays the latest and complete."""
+    from roll.utils import checkpoint
+
+    overrides = [
+        "max_steps=2",
+        "+custom_envs.Faulty.env_type=tests.reliability.faulty.ResetFailsEnv",
+        "+custom_envs.Faulty.env_config={fail_after: 16}",
+        "+custom_envs.Faulty.max_turns=1",
+        "train_env_manager.tags=[Faulty]",
+    ]
+    with pytest.raises(Exception) as caught:
+        _run(agentic_model, tmp_path, *overrides)
+    message = str(caught.value)
+    assert "train_env.start failed on rank 0" in message, message
+    assert "environment tests.reliability.faulty.ResetFailsEnv (tag 'Faulty', env id 0, episode seed" in message
+    assert "raised in reset: ConnectionError: the game server refused the connection" in message
+    root = checkpoint.checkpoint_root(str(tmp_path))
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-1"]
+    checkpoint.verify(checkpoint.find_checkpoint(str(tmp_path), True))
