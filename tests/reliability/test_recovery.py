@@ -40,10 +40,10 @@ class KillWorker(StepCallback):
         os.kill(self.killed_pid, signal.SIGKILL)
 
 
-def _run(small_demo, out, *overrides, kill: KillWorker | None = None) -> dict:
+def _run(small_demo, out, *overrides, kill: KillWorker | None = None, blocks=None) -> dict:
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
-    config = make_config(small_demo, out, [f"max_steps={STEPS}", "save_steps=1", *overrides])
+    config = make_config(small_demo, out, [f"max_steps={STEPS}", "save_steps=1", *overrides], blocks=blocks)
     log = io.StringIO()
     handler = logging.StreamHandler(log)
     logging.getLogger("roll.pipeline").addHandler(handler)
@@ -65,15 +65,27 @@ def runs(small_demo, tmp_path_factory):
     full = _run(small_demo, root / "full")
     infer = _run(small_demo, root / "infer", "max_failures=1", kill=KillWorker("actor_infer", at_step=1))
     train = _run(small_demo, root / "train", "max_failures=1", kill=KillWorker("actor_train", at_step=1))
-    return {"root": root, "full": full, "actor_infer": infer, "actor_train": train}
+    # the reward hangs once, in step 2: its call times out after rpc_timeout and step 2 is redone from step-1
+    hang = {"fault": "hang", "at_call": 2, "marker": str(root / "hung_once")}
+    timeout = _run(
+        small_demo,
+        root / "timeout",
+        "max_failures=1",
+        "rewards.math.rpc_timeout=10",
+        blocks={
+            "rewards": {"math": {"worker_cls": "tests.reliability.faulty.FaultyRewardWorker", "reward_args": hang}}
+        },
+    )
+    return {"root": root, "full": full, "actor_infer": infer, "actor_train": train, "timeout": timeout}
 
 
 def _deterministic(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.startswith(NONDETERMINISTIC)}
 
 
-@pytest.mark.parametrize("role", ["actor_infer", "actor_train"])
+@pytest.mark.parametrize("role", ["actor_infer", "actor_train", "timeout"])
 def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(runs, role):
+    """("timeout": a reward call that hangs, recovered the same way.)"""
     full, recovered = runs["full"], runs[role]
     assert recovered["recoveries"] == 1 and full["recoveries"] == 0
     assert sorted(recovered["steps"]) == list(range(STEPS))
@@ -83,8 +95,14 @@ def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(
     weights, expected = recovered["weights"], full["weights"]
     assert weights.keys() == expected.keys()
     assert all(torch.equal(weights[name], expected[name]) for name in expected)
-    assert f"recovery 1 of max_failures=1: {role}." in recovered["log"]
-    assert "died" in recovered["log"] and "resuming from the last complete checkpoint" in recovered["log"]
+    if role == "timeout":
+        assert (
+            "recovery 1 of max_failures=1: rewards.math.compute_rewards did not answer within 10.0 s"
+            in recovered["log"]
+        )
+    else:
+        assert f"recovery 1 of max_failures=1: {role}." in recovered["log"] and "died" in recovered["log"]
+    assert "resuming from the last complete checkpoint" in recovered["log"]
     assert "recovery: roles restarted in" in recovered["log"]
 
 
