@@ -190,7 +190,7 @@ def describe_config(config) -> str:
         "resolved config:",
         OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(),
         arithmetic,
-        format_plan(placement_plan(roles(config)), config.num_devices),
+        format_plan(placement_plan(roles(config)), config.num_devices, config.num_gpus_per_node),
     ]
     if config.reference is not None and not (config.use_kl_loss or config.add_token_level_kl):
         parts.append(

@@ -100,10 +100,10 @@ def check_roles(config) -> None:
             "roll.workers.rewards.math_rule.MathRuleRewardWorker"
         )
     for name, worker in roles(config).items():
-        _check_worker(name, worker, config.num_devices)
+        _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
 
 
-def _check_worker(name: str, worker, num_devices: int) -> None:
+def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -> None:
     is_reward = name.startswith("rewards.")
     if worker.worker_cls is None:
         if is_reward:
@@ -147,6 +147,16 @@ def _check_worker(name: str, worker, num_devices: int) -> None:
                 f"'{name}.num_gpus_per_worker' = {worker.num_gpus_per_worker}"
             )
         derived = len(mapping) // worker.num_gpus_per_worker
+        k = worker.num_gpus_per_worker
+        for rank in range(derived):  # a worker is one process: its devices are on one node
+            devices = mapping[rank * k : (rank + 1) * k]
+            nodes = sorted({d // num_gpus_per_node for d in devices})
+            if len(nodes) > 1:
+                raise ConfigError(
+                    f"'{name}' rank {rank} gets device ids {devices}, which are on nodes {nodes} (device id d is "
+                    f"on node d // num_gpus_per_node = d // {num_gpus_per_node}); one worker's devices must be on "
+                    f"one node: align '{name}.device_mapping' with num_gpus_per_node or lower num_gpus_per_worker"
+                )
         if worker.world_size is not None and worker.world_size != derived:
             raise ConfigError(
                 f"'{name}.world_size' = {worker.world_size} but device_mapping / num_gpus_per_worker "

@@ -1,6 +1,23 @@
-"""Starting Ray for a pipeline: virtual devices on CPU-only machines, quiet and bounded."""
+"""Starting Ray for a pipeline, or attaching to a running Ray cluster; which nodes hold the devices.
 
+`init_ray` attaches when a cluster is given — `RAY_ADDRESS`, or the cluster a `ray start --head` on this
+machine recorded (what a plain `ray.init()` finds) — and starts a local one only otherwise. Attached, it
+passes only what a job may set (its runtime env), never start-only options, and checks that the cluster
+has the devices the config needs before anything is reserved or started (docs/cluster.md).
+
+A device is a GPU, or on CPU-only machines one unit of the custom Ray resource `roll_device` (a virtual
+device). Device id `d` is device `d % num_gpus_per_node` of node `d // num_gpus_per_node`; the nodes are
+numbered by `device_nodes`: the driver's node first (when it has devices), then by IP address.
+"""
+
+import ipaddress
 import os
+import socket
+from dataclasses import dataclass
+
+from roll.utils.logging import get_logger
+
+logger = get_logger("roll.ray")
 
 # Actors inherit these: 2-core machines slow down 10-40x when every process spawns its own threads.
 WORKER_ENV = {
@@ -14,6 +31,14 @@ WORKER_ENV = {
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
 }
 VIRTUAL_DEVICE = "roll_device"
+# The driver's working directory: every worker changes into it (roll.distributed.worker), so relative
+# paths in a config (model, data, output_dir) mean the same on every node of a shared-filesystem cluster.
+DRIVER_CWD_ENV = "ROLL_DRIVER_CWD"
+NODE_ID_LABEL = "ray.io/node-id"  # a label Ray gives every node; placement groups select nodes by it
+
+
+class ClusterDevicesError(RuntimeError):
+    """The Ray cluster lacks the devices a config needs (raised before any worker starts)."""
 
 
 def has_gpus() -> bool:
@@ -22,41 +47,182 @@ def has_gpus() -> bool:
     return torch.cuda.is_available()
 
 
-def init_ray(num_devices: int, env_vars: dict | None = None) -> None:
-    """`env_vars` (the config's system_envs) override the defaults below in every worker."""
+def node_ip() -> str:
+    """This process's node address as Ray knows it (the one other nodes reach it at); outside Ray, the
+    host name's address. `socket.gethostbyname(hostname)` alone is often 127.0.0.1 (/etc/hosts)."""
     import ray
 
+    if ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    return socket.gethostbyname(socket.gethostname())
+
+
+def enter_driver_cwd(logger=None) -> None:
+    """In a worker: change into the driver's working directory, so relative paths in the config (model,
+    data, output_dir) resolve as they do for the driver. A worker started by `ray start` otherwise runs in
+    the directory `ray start` ran in. Where that directory does not exist (a node without the shared
+    filesystem) the worker stays where it is and says so."""
+    directory = os.environ.get(DRIVER_CWD_ENV)
+    if not directory or directory == os.getcwd():
+        return
+    if os.path.isdir(directory):
+        os.chdir(directory)
+    elif logger is not None:
+        logger.warning(
+            "the driver's working directory %s does not exist on node %s: relative paths in the config "
+            "will not resolve here; clusters need the project on a filesystem every node mounts at the same "
+            "path (docs/cluster.md)",
+            directory,
+            node_ip(),
+        )
+
+
+def existing_cluster_address() -> str | None:
+    """The cluster to attach to: `RAY_ADDRESS`, else the address a `ray start --head` (or
+    ray.cluster_utils.Cluster) on this machine recorded, as a plain `ray.init()` would find it. Not
+    `ray.init("auto")`'s fallback of attaching to any Ray process found on the machine: on a shared
+    machine that is someone else's private session."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address:
+        return address
+    try:  # where `ray start` records it: <Ray's temp dir, RAY_TMPDIR-aware>/ray_current_cluster
+        from ray._common.utils import get_ray_address_file
+
+        path = get_ray_address_file(None)
+    except ImportError:  # a Ray that moved the private helper: its documented default location
+        path = os.path.join(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", "ray_current_cluster")
+    if os.path.isfile(path):
+        with open(path) as file:
+            return file.read().strip() or None
+    return None
+
+
+def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1) -> None:
+    """Attach to the given Ray cluster or start a local one (see the module docstring). `env_vars` (the
+    config's system_envs) override the defaults below in every worker. `num_devices` devices on
+    `num_nodes` nodes (num_devices / num_nodes each) must exist, or ClusterDevicesError says what is missing."""
+    import ray
+
+    if num_nodes < 1 or num_devices % num_nodes:
+        raise ValueError(f"init_ray: {num_devices} devices cannot be split evenly over {num_nodes} nodes")
+    per_node = num_devices // num_nodes
     if ray.is_initialized():  # e.g. several pipelines in one process: the session's devices must suffice
-        _check_session_devices(num_devices)
+        try:
+            device_nodes(num_nodes, per_node)
+        except ClusterDevicesError as error:
+            raise ClusterDevicesError(
+                f"{error}\nThis process is already connected to Ray; if it started a local session with too few "
+                f"devices, call ray.shutdown() first"
+            ) from None
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    gpus = has_gpus()
-    resources = {} if gpus else {VIRTUAL_DEVICE: num_devices}
     env_vars = {**{k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, **(env_vars or {})}
-    if not gpus:
-        env_vars.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise warns that it found no GPU
     os.environ.setdefault("RAY_DEDUP_LOGS", env_vars["RAY_DEDUP_LOGS"])  # read by the driver's log monitor
-    # Workers import user modules named by dotted path (custom reward workers) the way the driver does.
+    # Workers import user modules named by dotted path (custom reward workers, environments) the way the
+    # driver does, and resolve relative paths from the driver's directory. On a cluster these paths must
+    # exist on every node: a shared filesystem, mounted at the same path everywhere (docs/cluster.md).
     paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    ray.init(
-        resources=resources,
-        include_dashboard=False,
-        object_store_memory=1 << 30,
-        runtime_env={"env_vars": env_vars},
-        log_to_driver=True,
-        configure_logging=False,
-    )
+    env_vars[DRIVER_CWD_ENV] = os.getcwd()
+    address = existing_cluster_address()
+    if address is None:
+        gpus = has_gpus()
+        if not gpus:
+            env_vars.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise warns that it found no GPU
+        ray.init(
+            resources={} if gpus else {VIRTUAL_DEVICE: num_devices},
+            include_dashboard=False,
+            object_store_memory=1 << 30,
+            runtime_env={"env_vars": env_vars},
+            log_to_driver=True,
+            configure_logging=False,
+        )
+        return
+    try:  # attached: a job may only bring its runtime env; resources and memory are the cluster's
+        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
+    except ConnectionError as error:
+        raise ConnectionError(
+            f"could not attach to the Ray cluster at {address!r} (from RAY_ADDRESS, or recorded by `ray start` "
+            f"on this machine): {error}. Start it (docs/cluster.md), or unset RAY_ADDRESS / run `ray stop` "
+            f"to run on a local Ray instead"
+        ) from error
+    try:
+        nodes = device_nodes(num_nodes, per_node)
+    except ClusterDevicesError:
+        ray.shutdown()  # detach: the cluster stays up, this process holds nothing on it
+        raise
+    logger.info("attached to the Ray cluster at %s; devices on %s", address, ", ".join(map(str, nodes)))
 
 
-def _check_session_devices(num_devices: int) -> None:
+def device_resource() -> str:
+    """The Ray resource one device is: GPU when the cluster has GPUs, else the virtual device."""
     import ray
 
-    if has_gpus():
-        return
-    have = ray.cluster_resources().get(VIRTUAL_DEVICE, 0)
-    if have < num_devices:
-        raise RuntimeError(
-            f"this process's Ray session was started with {have:g} virtual devices but the pipeline "
-            f"needs num_nodes × num_gpus_per_node = {num_devices}; call ray.shutdown() first"
+    return "GPU" if ray.cluster_resources().get("GPU", 0) > 0 else VIRTUAL_DEVICE
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    index: int  # ROLL's node number: device ids index * num_gpus_per_node ... (index + 1) * num_gpus_per_node - 1
+    node_id: str
+    ip: str
+    devices: float  # how many of the device resource the node has (it may have more than the config uses)
+
+    def __str__(self) -> str:
+        return f"node {self.index} = {self.ip} (id {self.node_id[:8]})"
+
+
+def device_nodes(num_nodes: int, num_gpus_per_node: int) -> list[DeviceNode]:
+    """The `num_nodes` nodes that hold the devices, in ROLL's node order: the driver's node first, then the
+    others by IP address (then node id); nodes with fewer than `num_gpus_per_node` devices are passed over.
+    Raises ClusterDevicesError naming every node and what it has when there are not enough."""
+    import ray
+
+    resource = device_resource()
+    driver = ray.get_runtime_context().get_node_id()
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive.sort(key=lambda n: (n["NodeID"] != driver, _ip_key(n["NodeManagerAddress"]), n["NodeID"]))
+    usable = [n for n in alive if n["Resources"].get(resource, 0) >= num_gpus_per_node]
+    if len(usable) < num_nodes:
+        raise ClusterDevicesError(_missing_devices(alive, resource, num_nodes, num_gpus_per_node, driver))
+    return [
+        DeviceNode(i, n["NodeID"], n["NodeManagerAddress"], n["Resources"].get(resource, 0))
+        for i, n in enumerate(usable[:num_nodes])
+    ]
+
+
+def _ip_key(ip: str):
+    try:
+        return (0, ipaddress.ip_address(ip))
+    except ValueError:
+        return (1, ip)
+
+
+def _missing_devices(alive: list, resource: str, num_nodes: int, per_node: int, driver: str) -> str:
+    what = "GPUs" if resource == "GPU" else f"'{VIRTUAL_DEVICE}' (virtual devices: this cluster has no GPUs)"
+    lines = [
+        f"the Ray cluster lacks devices: the config needs num_nodes={num_nodes} nodes with "
+        f"num_gpus_per_node={per_node} {what} each; nodes with that many: "
+        f"{sum(n['Resources'].get(resource, 0) >= per_node for n in alive)} of {len(alive)}:"
+    ]
+    for n in alive:
+        has = n["Resources"].get(resource, 0)
+        tags = ", ".join(
+            t
+            for t, on in (("head", "node:__internal_head__" in n["Resources"]), ("driver", n["NodeID"] == driver))
+            if on
         )
+        verdict = "ok" if has >= per_node else f"missing {per_node - has:g}"
+        lines.append(
+            f"  node {n['NodeManagerAddress']} (id {n['NodeID'][:8]}{', ' + tags if tags else ''}): "
+            f"{resource}={has:g}, CPU={n['Resources'].get('CPU', 0):g} -> {verdict}"
+        )
+    if resource == "GPU":
+        lines.append("Add GPU nodes, or lower num_nodes / num_gpus_per_node to what the cluster has.")
+    else:
+        lines.append(
+            f"On CPU-only machines start every node with its virtual devices, e.g. "
+            f"`ray start --address=HEAD:6379 --resources='{{\"{VIRTUAL_DEVICE}\": {per_node}}}'`, "
+            f"or lower num_nodes / num_gpus_per_node (docs/cluster.md)."
+        )
+    return "\n".join(lines)

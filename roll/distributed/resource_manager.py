@@ -2,7 +2,8 @@
 share a bundle (colocated), disjoint ids never do.
 
 On GPU machines a bundle is one GPU; on CPU-only machines it is one unit of the custom resource
-`roll_device` (a virtual device), so colocation behaves exactly as it would on GPUs.
+`roll_device` (a virtual device), so colocation behaves exactly as it would on GPUs. Device id d is on
+node d // num_gpus_per_node (ROLL's numbering; nodes ordered by roll.distributed.ray_utils.device_nodes).
 """
 
 from dataclasses import dataclass
@@ -43,8 +44,9 @@ def placement_plan(roles: dict) -> list[WorkerPlacement]:
     ]
 
 
-def format_plan(plan: list[WorkerPlacement], num_devices: int) -> str:
-    """A table a person can read: device → roles on it, then CPU-only workers."""
+def format_plan(plan: list[WorkerPlacement], num_devices: int, num_gpus_per_node: int | None = None) -> str:
+    """A table a person can read: device → roles on it, then CPU-only workers (and, on several nodes, which
+    device ids each node holds)."""
     lines = [f"placement on {num_devices} devices:"]
     for device in range(num_devices):
         users = [f"{p.role}[{p.rank}]" for p in plan if device in p.devices]
@@ -58,40 +60,69 @@ def format_plan(plan: list[WorkerPlacement], num_devices: int) -> str:
             shared.setdefault(d, set()).add(p.role)
     groups = sorted({tuple(sorted(roles)) for roles in shared.values() if len(roles) > 1})
     lines.append("  colocated : " + ("; ".join(" + ".join(g) for g in groups) if groups else "none"))
+    per_node = num_gpus_per_node or num_devices
+    if per_node < num_devices:
+        spans = [f"node {n} = devices {n * per_node}-{(n + 1) * per_node - 1}" for n in range(num_devices // per_node)]
+        lines.append(f"  nodes     : {', '.join(spans)} (node 0: the driver's node if it has devices, then by IP)")
     return "\n".join(lines)
 
 
 class ResourceManager:
-    """Owns the placement group; hands out Ray actor options for a worker's devices."""
+    """Owns the placement groups — one per node, its bundles pinned to that node — and hands out Ray actor
+    options for a worker's devices.
+
+    Device id d is bundle `d % num_gpus_per_node` of node `d // num_gpus_per_node`'s group. Each group is
+    STRICT_PACK with every bundle's label selector naming the node (`ray.io/node-id`), so a role's ranks land
+    on the node device_mapping says and colocated roles share a node's device (its bundle). A single
+    PACK group over all devices would be free to scatter bundles across nodes in any order.
+    """
 
     def __init__(self, num_nodes: int, num_gpus_per_node: int):
         import ray
         from ray.util.placement_group import placement_group
 
-        from roll.distributed.ray_utils import VIRTUAL_DEVICE, has_gpus
+        from roll.distributed.ray_utils import NODE_ID_LABEL, device_nodes, device_resource
 
+        self.num_nodes, self.num_gpus_per_node = num_nodes, num_gpus_per_node
         self.num_devices = num_nodes * num_gpus_per_node
-        self.use_gpus = has_gpus()
-        self.device_resource = "GPU" if self.use_gpus else VIRTUAL_DEVICE
-        bundles = [{self.device_resource: 1}] * self.num_devices
-        self.placement_group = placement_group(bundles, strategy="PACK")
+        self.device_resource = device_resource()
+        self.use_gpus = self.device_resource == "GPU"
+        self.nodes = device_nodes(num_nodes, num_gpus_per_node)  # ClusterDevicesError before reserving anything
+        self.placement_groups = [
+            placement_group(
+                [{self.device_resource: 1}] * num_gpus_per_node,
+                strategy="STRICT_PACK",
+                bundle_label_selector=[{NODE_ID_LABEL: node.node_id}] * num_gpus_per_node,
+            )
+            for node in self.nodes
+        ]
         try:
-            ray.get(self.placement_group.ready(), timeout=120)
+            ray.get([group.ready() for group in self.placement_groups], timeout=120)
         except ray.exceptions.GetTimeoutError:
-            ray.util.remove_placement_group(self.placement_group)
+            self.shutdown()
+            free = ray.available_resources().get(self.device_resource, 0)
             raise TimeoutError(
-                f"could not reserve {self.num_devices} {self.device_resource} devices within 120 s (Ray has "
-                f"{ray.available_resources().get(self.device_resource, 0)} free); is another pipeline still "
-                f"holding them in this Ray session? Call its close() first"
+                f"could not reserve {num_gpus_per_node} {self.device_resource} on each of "
+                f"{', '.join(map(str, self.nodes))} within 120 s (Ray has {free:g} free in all); is another "
+                f"pipeline or job still holding them? In this process, call its close() first"
             ) from None
+
+    @property
+    def placement_group(self):
+        """Node 0's placement group (on one node: the only one)."""
+        return self.placement_groups[0] if self.placement_groups else None
+
+    def node_of(self, device: int):
+        """The DeviceNode that holds device id `device`."""
+        return self.nodes[device // self.num_gpus_per_node]
 
     def shutdown(self) -> None:
         """Release the devices (call after the roles' workers are stopped)."""
         from ray.util.placement_group import remove_placement_group
 
-        if self.placement_group is not None:
-            remove_placement_group(self.placement_group)
-            self.placement_group = None
+        for group in getattr(self, "placement_groups", []):
+            remove_placement_group(group)
+        self.placement_groups = []
 
     def actor_options(self, placement: WorkerPlacement) -> dict:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -105,9 +136,59 @@ class ResourceManager:
                 f"{self.num_devices} devices (0..{self.num_devices - 1}); "
                 f"raise num_nodes/num_gpus_per_node or change the mapping"
             )
+        nodes = sorted({d // self.num_gpus_per_node for d in placement.devices})
+        if len(nodes) > 1:
+            raise ValueError(
+                f"{placement.role} rank {placement.rank} has devices {list(placement.devices)} on nodes {nodes} "
+                f"(num_gpus_per_node={self.num_gpus_per_node}); one worker's devices must be on one node"
+            )
         share = {"num_gpus": WORKER_SHARE} if self.use_gpus else {"resources": {self.device_resource: WORKER_SHARE}}
         # A Ray actor lives in one bundle: multi-device workers sit in their first device's bundle.
+        first = placement.devices[0]
         strategy = PlacementGroupSchedulingStrategy(
-            self.placement_group, placement_group_bundle_index=placement.devices[0]
+            self.placement_groups[first // self.num_gpus_per_node],
+            placement_group_bundle_index=first % self.num_gpus_per_node,
         )
         return {"num_cpus": 0, "scheduling_strategy": strategy, **share}
+
+
+def describe_workers(clusters: dict, timeout: float = 300.0) -> list[dict]:
+    """Every worker's describe_placement() (role, rank, devices, node id/IP, GPU ids, pid), in role order;
+    waits for the workers to start. A worker that failed to start is named with its role and rank."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    pending = [
+        (name, rank, w.describe_placement.remote()) for name, c in clusters.items() for rank, w in enumerate(c.workers)
+    ]
+    rows = []
+    for name, rank, ref in pending:
+        try:
+            rows.append(ray.get(ref, timeout=timeout))
+        except GetTimeoutError:
+            raise TimeoutError(f"{name} rank {rank} did not start within {timeout:g} s") from None
+        except RayActorError as error:
+            raise RuntimeError(f"{name} rank {rank} did not start: {error}") from None
+    return rows
+
+
+def check_placements(rows: list[dict], resource_manager: ResourceManager) -> str:
+    """Raises if a device worker is not on the node its device ids say; returns a table for the log:
+    one line per worker with the node (IP, id) and the device it landed on."""
+    lines = [f"workers on {len(resource_manager.nodes)} node(s): {', '.join(map(str, resource_manager.nodes))}"]
+    wrong = []
+    for row in rows:
+        where = f"{row['node_ip']} (id {row['node_id'][:8]})"
+        name = f"{row['role']}[{row['rank']}]"
+        if not row["devices"]:
+            lines.append(f"  {name:<24} cpu only          -> {where}, pid {row['pid']}")
+            continue
+        node = resource_manager.node_of(row["devices"][0])
+        gpus = f", GPU ids {row['gpu_ids']}" if row.get("gpu_ids") else ""
+        devices = ",".join(map(str, row["devices"]))
+        lines.append(f"  {name:<24} device {devices:<10} -> node {node.index} {where}{gpus}, pid {row['pid']}")
+        if row["node_id"] != node.node_id:
+            wrong.append(f"{name} (devices {list(row['devices'])}) is on {where}, expected {node}")
+    if wrong:
+        raise RuntimeError("workers landed on the wrong node:\n  " + "\n  ".join(wrong) + "\n" + "\n".join(lines))
+    return "\n".join(lines)

@@ -102,14 +102,32 @@ class BroadcastGroup:
     a TCPStore so it can live next to any default group a process already has. Every operation is bounded
     by `timeout_s`: a peer that never arrives fails the call instead of hanging it."""
 
-    def __init__(self, host: str, port: int, rank: int, world_size: int, timeout_s: float, backend: str):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        backend: str,
+        local_ip: str | None = None,
+    ):
+        """host:port is the sender's node address (its TCPStore); `local_ip` is this process's node address,
+        which gloo binds to and tells its peers (by default gloo takes the host name's address, which
+        /etc/hosts often maps to 127.0.0.1: unreachable from another node)."""
         import torch.distributed as dist
 
         timeout = datetime.timedelta(seconds=timeout_s)
         store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
         self.store = dist.PrefixStore("roll_weight_sync", store)
         self.rank, self.world_size, self.backend, self.timeout = rank, world_size, backend, timeout
-        if backend == "gloo":
+        self.host, self.port, self.local_ip = host, port, local_ip
+        if backend == "gloo" and local_ip:
+            options = dist.ProcessGroupGloo._Options()
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=local_ip)]
+            options._timeout = timeout
+            self.group = dist.ProcessGroupGloo(self.store, rank, world_size, options)
+        elif backend == "gloo":
             self.group = dist.ProcessGroupGloo(self.store, rank, world_size, timeout)
         elif backend == "nccl":  # GPU only, not verified by this project
             options = dist.ProcessGroupNCCL.Options()

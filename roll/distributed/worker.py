@@ -3,6 +3,7 @@
 import os
 import socket
 
+from roll.distributed.ray_utils import enter_driver_cwd, node_ip
 from roll.utils.logging import get_logger
 from roll.utils.seeding import set_seed, worker_seed
 
@@ -36,12 +37,13 @@ class Worker:
         # Rank 0 chooses the rendezvous address; the Cluster hands it to the other ranks
         # (set_master_address) before their first other call.
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0")
-        if master_addr is None and rank == 0:
-            master_addr, master_port = socket.gethostbyname(socket.gethostname()), _free_port()
+        if master_addr is None and rank == 0:  # the node's address, reachable from other nodes
+            master_addr, master_port = node_ip(), _free_port()
         self.master_addr, self.master_port = None, None
         if master_addr is not None:
             self.set_master_address(master_addr, master_port)
         self.logger = get_logger(f"{self.worker_name}[{rank}]")
+        enter_driver_cwd(self.logger)  # relative config paths mean what they mean to the driver
 
     @classmethod
     def concurrency_groups(cls, worker_config) -> dict:
@@ -67,6 +69,8 @@ class Worker:
             "rank": self.rank,
             "devices": self.devices,
             "node_id": context.get_node_id(),
+            "node_ip": node_ip(),
+            "gpu_ids": ray.get_gpu_ids(),
             "resources": context.get_assigned_resources(),
             "pid": os.getpid(),
         }

@@ -15,9 +15,9 @@ from roll.configs import optimizer_steps
 from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
-from roll.distributed.resource_manager import ResourceManager
+from roll.distributed.resource_manager import ResourceManager, check_placements, describe_workers
 from roll.pipeline.core import preflight, step_maths
-from roll.pipeline.core.checkpointing import PipelineCheckpointer
+from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
 from roll.pipeline.core.weight_sync import WeightSync
@@ -46,6 +46,7 @@ class BasePipeline:
         self.resource_manager = None
         self.recoveries = 0  # automatic recoveries so far (max_failures)
         logger.info("experiment %r: seed %d, output_dir %s", config.exp_name, config.seed, config.output_dir)
+        self.placements: list[dict] = []  # every worker's describe_placement(), filled at start-up
         set_seed(config.seed)
         preflight.check_roles(config)  # model directories, worker classes: before anything loads them
         self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
@@ -109,7 +110,9 @@ class BasePipeline:
     # ---- set-up -------------------------------------------------------------------------------
     def _create_clusters(self) -> None:
         config, started = self.config, time.perf_counter()
-        init_ray(num_devices=config.num_devices, env_vars=config.system_envs)
+        # Attaches to a running cluster (RAY_ADDRESS) or starts a local one; a cluster without the devices the
+        # config needs fails here, before anything is reserved or started.
+        init_ray(num_devices=config.num_devices, env_vars=config.system_envs, num_nodes=config.num_nodes)
         self.resource_manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
         for name, worker_config in self._role_configs().items():
             self.clusters[name] = Cluster(
@@ -119,6 +122,10 @@ class BasePipeline:
                 worker_config=worker_config,
                 seed=config.seed,
             )
+        self.placements = describe_workers(self.clusters)  # where every worker landed (node, device)
+        logger.info("%s", check_placements(self.placements, self.resource_manager))
+        if config.save_steps or config.resume_from_checkpoint:
+            check_output_dir(config.output_dir, self.clusters)
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}

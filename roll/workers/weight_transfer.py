@@ -20,6 +20,7 @@ import torch
 
 from roll.distributed import weight_transport as transport
 from roll.distributed.decorator import Dispatch, register
+from roll.distributed.ray_utils import node_ip
 from roll.strategies.base import buckets
 
 _END = object()
@@ -164,16 +165,18 @@ class WeightTransferMixin:
         with socket.socket() as sock:
             sock.bind(("", 0))
             port = sock.getsockname()[1]
-        return self.master_addr or socket.gethostbyname(socket.gethostname()), port
+        return self.master_addr or node_ip(), port  # the node's address: inference workers may be on other nodes
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def join_weight_group(self, host: str, port: int, world_size: int, timeout_s: float, sender: bool) -> None:
+    def join_weight_group(self, host: str, port: int, world_size: int, timeout_s: float, sender: bool) -> dict | None:
+        """Joins the group (trainer rank 0 and every inference worker); returns this member's addresses."""
         if sender and self.rank != 0:
-            return
+            return None
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         self._weight_group = transport.BroadcastGroup(
-            host, port, 0 if sender else 1 + self.rank, world_size, timeout_s, backend
+            host, port, 0 if sender else 1 + self.rank, world_size, timeout_s, backend, local_ip=node_ip()
         )
+        return {"rank": self._weight_group.rank, "host": host, "port": port, "local_ip": node_ip()}
 
     # --- inference side -------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

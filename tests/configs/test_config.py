@@ -158,6 +158,7 @@ def test_qwen_recipe_dry_run_prints_the_16_gpu_plan(capsys):
     )
     out = capsys.readouterr().out
     assert "placement on 16 devices:" in out and "device  15: actor_train[15], actor_infer[15], reference[15]" in out
+    assert "nodes     : node 0 = devices 0-7, node 1 = devices 8-15" in out
     assert "actor_train global batch          512" in out
     assert "are not implemented" not in out  # vllm, its rollout engine, is implemented (issue #6)
     assert launcher.main(["--config_name", "rlvr_tiny", "--dry_run", "rollout_batch_size=7"]) == 2

@@ -6,7 +6,14 @@ line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
     critic/                 the same for the value model (GAE only)
     pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient
     MANIFEST.json           written last: every file's size and sha256 (roll.utils.checkpoint)
+
+The driver and the trained roles' workers write into the same step directory, so on a cluster
+output_dir must be one directory every node sees (a shared filesystem): `check_output_dir` verifies that
+before training starts.
 """
+
+import os
+import uuid
 
 import torch
 
@@ -132,3 +139,56 @@ class PipelineCheckpointer:
         self.pipeline.kl_ctrl.value = state["kl_coef"]
         logger.info("resumed from %s: continuing at step %d", path, completed + 1)
         return completed
+
+
+def check_output_dir(output_dir: str, clusters: dict, timeout: float = 120.0) -> None:
+    """Every worker that writes checkpoints (a role with save_checkpoint) must see the directory the driver
+    writes to and be able to write into it; raises naming each rank that cannot, and its node."""
+    import ray
+
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        marker = os.path.join(output_dir, f".roll-shared-{uuid.uuid4().hex}")
+        with open(marker, "w") as file:
+            file.write(marker)
+    except OSError as error:
+        raise RuntimeError(f"output_dir {output_dir!r}: the driver cannot write it ({error})") from None
+    try:
+        pending = [
+            (name, rank, worker.__ray_call__.remote(probe_output_dir, output_dir, os.path.basename(marker)))
+            for name, cluster in clusters.items()
+            if callable(getattr(cluster, "save_checkpoint", None))
+            for rank, worker in enumerate(cluster.workers)
+        ]
+        problems = [
+            f"{name} rank {rank} {problem}" for name, rank, ref in pending if (problem := ray.get(ref, timeout=timeout))
+        ]
+    finally:
+        os.unlink(marker)
+    if problems:
+        raise RuntimeError(
+            f"output_dir {output_dir!r} must be one directory that every node sees and can write (on a cluster: "
+            f"a shared filesystem, docs/cluster.md), but:\n  " + "\n  ".join(problems)
+        )
+
+
+def probe_output_dir(worker, output_dir: str, marker: str) -> str | None:
+    """In a worker (via __ray_call__): None when `output_dir` is the driver's directory (the driver's
+    `marker` file is there) and writable here, else what is wrong, with this node's address."""
+    from roll.distributed.ray_utils import node_ip
+
+    where = f"on node {node_ip()} (cwd {os.getcwd()})"
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        probe = os.path.join(output_dir, f".roll-write-{os.getpid()}-{uuid.uuid4().hex}")
+        with open(probe, "w") as file:
+            file.write("ok")
+        os.unlink(probe)
+    except OSError as error:
+        return f"{where} cannot write it: {error}"
+    if not os.path.isfile(os.path.join(output_dir, marker)):
+        return (
+            f"{where} does not see the file the driver just wrote there ({marker}): it is a different "
+            f"directory on this node"
+        )
+    return None

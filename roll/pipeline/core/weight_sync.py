@@ -73,6 +73,7 @@ class WeightSync:
         self.method, self.serving, why = choose_method(method, actor_train.worker_config, actor_infer.worker_config)
         self.timeout_s = actor_infer.worker_config.rpc_timeout
         self.group_ready = False
+        self.group_members: list[dict] = []  # collective: each member's group rank, store address, own address
         self.last_buckets: list[dict] = []  # per bucket of the last sync: tensors, bytes, largest tensor
         logger.info("weight sync: %s (%s), buckets of at most %g MB", self.method, why, buffer_size_mb)
 
@@ -135,10 +136,16 @@ class WeightSync:
             self.actor_train.join_weight_group.submit(host, port, world, self.timeout_s, True),
             self.actor_infer.join_weight_group.submit(host, port, world, self.timeout_s, False),
         ]
-        for call in joins:
-            call.result()
+        members = [member for call in joins for member in call.result() if member]
         self.group_ready = True
-        logger.info("weight sync: collective group of %d ranks at %s:%d", world, host, port)
+        self.group_members = sorted(members, key=lambda m: m["rank"])
+        logger.info(
+            "weight sync: collective group of %d ranks at %s:%d (members: %s)",
+            world,
+            host,
+            port,
+            ", ".join(f"rank {m['rank']} on {m['local_ip']}" for m in self.group_members),
+        )
 
     def _check_checksums(self, step: int) -> None:
         expected = self.actor_train.state_checksum()[0]
