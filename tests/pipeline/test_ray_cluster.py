@@ -147,6 +147,7 @@ def test_the_demo_runs_attached_to_a_two_node_cluster(cluster_demo_dir, tmp_path
         assert worker["cwd"] == run_dir == result["driver_cwd"], worker
     # so the relative output_dir is the driver's: the checkpoint's parts all landed in one place
     assert result["checkpoint"] == [
+        "output/checkpoints/step-3/MANIFEST.json",  # written last (docs/reliability.md)
         "output/checkpoints/step-3/actor_train",
         "output/checkpoints/step-3/pipeline_state.pt",
     ]
