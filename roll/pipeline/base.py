@@ -284,6 +284,7 @@ class BasePipeline:
             return "latest"
         if self.config.resume_from_checkpoint:
             return None  # nothing saved since: resume from the configured checkpoint again
+        logger.warning("recovery: no checkpoint saved yet: starting over from step 1")
         set_seed(self.config.seed)
         self._setup_data()
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(self.config))

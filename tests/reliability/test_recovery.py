@@ -76,16 +76,26 @@ def runs(small_demo, tmp_path_factory):
             "rewards": {"math": {"worker_cls": "tests.reliability.faulty.FaultyRewardWorker", "reward_args": hang}}
         },
     )
-    return {"root": root, "full": full, "actor_infer": infer, "actor_train": train, "timeout": timeout}
+    # no checkpoint at all (save_steps=0): the recovery starts over from step 1 with the driver state reset
+    scratch = _run(small_demo, root / "scratch", "save_steps=0", "max_failures=1", kill=KillWorker("actor_infer", 0))
+    return {
+        "root": root,
+        "full": full,
+        "actor_infer": infer,
+        "actor_train": train,
+        "timeout": timeout,
+        "no_checkpoint": scratch,
+    }
 
 
 def _deterministic(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.startswith(NONDETERMINISTIC)}
 
 
-@pytest.mark.parametrize("role", ["actor_infer", "actor_train", "timeout"])
+@pytest.mark.parametrize("role", ["actor_infer", "actor_train", "timeout", "no_checkpoint"])
 def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(runs, role):
-    """("timeout": a reward call that hangs, recovered the same way.)"""
+    """("timeout": a reward call that hangs, recovered the same way; "no_checkpoint": actor_infer killed in
+    step 1 of a run that saves nothing, which starts over.)"""
     full, recovered = runs["full"], runs[role]
     assert recovered["recoveries"] == 1 and full["recoveries"] == 0
     assert sorted(recovered["steps"]) == list(range(STEPS))
@@ -95,13 +105,17 @@ def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(
     weights, expected = recovered["weights"], full["weights"]
     assert weights.keys() == expected.keys()
     assert all(torch.equal(weights[name], expected[name]) for name in expected)
+    if role == "no_checkpoint":
+        assert not (runs["root"] / "scratch" / "checkpoints").exists()
+        assert "recovery: no checkpoint saved yet: starting over from step 1" in recovered["log"]
     if role == "timeout":
         assert (
             "recovery 1 of max_failures=1: rewards.math.compute_rewards did not answer within 10.0 s"
             in recovered["log"]
         )
     else:
-        assert f"recovery 1 of max_failures=1: {role}." in recovered["log"] and "died" in recovered["log"]
+        assert f"recovery 1 of max_failures=1: {role.replace('no_checkpoint', 'actor_infer')}." in recovered["log"]
+        assert "died" in recovered["log"]
     assert "resuming from the last complete checkpoint" in recovered["log"]
     assert "recovery: roles restarted in" in recovered["log"]
 
