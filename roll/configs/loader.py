@@ -50,7 +50,14 @@ def build(cls, data: dict, path: str = ""):
             values[name] = convert(hints[name], data[name], key_path)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ConfigError(f"missing required key '{key_path}': {field.metadata.get('help', '')}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ConfigError as error:  # a block's own check names its field bare ('temperature'): give the full path
+        message = str(error)
+        for name in fields:
+            if path and message.startswith(f"'{name}'"):
+                raise ConfigError(f"'{_join(path, name)}'{message[len(name) + 2 :]}") from None
+        raise
 
 
 def convert(hint, value, path: str):

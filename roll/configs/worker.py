@@ -65,13 +65,13 @@ class GeneratingArgs:
     def __post_init__(self):
         if not self.temperature > 0:
             raise ConfigError(
-                f"'generating_args.temperature' = {self.temperature}: must be > 0 (log-probs divide by it; "
+                f"'temperature' = {self.temperature}: must be > 0 (log-probs divide by it; "
                 f"use do_sample: false for greedy decoding)"
             )
         if not 0 < self.top_p <= 1:
-            raise ConfigError(f"'generating_args.top_p' = {self.top_p}: must be in (0, 1] (1 = off)")
+            raise ConfigError(f"'top_p' = {self.top_p}: must be in (0, 1] (1 = off)")
         if self.top_k < 0:
-            raise ConfigError(f"'generating_args.top_k' = {self.top_k}: must be >= 0 (0 = off)")
+            raise ConfigError(f"'top_k' = {self.top_k}: must be >= 0 (0 = off)")
 
 
 @dataclass
