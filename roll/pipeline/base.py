@@ -122,7 +122,9 @@ class BasePipeline:
                 worker_config=worker_config,
                 seed=config.seed,
             )
-        self.placements = describe_workers(self.clusters)  # where every worker landed (node, device)
+        # where every worker landed (node, device); the first call each worker answers: the roles' start_timeout
+        start_timeout = max(cluster.start_timeout for cluster in self.clusters.values())
+        self.placements = describe_workers(self.clusters, timeout=start_timeout)
         logger.info("%s", check_placements(self.placements, self.resource_manager))
         if config.save_steps or config.resume_from_checkpoint:
             check_output_dir(config.output_dir, self.clusters)
