@@ -14,6 +14,16 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
+from roll.strategies.lora import (
+    ADAPTER_DIR,
+    adapter_state,
+    adapters_disabled,
+    apply_lora,
+    lora_scalings,
+    merged_hf_parameters,
+    save_adapter,
+    save_merged_hf,
+)
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -117,6 +127,7 @@ def load_checkpoints_weights_only(engine) -> None:
 
 class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
     roles = frozenset({"train", "critic"})
+    lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
     sum_pi_squared = True
     dynamic_batching_train = True
     dynamic_batching_infer = True
@@ -133,6 +144,9 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
         model = self.load_model()  # deepspeed.initialize broadcasts rank 0's weights (ZeRO-3: while partitioning)
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._lora_on = self.config.model_args.lora
+        if self._lora_on:  # only the adapters require gradients: the optimizer below holds only them
+            model = apply_lora(model, self.config.model_args, self.logger)
         offload = self.ds_config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
         params = [p for p in model.parameters() if p.requires_grad]
         if offload not in (None, "none"):
@@ -200,8 +214,9 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
             return align_forward_counts(micros, batch)
         return super()._align_forwards(micros, batch)
 
-    def named_hf_parameters(self):
-        """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""
+    def named_full_parameters(self):
+        """Every parameter of the module, whole, under the module's own names (with LoRA: peft's names,
+        adapters included). Under ZeRO-3 every rank must call this (it gathers shards)."""
         import deepspeed
 
         params = list(self.module.named_parameters())
@@ -209,12 +224,29 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
             return _gathered_one_by_one(deepspeed, params)
         return ((name, p.detach()) for name, p in params)
 
+    def named_hf_parameters(self):
+        """Full weights with HF names (with LoRA: the base model's names, adapters merged in). Under ZeRO-3
+        every rank must call this (it gathers shards)."""
+        if getattr(self, "_lora_on", False):
+            return merged_hf_parameters(self.named_full_parameters(), lora_scalings(self.module))
+        return self.named_full_parameters()
+
     def state_checksum(self) -> float:
         return checksum(self.named_hf_parameters())
 
     def save_checkpoint(self, path: str) -> None:
-        """Engine state (weights, optimizer, LR schedule) plus an HF copy users can load directly."""
-        self.model.save_checkpoint(path, tag="engine")
+        """Engine state (weights, optimizer, LR schedule) plus an HF copy users can load directly. With LoRA
+        the engine state holds the adapters only (the frozen base is model_name_or_path), `adapter/` the
+        adapter in peft format and `hf/` the merged model."""
+        self.model.save_checkpoint(path, tag="engine", exclude_frozen_parameters=self._lora_on)
+        if self._lora_on:
+            full = dict(self.named_full_parameters())
+            merged = dict(merged_hf_parameters(full.items(), lora_scalings(self.module)))
+            if self.rank == 0:
+                save_adapter(self.module, adapter_state(full.items()), Path(path) / ADAPTER_DIR)
+                save_merged_hf(self.module, merged, Path(path) / "hf")
+                save_tokenizer(self.config.model_args.model_name_or_path, Path(path) / "hf", self.logger)
+            return
         weights = dict(self.named_hf_parameters())
         if self.rank == 0:
             self.module.save_pretrained(str(Path(path) / "hf"), state_dict=weights)
@@ -223,7 +255,18 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
     def load_checkpoint(self, path: str) -> None:
         if not (Path(path) / "engine").is_dir():
             raise FileNotFoundError(f"{self.config.name}: {path} has no DeepSpeed 'engine' checkpoint")
-        self.model.load_checkpoint(path, tag="engine", load_optimizer_states=True, load_lr_scheduler_states=True)
+        self.model.load_checkpoint(
+            path,
+            tag="engine",
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
+            load_module_strict=not self._lora_on,  # LoRA: the checkpoint holds the adapters, the base is loaded
+        )
+
+    def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
+        """Log-probs of the frozen base model: the LoRA actor with its adapters disabled (no reference role)."""
+        with adapters_disabled(self.module):
+            return self.compute_log_probs(batch)
 
     # --- memory ---------------------------------------------------------------------------------------
     def offload(self) -> None:
