@@ -33,7 +33,7 @@ def test_lora_target_forms():
 def test_shipped_lora_variant_loads_and_uses_the_actor_as_reference():
     config = tiny(name="rlvr_tiny_lora")
     args = config.actor_train.model_args
-    assert args.lora and args.lora_target == "all-linear" and args.resolved_lora_alpha == 32
+    assert args.lora and args.lora_target == "all-linear" and args.resolved_lora_alpha == 8 and args.lora_rank == 4
     assert config.reference is None and reference_source(config) == "actor_train"
     described = describe_config(config)
     assert "reference log-probs: actor_train with its LoRA adapters disabled" in described
