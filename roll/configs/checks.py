@@ -101,6 +101,38 @@ def check_roles(config) -> None:
         )
     for name, worker in roles(config).items():
         _check_worker(name, worker, config.num_devices)
+    check_lora_weight_sync(config)
+
+
+def check_lora_weight_sync(config) -> None:
+    """lora_weight_sync: adapter needs a LoRA actor and a rollout engine that serves adapters, set up for them."""
+    if getattr(config, "lora_weight_sync", "merged") != "adapter":
+        return
+    actor = config.actor_train.model_args
+    if not actor.lora:
+        raise ConfigError(
+            "'lora_weight_sync' = 'adapter' needs a LoRA actor_train (actor_train.model_args.lora_target); "
+            "set lora_weight_sync: merged"
+        )
+    infer = config.actor_infer
+    strategy = infer.strategy_args.strategy_name
+    strategy_cls = _strategy_of(infer)
+    if strategy_cls is None or not strategy_cls.lora_adapters:
+        raise ConfigError(
+            f"'lora_weight_sync' = 'adapter': actor_infer strategy {strategy!r} cannot serve LoRA adapters; use "
+            f"one of {strategies_with('lora_adapters', role='actor_infer')} or lora_weight_sync: merged"
+        )
+    engine = infer.strategy_args.strategy_config or {}
+    if engine.get("enable_lora") is not True:
+        raise ConfigError(
+            "'lora_weight_sync' = 'adapter' needs 'actor_infer.strategy_args.strategy_config.enable_lora: true' "
+            f"(and max_lora_rank ≥ actor_train.model_args.lora_rank = {actor.lora_rank})"
+        )
+    if not actor.adapter_name_or_path and engine.get("max_lora_rank", 16) < actor.lora_rank:
+        raise ConfigError(
+            f"'actor_infer.strategy_args.strategy_config.max_lora_rank' = {engine.get('max_lora_rank', 16)} is "
+            f"below actor_train.model_args.lora_rank = {actor.lora_rank}"
+        )
 
 
 def _check_worker(name: str, worker, num_devices: int) -> None:

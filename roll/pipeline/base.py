@@ -64,6 +64,7 @@ class BasePipeline:
             self._probe_batch(),
             buffer_size_mb=config.model_update_buffer_size_mb,
             method=config.weight_sync_method,
+            adapter_only=config.lora_weight_sync == "adapter",
         )
         self.checkpointer = PipelineCheckpointer(self)
 

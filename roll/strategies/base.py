@@ -57,6 +57,7 @@ class InferenceStrategy:
     dynamic_batching_infer = False  # the scoring forwards honour use_dynamic_batching_in_infer
     sequence_packing = False  # training and scoring forwards honour use_sequence_packing
     lora = False  # model_args.lora_* (peft LoRA adapters): only adapters train, the weight sync sends merged weights
+    lora_adapters = False  # load_adapter(named_tensors, adapter_config): serves a LoRA adapter (adapter-only sync)
     lora_limit: str | None = None  # why `lora` is False, where there is a reason to tell (the config checks show it)
 
     def __init_subclass__(cls, **kwargs):

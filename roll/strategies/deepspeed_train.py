@@ -16,6 +16,7 @@ from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
 from roll.strategies.lora import (
     ADAPTER_DIR,
+    LoraExport,
     adapter_state,
     adapters_disabled,
     apply_lora,
@@ -125,7 +126,7 @@ def load_checkpoints_weights_only(engine) -> None:
     engine.checkpoint_engine.load = load  # an instance attribute: this engine only
 
 
-class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
+class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
     roles = frozenset({"train", "critic"})
     lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
     sum_pi_squared = True
@@ -214,12 +215,13 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
             return align_forward_counts(micros, batch)
         return super()._align_forwards(micros, batch)
 
-    def named_full_parameters(self):
-        """Every parameter of the module, whole, under the module's own names (with LoRA: peft's names,
-        adapters included). Under ZeRO-3 every rank must call this (it gathers shards)."""
+    def named_full_parameters(self, only=None):
+        """Every parameter of the module (or those whose name passes `only`), whole, under the module's own
+        names (with LoRA: peft's names, adapters included). Under ZeRO-3 every rank must call this (it
+        gathers shards)."""
         import deepspeed
 
-        params = list(self.module.named_parameters())
+        params = [(name, p) for name, p in self.module.named_parameters() if only is None or only(name)]
         if zero_stage(self.ds_config) == 3:  # one parameter gathered at a time: a weight sync holds one bucket
             return _gathered_one_by_one(deepspeed, params)
         return ((name, p.detach()) for name, p in params)
@@ -402,7 +404,7 @@ class DeepSpeedInferStrategy(InferenceStrategy):
 
     def named_hf_parameters(self):
         """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""
-        return DeepSpeedTrainStrategy.named_hf_parameters(self)
+        return DeepSpeedTrainStrategy.named_full_parameters(self)
 
     @torch.no_grad()
     def load_weights(self, named_tensors) -> None:

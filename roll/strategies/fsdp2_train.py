@@ -36,6 +36,7 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
 from roll.strategies.lora import (
     ADAPTER_DIR,
+    LoraExport,
     adapter_state,
     adapters_disabled,
     apply_lora,
@@ -206,11 +207,13 @@ class FSDP2InferStrategy(InferenceStrategy):
         return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).float().cpu()
 
     # --- weights --------------------------------------------------------------------------------------
-    def named_full_parameters(self):
-        """Full (gathered) parameters under the module's own names (with LoRA: peft's names, adapters
-        included), one tensor at a time: a collective per parameter, so every rank must consume the whole
-        iterator, in the same order."""
+    def named_full_parameters(self, only=None):
+        """Full (gathered) parameters (or those whose name passes `only`) under the module's own names (with
+        LoRA: peft's names, adapters included), one tensor at a time: a collective per parameter, so every
+        rank must consume the whole iterator, in the same order."""
         for name, param in self.model.named_parameters():
+            if only is not None and not only(name):
+                continue
             param = param.detach()
             if param.device != self.device:  # cpu_offload on GPU: NCCL gathers device tensors
                 param = param.to(self.device)
@@ -272,7 +275,7 @@ class FSDP2InferStrategy(InferenceStrategy):
         pass
 
 
-class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
+class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainStrategy):
     roles = frozenset({"train", "critic"})
     lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
     dynamic_batching_train = True

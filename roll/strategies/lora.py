@@ -127,13 +127,48 @@ def merged_hf_parameters(named_full_tensors, scalings: dict[str, float]):
         raise RuntimeError(f"LoRA merge: incomplete layers {sorted(pending)[:3]} (base weight or adapter missing)")
 
 
+def is_adapter_parameter(name: str) -> bool:
+    return bool(re.search(r"\.lora_[AB]\." + ADAPTER + r"\.weight$", name))
+
+
 def adapter_state(named_full_tensors) -> dict[str, torch.Tensor]:
     """The adapter matrices only, under peft's saved names (what PeftModel.from_pretrained loads)."""
     out = {}
     for name, tensor in named_full_tensors:
-        if re.search(r"\.lora_[AB]\." + ADAPTER + r"\.weight$", name):
+        if is_adapter_parameter(name):
             out[name.replace(f".{ADAPTER}.", ".")] = tensor.detach().cpu().contiguous()
     return out
+
+
+def adapter_config_dict(model: torch.nn.Module) -> dict:
+    """The adapter's peft config as adapter_config.json holds it (JSON types only)."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        model.peft_config[ADAPTER].save_pretrained(directory)
+        return json.loads((Path(directory) / "adapter_config.json").read_text())
+
+
+class LoraExport:
+    """Adapter-only export of a LoRA training strategy (the strategy brings `named_full_parameters(only)`,
+    gathered full tensors of the parameters whose name passes `only`, collective like named_hf_parameters)."""
+
+    def named_adapter_parameters(self):
+        """(peft saved name, full tensor) of every adapter matrix: what an engine with LoRA support loads
+        (adapter-only weight sync). Collective: every rank must consume it."""
+        if not getattr(self, "_lora_on", False):
+            raise RuntimeError(f"{self.config.name}: no LoRA adapters to export (model_args.lora_target is not set)")
+        for name, tensor in self.named_full_parameters(only=is_adapter_parameter):
+            yield name.replace(f".{ADAPTER}.", "."), tensor
+
+    def adapter_config(self) -> dict:
+        return adapter_config_dict(self.module)
+
+    def adapter_checksum(self) -> float:
+        from roll.strategies.train_common import checksum
+
+        return checksum(self.named_adapter_parameters())
 
 
 def save_adapter(model: torch.nn.Module, state: dict[str, torch.Tensor], directory: Path) -> None:

@@ -100,3 +100,19 @@ def test_only_lora_capable_strategies_declare_it():
     from roll.configs.checks import strategies_with
 
     assert strategies_with("lora") == ["deepspeed_train", "fsdp2_train"]
+
+
+def test_adapter_only_weight_sync_needs_a_lora_actor_and_a_vllm_engine_with_lora():
+    assert "needs a LoRA actor_train" in error_of("lora_weight_sync=adapter")
+    message = error_of(LORA, "lora_weight_sync=adapter")
+    assert "actor_infer strategy 'hf_infer' cannot serve LoRA adapters; use one of ['vllm']" in message
+    vllm = [LORA, "lora_weight_sync=adapter", "actor_infer.strategy_args.strategy_name=vllm"]
+    assert "strategy_config.enable_lora: true" in error_of(*vllm)
+    small = error_of(
+        *vllm,
+        "+actor_infer.strategy_args.strategy_config={enable_lora: true, max_lora_rank: 8}",
+        "+actor_train.model_args.lora_rank=16",
+    )
+    assert "max_lora_rank' = 8 is below actor_train.model_args.lora_rank = 16" in small
+    config = tiny(*vllm, "+actor_infer.strategy_args.strategy_config={enable_lora: true, max_lora_rank: 8}")
+    assert config.lora_weight_sync == "adapter"

@@ -145,6 +145,9 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
         "reference_log_probs": _gathered(rank, strategy.compute_reference_log_probs(scoring_rows)),
         "saved_log_probs": saved_log_probs,
         "checksum": strategy.state_checksum(),
+        "adapter": dict(strategy.named_adapter_parameters()),  # adapter-only weight sync's source
+        "adapter_checksum": strategy.adapter_checksum(),
+        "adapter_config": strategy.adapter_config(),
     }
     del strategy
     return result

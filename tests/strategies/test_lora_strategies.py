@@ -164,3 +164,18 @@ def test_adapter_checkpoint_loads_as_adapter_name_or_path(lora_runs):
     batch0 = torch.load(lora_runs["data_file"])[0]
     exported = _log_probs(_hf_model(checkpoint / "hf"), batch0)
     assert (_log_probs(model, batch0) - exported).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_adapter_export_for_adapter_only_sync(lora_runs, name):
+    """named_adapter_parameters: the gathered adapter matrices under peft's saved names, equal to the trained
+    ones; adapter_config is the peft config (rank 4, alpha 8, the target); the checksum is theirs."""
+    from roll.strategies.train_common import checksum
+
+    result = lora_runs["results"][name]
+    expected = {n.replace(".default.", "."): t for n, t in result["after"].items() if n in result["trainable"]}
+    assert sorted(result["adapter"]) == sorted(expected)
+    assert all(torch.equal(result["adapter"][n], expected[n]) for n in expected)
+    assert result["adapter_checksum"] == pytest.approx(checksum(expected.items()), rel=1e-12)
+    config = result["adapter_config"]
+    assert (config["r"], config["lora_alpha"], config["peft_type"]) == (4, 8, "LORA")
