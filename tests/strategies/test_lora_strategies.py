@@ -179,3 +179,20 @@ def test_adapter_export_for_adapter_only_sync(lora_runs, name):
     assert result["adapter_checksum"] == pytest.approx(checksum(expected.items()), rel=1e-12)
     config = result["adapter_config"]
     assert (config["r"], config["lora_alpha"], config["peft_type"]) == (4, 8, "LORA")
+
+
+def test_adapter_name_or_path_continues_from_a_checkpoint_adapter(lora_runs):
+    """model_args.adapter_name_or_path: apply_lora loads the checkpoint's adapter/ trainable (its own config
+    sets target and rank) and the model scores like the checkpoint's merged export."""
+    from roll.configs.worker import ModelArgs
+    from roll.strategies.lora import apply_lora
+
+    checkpoint = lora_runs["workdir"] / "ds_zero2"
+    args = ModelArgs(model_name_or_path=str(lora_runs["model_dir"]), adapter_name_or_path=str(checkpoint / "adapter"))
+    model = apply_lora(_hf_model(lora_runs["model_dir"]), args).eval()
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    assert {n.split(".")[-4] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}  # ds_zero2's target
+    batch0 = torch.load(lora_runs["data_file"])[0]
+    exported = _log_probs(_hf_model(checkpoint / "hf"), batch0)
+    assert (_log_probs(model, batch0) - exported).abs().max().item() <= 1e-5
