@@ -294,6 +294,8 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
             self.model.reload_states()
             if zero_stage(self.ds_config) == 3:
                 self._move_zero3_master_and_adam(self.device)
+                if self._lora_on:
+                    self._move_frozen_partitions(self.device)
         elif torch.cuda.is_available():
             self.model.module.to(self.device)
             self._move_optimizer_state(self.device)
@@ -315,17 +317,47 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
         optimizer is keyed by)."""
         from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
 
-        self.model.offload_states(
-            include=[
+        if self._lora_on:  # DeepSpeed's lp_params offload assumes every parameter trains (see below)
+            self._offload_zero3_lp_params_with_frozen(device)
+            include = [OffloadStateTypeEnum.lp_grads, OffloadStateTypeEnum.contiguous_grad_buffer]
+        else:
+            include = [
                 OffloadStateTypeEnum.lp_params,
                 OffloadStateTypeEnum.lp_grads,
                 OffloadStateTypeEnum.contiguous_grad_buffer,
             ]
-        )
+        self.model.offload_states(include=include)
         self._move_zero3_master_and_adam(device)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
+
+    def _offload_zero3_lp_params_with_frozen(self, device: torch.device) -> None:
+        """ZeRO-3 offload of the low-precision weight partitions when some parameters are frozen (LoRA).
+        DeepSpeed 0.19.8's offload_states re-points `p.ds_tensor` of *every* module parameter into its flat
+        buffer, which holds the trained ones only ("start + length exceeds dimension size" with frozen
+        ones). Here the flat buffer is moved and re-pointed with the mapping its reload_states uses
+        (`_get_parameter_partitions`, the trained partitions), so DeepSpeed's reload undoes it; the frozen
+        partitions (the base model, outside that buffer) are moved one by one and brought back by
+        _reload_frozen_partitions."""
+        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
+        from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
+
+        zero = self.model.optimizer
+        if OffloadStateTypeEnum.lp_params in zero.offloaded_states:
+            return
+        cpu_buffer = zero.lp_param_buffer.to(device)
+        zero.lp_param_buffer.data = cpu_buffer
+        for tensor, offset, numel in get_mapping_to_flat_buffer(zero._get_parameter_partitions()):
+            tensor.data = cpu_buffer.narrow(0, offset, numel)
+        zero.fp16_partitioned_groups_flat.clear()
+        zero.offloaded_states.add(OffloadStateTypeEnum.lp_params)
+        self._move_frozen_partitions(device)
+
+    def _move_frozen_partitions(self, device: torch.device) -> None:
+        for param in self.module.parameters():
+            if not param.requires_grad:
+                param.ds_tensor.data = param.ds_tensor.data.to(device)
 
     def _move_zero3_master_and_adam(self, device: torch.device) -> None:
         zero_optimizer = self.model.optimizer

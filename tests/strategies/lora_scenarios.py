@@ -92,7 +92,7 @@ def plain_lora_reference(model_dir: Path, data_file: Path, target: str, micro: i
 
 def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
     """scenario keys: name, strategy, config, micro, accumulation, target (model_args.lora_target),
-    [gradient_checkpointing], [save_after], [resume_from] (as in harness.run_scenario)."""
+    [gradient_checkpointing], [save_after], [resume_from], [offload] (as in harness.run_scenario)."""
     from roll.strategies import create_strategy
 
     config = h.make_worker_config(
@@ -119,6 +119,10 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
     steps, saved_log_probs = [], None
     for step in range(first_step, h.STEPS):
         batch = h.as_proto(batches[step], own_rows)
+        if scenario.get("offload"):  # colocated roles: offload + reload + a scoring forward between phases
+            strategy.offload()
+            strategy.reload()
+            strategy.compute_log_probs(batch)
         steps.append(h._gathered_metrics(strategy.train_step(batch, h.loss_fn)))
         if scenario.get("save_after") == step + 1:
             target = workdir / scenario["name"]

@@ -17,10 +17,12 @@ from tests.strategies import lora_scenarios as ls
 
 ENGINES = {  # name: (strategy, strategy_config, lora_target, gradient checkpointing)
     "ds_zero0": ("deepspeed_train", h.ds_config(0), "all-linear", False),
+    "ds_zero1": ("deepspeed_train", h.ds_config(1), "q_proj,v_proj", False),
     "ds_zero2": ("deepspeed_train", h.ds_config(2), "q_proj,k_proj,v_proj,o_proj", False),
     "ds_zero3": ("deepspeed_train", h.ds_config(3), "all-linear", True),
     "fsdp2": ("fsdp2_train", {"reshard_after_forward": True}, r".*\.(q_proj|v_proj|up_proj|down_proj)", True),
 }
+OFFLOADED = ("ds_zero2", "ds_zero3", "fsdp2")  # offload/reload run for real on CPU for ZeRO-1..3 (no-op: FSDP2)
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr")
 
 
@@ -30,6 +32,8 @@ def scenarios() -> list[dict]:
         common = dict(gradient_checkpointing=checkpointing)
         out.append(ls.lora_scenario(name, strategy, config, target, save_after=1, **common))
         out.append(ls.lora_scenario(f"{name}/resumed", strategy, config, target, resume_from=name, **common))
+        if name in OFFLOADED:
+            out.append(ls.lora_scenario(f"{name}/offload", strategy, config, target, offload=True, **common))
     return out
 
 
@@ -196,3 +200,12 @@ def test_adapter_name_or_path_continues_from_a_checkpoint_adapter(lora_runs):
     batch0 = torch.load(lora_runs["data_file"])[0]
     exported = _log_probs(_hf_model(checkpoint / "hf"), batch0)
     assert (_log_probs(model, batch0) - exported).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_reload_leaves_lora_training_unchanged(lora_runs, name):
+    plain, offloaded = lora_runs["results"][name], lora_runs["results"][f"{name}/offload"]
+    for got, want in zip(offloaded["steps"], plain["steps"]):
+        for key in LOSS_KEYS:
+            assert got[key] == want[key], key
+    assert all(torch.equal(offloaded["after"][n], t) for n, t in plain["after"].items())
