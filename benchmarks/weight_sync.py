@@ -7,6 +7,13 @@ each; the same workers sync through `object_store`, `collective` (gloo broadcast
 for reference, the former path (the whole state dict from trainer rank 0 through the driver, one Ray put).
 Reported: the median over --repeats of the transfer time (verification excluded) divided by the size.
 Absolute numbers depend on the machine's load; the ratios are the point.
+
+    OMP_NUM_THREADS=1 python benchmarks/weight_sync.py --lora_rank 8 [--hidden 512] [--layers 4] [--repeats 3]
+
+LoRA: actor_train trains rank-R adapters on every linear layer (deepspeed_train ZeRO-0 + peft) and
+actor_infer is vllm with enable_lora; per transport, the bytes and the median transfer time of one sync of
+the merged weights (lora_weight_sync: merged) and of the adapter alone (lora_weight_sync: adapter), both
+verified by the pipeline's checksum + probe check.
 """
 
 import argparse
@@ -16,7 +23,7 @@ import time
 from pathlib import Path
 
 
-def build_roles(model_dir: Path, buffer_mb: float):
+def build_roles(model_dir: Path, buffer_mb: float, lora_rank: int = 0):
     import yaml
 
     from roll.configs.worker import GeneratingArgs, ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
@@ -26,9 +33,10 @@ def build_roles(model_dir: Path, buffer_mb: float):
 
     zero = yaml.safe_load((Path(__file__).parents[1] / "examples/config/deepspeed_zero.yaml").read_text())
     model = ModelArgs(model_name_or_path=str(model_dir), dtype="float32")
+    lora = dict(lora_target="all-linear", lora_rank=lora_rank, lora_alpha=2 * lora_rank) if lora_rank else {}
     train = WorkerConfig(
         name="actor_train",
-        model_args=model,
+        model_args=ModelArgs(model_name_or_path=str(model_dir), dtype="float32", **lora),
         device_mapping=[0],
         training_args=TrainingArgs(per_device_train_batch_size=1),
         strategy_args=StrategyArgs("deepspeed_train", zero["deepspeed_zero"]),
@@ -40,6 +48,9 @@ def build_roles(model_dir: Path, buffer_mb: float):
         generating_args=GeneratingArgs(max_new_tokens=4, num_return_sequences=1),
         strategy_args=StrategyArgs("hf_infer"),
     )
+    if lora_rank:
+        engine = {"max_model_len": 64, "enable_lora": True, "max_lora_rank": max(8, lora_rank)}
+        infer.strategy_args = StrategyArgs("vllm", engine)
     manager = ResourceManager(num_nodes=1, num_gpus_per_node=2)
     clusters = [Cluster(c.name, ActorWorker, manager, c, seed=0) for c in (train, infer)]
     for call in [cluster.initialize.submit(total_steps=1) for cluster in clusters]:
@@ -64,13 +75,72 @@ def legacy_sync(actor_train, actor_infer) -> float:
     return time.perf_counter() - started
 
 
+def lora_main(args) -> None:
+    """Merged vs adapter-only sync of a LoRA actor_train into vllm, per transport: bytes and seconds."""
+    import ray
+
+    from roll.demo.tiny_model import build_tiny_model
+    from roll.distributed.ray_utils import init_ray
+    from roll.pipeline.core.weight_sync import WeightSync
+
+    words = [f"w{i}" for i in range(900)]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_tiny_model(
+            str(Path(tmp) / "model"),
+            words,
+            hidden_size=args.hidden,
+            num_layers=args.layers,
+            num_heads=args.hidden // 64,
+        )
+        init_ray(num_devices=2)
+        manager, (actor_train, actor_infer) = build_roles(model_dir, args.buffer_mb, args.lora_rank)
+        try:
+            for method in ("object_store", "collective", "ipc"):
+                for adapter_only in (False, True):
+                    sync = WeightSync(
+                        actor_train,
+                        actor_infer,
+                        probe(model_dir),
+                        buffer_size_mb=args.buffer_mb,
+                        method=method,
+                        adapter_only=adapter_only,
+                    )
+                    runs = [sync.sync_and_verify(step) for step in range(args.repeats + 1)][1:]  # first: warm-up
+                    row = (
+                        method,
+                        "adapter" if adapter_only else "merged",
+                        runs[0]["weight_sync/size_mb"],
+                        statistics.median(r["weight_sync/seconds"] for r in runs),
+                        max(r["weight_sync/probe_max_abs_diff"] for r in runs),
+                    )
+                    rows.append(row)
+                    print(f"{row[0]:<13} {row[1]:<8} {row[2]:9.3f} MB  {row[3] * 1e3:8.1f} ms", flush=True)
+        finally:
+            for cluster in (actor_train, actor_infer):
+                cluster.shutdown()
+            manager.shutdown()
+            ray.shutdown()
+    print(
+        f"\nLoRA rank {args.lora_rank} on every linear layer, hidden {args.hidden}, {args.layers} layers; "
+        "vllm actor_infer"
+    )
+    print(f"{'transport':<13} {'sync':<8} {'MB per sync':>11} {'ms (median)':>12} {'probe max |Δ|':>14}")
+    for method, kind, size, seconds, probe_diff in rows:
+        print(f"{method:<13} {kind:<8} {size:11.3f} {seconds * 1e3:12.1f} {probe_diff:14.2g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--buffer_mb", type=float, default=16.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lora_rank", type=int, default=0, help="> 0: LoRA merged vs adapter-only sync into vllm")
     args = parser.parse_args()
+    if args.lora_rank:
+        lora_main(args)
+        return
 
     import ray
 

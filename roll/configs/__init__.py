@@ -21,6 +21,8 @@ from roll.configs.checks import (
     check_generation,
     check_micro_batching,
     check_roles,
+    describe_reference,
+    reference_source,
     roles,
 )
 from roll.configs.loader import ConfigError, build
@@ -55,6 +57,8 @@ __all__ = [
     "load_agentic_config",
     "batch_plan",
     "describe_config",
+    "describe_reference",
+    "reference_source",
     "policy_loss_config",
 ]
 
@@ -192,6 +196,9 @@ def describe_config(config) -> str:
         arithmetic,
         format_plan(placement_plan(roles(config)), config.num_devices, config.num_gpus_per_node),
     ]
+    reference = describe_reference(config)
+    if reference:
+        parts.append(reference)
     if config.reference is not None and not (config.use_kl_loss or config.add_token_level_kl):
         parts.append(
             "note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "

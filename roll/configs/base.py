@@ -66,6 +66,12 @@ class PipelineConfig:
         "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
         "shares a device with an actor_train worker, collective when none does, else object_store",
     )
+    lora_weight_sync: Literal["merged", "adapter"] = field_help(
+        "merged",
+        "with a LoRA actor_train: merged (the base weights with the adapters merged in, for any rollout "
+        "engine) or adapter (only the adapter matrices, served by vLLM's LoRA support: actor_infer vllm "
+        "with strategy_config enable_lora: true and max_lora_rank ≥ lora_rank)",
+    )
 
     def __post_init__(self):
         name = PurePath(self.exp_name)

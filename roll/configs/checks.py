@@ -101,6 +101,38 @@ def check_roles(config) -> None:
         )
     for name, worker in roles(config).items():
         _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
+    check_lora_weight_sync(config)
+
+
+def check_lora_weight_sync(config) -> None:
+    """lora_weight_sync: adapter needs a LoRA actor and a rollout engine that serves adapters, set up for them."""
+    if getattr(config, "lora_weight_sync", "merged") != "adapter":
+        return
+    actor = config.actor_train.model_args
+    if not actor.lora:
+        raise ConfigError(
+            "'lora_weight_sync' = 'adapter' needs a LoRA actor_train (actor_train.model_args.lora_target); "
+            "set lora_weight_sync: merged"
+        )
+    infer = config.actor_infer
+    strategy = infer.strategy_args.strategy_name
+    strategy_cls = _strategy_of(infer)
+    if strategy_cls is None or not strategy_cls.lora_adapters:
+        raise ConfigError(
+            f"'lora_weight_sync' = 'adapter': actor_infer strategy {strategy!r} cannot serve LoRA adapters; use "
+            f"one of {strategies_with('lora_adapters', role='actor_infer')} or lora_weight_sync: merged"
+        )
+    engine = infer.strategy_args.strategy_config or {}
+    if engine.get("enable_lora") is not True:
+        raise ConfigError(
+            "'lora_weight_sync' = 'adapter' needs 'actor_infer.strategy_args.strategy_config.enable_lora: true' "
+            f"(and max_lora_rank ≥ actor_train.model_args.lora_rank = {actor.lora_rank})"
+        )
+    if not actor.adapter_name_or_path and engine.get("max_lora_rank", 16) < actor.lora_rank:
+        raise ConfigError(
+            f"'actor_infer.strategy_args.strategy_config.max_lora_rank' = {engine.get('max_lora_rank', 16)} is "
+            f"below actor_train.model_args.lora_rank = {actor.lora_rank}"
+        )
 
 
 def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -> None:
@@ -130,6 +162,7 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
                 f"'{name}.strategy_args.strategy_name' = {strategy!r} cannot serve this role; "
                 f"choose one of {allowed}{closest(strategy, allowed)}"
             )
+        check_lora(name, worker)
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
@@ -172,6 +205,112 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
         worker.world_size = worker.world_size or 1
     if worker.world_size < 1:
         raise ConfigError(f"'{name}.world_size' = {worker.world_size}: must be ≥ 1")
+
+
+LORA_ROLES = ("actor_train",)  # the trained policy; the other roles get its merged weights or the frozen base
+
+
+def check_lora(name: str, worker) -> None:
+    """model_args.lora_*: valid values, a role that trains a policy, and a strategy whose class has `lora`."""
+    import re
+
+    args = worker.model_args
+    path = f"{name}.model_args"
+    if not args.lora:
+        changed = [
+            key
+            for key, default in (("lora_rank", 8), ("lora_alpha", None), ("lora_dropout", 0.0))
+            if getattr(args, key) != default
+        ]
+        if changed:
+            raise ConfigError(
+                f"'{path}.{changed[0]}' is only read with LoRA on: set '{path}.lora_target' (e.g. all-linear) "
+                f"or '{path}.adapter_name_or_path', or remove {changed}"
+            )
+        return
+    if name not in LORA_ROLES:
+        raise ConfigError(
+            f"'{path}.lora_target' / adapter_name_or_path: LoRA is trained by actor_train only; {name} gets the "
+            f"merged weights (actor_infer) or is the frozen base (reference): remove the lora_* keys here"
+        )
+    strategy = worker.strategy_args.strategy_name
+    strategy_cls = _strategy_of(worker)
+    if strategy_cls is not None and not strategy_cls.lora:
+        reason = f" ({strategy_cls.lora_limit})" if strategy_cls.lora_limit else ""
+        raise ConfigError(
+            f"'{path}.lora_target' is set but strategy {strategy!r} has no LoRA{reason}; use one of "
+            f"{strategies_with('lora', role=name)} or remove the lora_* keys (full fine-tuning)"
+        )
+    if args.lora_target is not None:
+        from roll.strategies.lora import is_regex
+
+        target = args.lora_target.strip()
+        if not target or (not is_regex(target) and not [t for t in target.split(",") if t.strip()]):
+            raise ConfigError(
+                f"'{path}.lora_target' = {args.lora_target!r}: expected 'all-linear', module names separated by "
+                f"commas (e.g. q_proj,v_proj) or a regex over full module names"
+            )
+        if is_regex(target):
+            try:
+                re.compile(target)
+            except re.error as error:
+                raise ConfigError(
+                    f"'{path}.lora_target' = {args.lora_target!r} is not a valid regex: {error}"
+                ) from None
+    if args.lora_rank < 1:
+        raise ConfigError(f"'{path}.lora_rank' = {args.lora_rank}: must be ≥ 1")
+    if args.lora_alpha is not None and args.lora_alpha <= 0:
+        raise ConfigError(f"'{path}.lora_alpha' = {args.lora_alpha}: must be > 0 (or null = 2 × lora_rank)")
+    if not 0.0 <= args.lora_dropout < 1.0:
+        raise ConfigError(f"'{path}.lora_dropout' = {args.lora_dropout}: must be in [0, 1)")
+    if args.adapter_name_or_path is not None:
+        from pathlib import Path
+
+        if not (Path(args.adapter_name_or_path) / "adapter_config.json").is_file():
+            raise ConfigError(
+                f"'{path}.adapter_name_or_path' = {args.adapter_name_or_path!r}: no adapter_config.json there "
+                f"(expected a peft adapter folder, e.g. a checkpoint's actor_train/adapter)"
+            )
+
+
+def reference_source(config) -> str | None:
+    """Where the reference log-probs come from: "reference" (the reference role), "actor_train" (a LoRA
+    actor with its adapters disabled = the frozen base model, no second model and no reference devices),
+    or None (nothing reads them, or nothing can give them).
+
+    A LoRA actor trained from model_name_or_path serves as its own reference when no reference role is
+    configured or when the configured one is the same base model (same model_name_or_path and dtype); the
+    role is then not started. A LoRA actor continuing an adapter (adapter_name_or_path) is not its own
+    initial policy once adapters are disabled, so it never replaces a configured reference role."""
+    if not (config.use_kl_loss or config.add_token_level_kl):
+        return None
+    actor = config.actor_train.model_args if config.actor_train is not None else None
+    lora_actor = actor is not None and actor.lora
+    if config.reference is None:
+        return "actor_train" if lora_actor else None
+    ref = config.reference.model_args
+    same_base = (
+        lora_actor
+        and ref is not None
+        and not actor.adapter_name_or_path
+        and ref.model_name_or_path == actor.model_name_or_path
+        and ref.dtype == actor.dtype
+    )
+    return "actor_train" if same_base else "reference"
+
+
+def describe_reference(config) -> str | None:
+    """One line for --dry_run and the start-up report: which model gives the reference log-probs."""
+    source = reference_source(config)
+    if source is None:
+        return None
+    if source == "actor_train":
+        why = "no reference role configured" if config.reference is None else "the reference role is the same base"
+        return f"reference log-probs: actor_train with its LoRA adapters disabled (the frozen base model; {why}" + (
+            ", so the reference role is not started)" if config.reference is not None else ")"
+        )
+    strategy = config.reference.strategy_args.strategy_name if config.reference.strategy_args else "?"
+    return f"reference log-probs: the reference role ({strategy}, {config.reference.model_args.model_name_or_path})"
 
 
 def check_algorithm(config) -> None:
@@ -218,8 +357,12 @@ def check_algorithm(config) -> None:
             f"a 'critic' role is configured but adv_estimator {config.adv_estimator!r} does not use "
             f"values; remove 'critic' or set adv_estimator: {with_values}"
         )
-    if (config.use_kl_loss or config.add_token_level_kl) and config.reference is None:
-        raise ConfigError("use_kl_loss / add_token_level_kl need a 'reference' role; add one or turn both off")
+    if (config.use_kl_loss or config.add_token_level_kl) and reference_source(config) is None:
+        raise ConfigError(
+            "use_kl_loss / add_token_level_kl need a 'reference' role; add one, or train actor_train with LoRA "
+            "(model_args.lora_target: the base model with adapters disabled is then the reference), or turn "
+            "both off"
+        )
     if config.dual_clip_loss and config.dual_clip_ratio_c <= 1.0:
         raise ConfigError(f"'dual_clip_ratio_c' = {config.dual_clip_ratio_c}: must be > 1")
     if config.rollout_is_threshold is not None:

@@ -20,6 +20,32 @@ class ModelArgs:
     disable_gradient_checkpointing: bool = field_help(
         False, "train without activation checkpointing (faster, more memory); only read by training strategies"
     )
+    # LoRA (ROLL's key names): on when lora_target or adapter_name_or_path is set; actor_train only, with a
+    # strategy whose class has `lora = True` (docs/strategies.md, LoRA)
+    lora_target: str | None = field_help(
+        None,
+        "modules that get LoRA adapters: 'all-linear' (every linear layer but the output layer), a "
+        "comma-separated list of module names (e.g. 'q_proj,v_proj'), or a regex matched against full module "
+        "names (e.g. '.*\\.(q_proj|v_proj)'); null = no LoRA (full fine-tuning)",
+    )
+    lora_rank: int = field_help(8, "LoRA rank r of every adapter (≥ 1)")
+    lora_alpha: float | None = field_help(
+        None, "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank; null = 2 × lora_rank"
+    )
+    lora_dropout: float = field_help(0.0, "dropout on the adapters' input, in [0, 1)")
+    adapter_name_or_path: str | None = field_help(
+        None,
+        "a saved LoRA adapter (peft format, e.g. a checkpoint's adapter/ folder) to continue training from; "
+        "its own adapter_config.json then sets target, rank, alpha and dropout",
+    )
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.lora_target) or bool(self.adapter_name_or_path)
+
+    @property
+    def resolved_lora_alpha(self) -> float:
+        return 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha
 
 
 @dataclass

@@ -11,7 +11,7 @@ import time
 from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
-from roll.configs import optimizer_steps
+from roll.configs import describe_reference, optimizer_steps, reference_source
 from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
@@ -72,6 +72,7 @@ class BasePipeline:
             self._probe_batch(),
             buffer_size_mb=self.config.model_update_buffer_size_mb,
             method=self.config.weight_sync_method,
+            adapter_only=self.config.lora_weight_sync == "adapter",
         )
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
@@ -82,8 +83,11 @@ class BasePipeline:
         """name → WorkerConfig of every role to start."""
         config = self.config
         roles = {"actor_train": config.actor_train, "actor_infer": config.actor_infer, "critic": config.critic}
-        if config.reference is not None and (config.use_kl_loss or config.add_token_level_kl):
+        source = reference_source(config)
+        if source == "reference":
             roles["reference"] = config.reference
+        elif config.reference is not None and source == "actor_train":
+            logger.info("reference role not started: %s", describe_reference(config))
         elif config.reference is not None:
             logger.info(
                 "reference role not started: use_kl_loss and add_token_level_kl are both off, so "
@@ -163,9 +167,12 @@ class BasePipeline:
         self.close()
 
     # ---- phases shared by every pipeline kind ------------------------------------------------------
-    def forward_log_probs(self, cluster: Cluster, batch: DataProto, key: str) -> None:
-        """`key` ← a per-token forward quantity of the responses: log-probs, or for a key of
-        FORWARD_PASS_METHODS (e.g. "sum_pi_squared") that quantity."""
+    def forward_log_probs(
+        self, cluster: Cluster, batch: DataProto, key: str, method: str = "compute_log_probs"
+    ) -> None:
+        """`key` ← a per-token forward quantity of the responses: log-probs (by the worker's `method`, e.g.
+        compute_reference_log_probs of a LoRA actor), or for a key of FORWARD_PASS_METHODS (e.g.
+        "sum_pi_squared") that quantity."""
         view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
         view, _ = view.pad_to_multiple(cluster.world_size)
@@ -173,7 +180,7 @@ class BasePipeline:
         if key in FORWARD_PASS_METHODS:
             values = getattr(cluster, FORWARD_PASS_METHODS[key])(view).batch[key]
         else:
-            values = cluster.compute_log_probs(view).batch["log_probs"]
+            values = getattr(cluster, method)(view).batch["log_probs"]
         batch.batch[key] = values[: len(batch)]
 
     def compute_values(self, batch: DataProto) -> None:
@@ -218,6 +225,9 @@ class BasePipeline:
         if self.reference is not None:
             with timer.phase("ref_log_probs"):
                 self.forward_log_probs(self.reference, batch, "ref_log_probs")
+        elif reference_source(self.config) == "actor_train":  # LoRA: the base model = adapters disabled
+            with timer.phase("ref_log_probs"):
+                self.forward_log_probs(self.actor_train, batch, "ref_log_probs", method="compute_reference_log_probs")
         if self.critic is not None:
             with timer.phase("values"):
                 self.compute_values(batch)

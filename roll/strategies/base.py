@@ -56,7 +56,9 @@ class InferenceStrategy:
     dynamic_batching_train = False  # train_step honours use_dynamic_batching_in_train
     dynamic_batching_infer = False  # the scoring forwards honour use_dynamic_batching_in_infer
     sequence_packing = False  # training and scoring forwards honour use_sequence_packing
-    lora = False  # LoRA adapters (no strategy has them yet)
+    lora = False  # model_args.lora_* (peft LoRA adapters): only adapters train, the weight sync sends merged weights
+    lora_adapters = False  # load_adapter(named_tensors, adapter_config): serves a LoRA adapter (adapter-only sync)
+    lora_limit: str | None = None  # why `lora` is False, where there is a reason to tell (the config checks show it)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -148,6 +150,14 @@ class InferenceStrategy:
             lambda micro, logits: (
                 response_log_probs(logits, micro.batch["responses"], temperature) * micro.batch["response_mask"]
             ),
+        )
+
+    def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
+        """compute_log_probs of the frozen base model: a LoRA training strategy disables its adapters for it
+        (the reference without a second model). Strategies without LoRA have no such model."""
+        raise NotImplementedError(
+            f"strategy {self.config.strategy_args.strategy_name!r} has no LoRA adapters to disable; "
+            f"configure a 'reference' role"
         )
 
     @torch.no_grad()

@@ -14,6 +14,17 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
+from roll.strategies.lora import (
+    ADAPTER_DIR,
+    LoraExport,
+    adapter_state,
+    adapters_disabled,
+    apply_lora,
+    lora_scalings,
+    merged_hf_parameters,
+    save_adapter,
+    save_merged_hf,
+)
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -115,8 +126,9 @@ def load_checkpoints_weights_only(engine) -> None:
     engine.checkpoint_engine.load = load  # an instance attribute: this engine only
 
 
-class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
+class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
     roles = frozenset({"train", "critic"})
+    lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
     sum_pi_squared = True
     dynamic_batching_train = True
     dynamic_batching_infer = True
@@ -133,6 +145,9 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
         model = self.load_model()  # deepspeed.initialize broadcasts rank 0's weights (ZeRO-3: while partitioning)
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._lora_on = self.config.model_args.lora
+        if self._lora_on:  # only the adapters require gradients: the optimizer below holds only them
+            model = apply_lora(model, self.config.model_args, self.logger)
         offload = self.ds_config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
         params = [p for p in model.parameters() if p.requires_grad]
         if offload not in (None, "none"):
@@ -200,21 +215,40 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
             return align_forward_counts(micros, batch)
         return super()._align_forwards(micros, batch)
 
-    def named_hf_parameters(self):
-        """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""
+    def named_full_parameters(self, only=None):
+        """Every parameter of the module (or those whose name passes `only`), whole, under the module's own
+        names (with LoRA: peft's names, adapters included). Under ZeRO-3 every rank must call this (it
+        gathers shards)."""
         import deepspeed
 
-        params = list(self.module.named_parameters())
+        params = [(name, p) for name, p in self.module.named_parameters() if only is None or only(name)]
         if zero_stage(self.ds_config) == 3:  # one parameter gathered at a time: a weight sync holds one bucket
             return _gathered_one_by_one(deepspeed, params)
         return ((name, p.detach()) for name, p in params)
+
+    def named_hf_parameters(self):
+        """Full weights with HF names (with LoRA: the base model's names, adapters merged in). Under ZeRO-3
+        every rank must call this (it gathers shards)."""
+        if getattr(self, "_lora_on", False):
+            return merged_hf_parameters(self.named_full_parameters(), lora_scalings(self.module))
+        return self.named_full_parameters()
 
     def state_checksum(self) -> float:
         return checksum(self.named_hf_parameters())
 
     def save_checkpoint(self, path: str) -> None:
-        """Engine state (weights, optimizer, LR schedule) plus an HF copy users can load directly."""
-        self.model.save_checkpoint(path, tag="engine")
+        """Engine state (weights, optimizer, LR schedule) plus an HF copy users can load directly. With LoRA
+        the engine state holds the adapters only (the frozen base is model_name_or_path), `adapter/` the
+        adapter in peft format and `hf/` the merged model."""
+        self.model.save_checkpoint(path, tag="engine", exclude_frozen_parameters=self._lora_on)
+        if self._lora_on:
+            full = dict(self.named_full_parameters())
+            merged = dict(merged_hf_parameters(full.items(), lora_scalings(self.module)))
+            if self.rank == 0:
+                save_adapter(self.module, adapter_state(full.items()), Path(path) / ADAPTER_DIR)
+                save_merged_hf(self.module, merged, Path(path) / "hf")
+                save_tokenizer(self.config.model_args.model_name_or_path, Path(path) / "hf", self.logger)
+            return
         weights = dict(self.named_hf_parameters())
         if self.rank == 0:
             self.module.save_pretrained(str(Path(path) / "hf"), state_dict=weights)
@@ -223,7 +257,18 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
     def load_checkpoint(self, path: str) -> None:
         if not (Path(path) / "engine").is_dir():
             raise FileNotFoundError(f"{self.config.name}: {path} has no DeepSpeed 'engine' checkpoint")
-        self.model.load_checkpoint(path, tag="engine", load_optimizer_states=True, load_lr_scheduler_states=True)
+        self.model.load_checkpoint(
+            path,
+            tag="engine",
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
+            load_module_strict=not self._lora_on,  # LoRA: the checkpoint holds the adapters, the base is loaded
+        )
+
+    def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
+        """Log-probs of the frozen base model: the LoRA actor with its adapters disabled (no reference role)."""
+        with adapters_disabled(self.module):
+            return self.compute_log_probs(batch)
 
     # --- memory ---------------------------------------------------------------------------------------
     def offload(self) -> None:
@@ -249,6 +294,8 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
             self.model.reload_states()
             if zero_stage(self.ds_config) == 3:
                 self._move_zero3_master_and_adam(self.device)
+                if self._lora_on:
+                    self._move_frozen_partitions(self.device)
         elif torch.cuda.is_available():
             self.model.module.to(self.device)
             self._move_optimizer_state(self.device)
@@ -270,17 +317,47 @@ class DeepSpeedTrainStrategy(EvalModeScoring, TrainStrategy):
         optimizer is keyed by)."""
         from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
 
-        self.model.offload_states(
-            include=[
+        if self._lora_on:  # DeepSpeed's lp_params offload assumes every parameter trains (see below)
+            self._offload_zero3_lp_params_with_frozen(device)
+            include = [OffloadStateTypeEnum.lp_grads, OffloadStateTypeEnum.contiguous_grad_buffer]
+        else:
+            include = [
                 OffloadStateTypeEnum.lp_params,
                 OffloadStateTypeEnum.lp_grads,
                 OffloadStateTypeEnum.contiguous_grad_buffer,
             ]
-        )
+        self.model.offload_states(include=include)
         self._move_zero3_master_and_adam(device)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
+
+    def _offload_zero3_lp_params_with_frozen(self, device: torch.device) -> None:
+        """ZeRO-3 offload of the low-precision weight partitions when some parameters are frozen (LoRA).
+        DeepSpeed 0.19.8's offload_states re-points `p.ds_tensor` of *every* module parameter into its flat
+        buffer, which holds the trained ones only ("start + length exceeds dimension size" with frozen
+        ones). Here the flat buffer is moved and re-pointed with the mapping its reload_states uses
+        (`_get_parameter_partitions`, the trained partitions), so DeepSpeed's reload undoes it; the frozen
+        partitions (the base model, outside that buffer) are moved one by one and brought back by
+        _reload_frozen_partitions."""
+        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
+        from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
+
+        zero = self.model.optimizer
+        if OffloadStateTypeEnum.lp_params in zero.offloaded_states:
+            return
+        cpu_buffer = zero.lp_param_buffer.to(device)
+        zero.lp_param_buffer.data = cpu_buffer
+        for tensor, offset, numel in get_mapping_to_flat_buffer(zero._get_parameter_partitions()):
+            tensor.data = cpu_buffer.narrow(0, offset, numel)
+        zero.fp16_partitioned_groups_flat.clear()
+        zero.offloaded_states.add(OffloadStateTypeEnum.lp_params)
+        self._move_frozen_partitions(device)
+
+    def _move_frozen_partitions(self, device: torch.device) -> None:
+        for param in self.module.parameters():
+            if not param.requires_grad:
+                param.ds_tensor.data = param.ds_tensor.data.to(device)
 
     def _move_zero3_master_and_adam(self, device: torch.device) -> None:
         zero_optimizer = self.model.optimizer
@@ -359,7 +436,7 @@ class DeepSpeedInferStrategy(InferenceStrategy):
 
     def named_hf_parameters(self):
         """Full weights with HF names. Under ZeRO-3 every rank must call this (it gathers shards)."""
-        return DeepSpeedTrainStrategy.named_hf_parameters(self)
+        return DeepSpeedTrainStrategy.named_full_parameters(self)
 
     @torch.no_grad()
     def load_weights(self, named_tensors) -> None:

@@ -34,6 +34,17 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
+from roll.strategies.lora import (
+    ADAPTER_DIR,
+    LoraExport,
+    adapter_state,
+    adapters_disabled,
+    apply_lora,
+    lora_scalings,
+    merged_hf_parameters,
+    save_adapter,
+    save_merged_hf,
+)
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -196,14 +207,24 @@ class FSDP2InferStrategy(InferenceStrategy):
         return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).float().cpu()
 
     # --- weights --------------------------------------------------------------------------------------
-    def named_hf_parameters(self):
-        """Full (gathered) weights with HF names, one tensor at a time: a collective per parameter, so every
+    def named_full_parameters(self, only=None):
+        """Full (gathered) parameters (or those whose name passes `only`) under the module's own names (with
+        LoRA: peft's names, adapters included), one tensor at a time: a collective per parameter, so every
         rank must consume the whole iterator, in the same order."""
         for name, param in self.model.named_parameters():
+            if only is not None and not only(name):
+                continue
             param = param.detach()
             if param.device != self.device:  # cpu_offload on GPU: NCCL gathers device tensors
                 param = param.to(self.device)
             yield name, full_tensor(param)
+
+    def named_hf_parameters(self):
+        """Full weights with HF names (with LoRA: the base model's names, adapters merged in); collective as
+        named_full_parameters."""
+        if getattr(self, "_lora_on", False):
+            return merged_hf_parameters(self.named_full_parameters(), lora_scalings(self.model))
+        return self.named_full_parameters()
 
     @torch.no_grad()
     def load_weights(self, named_tensors) -> None:
@@ -254,8 +275,9 @@ class FSDP2InferStrategy(InferenceStrategy):
         pass
 
 
-class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
+class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainStrategy):
     roles = frozenset({"train", "critic"})
+    lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
     dynamic_batching_train = True
 
     def initialize(self, total_steps: int = 0) -> None:
@@ -266,6 +288,9 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
         model = self.load_model(dtype=self._stored_dtype())
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._lora_on = self.config.model_args.lora
+        if self._lora_on:  # only the adapters require gradients: the optimizer below holds only them
+            model = apply_lora(model, self.config.model_args, self.logger)
         self.model = shard_model(model, self.world_size, self.fsdp_config, self.device, self.logger)
         self.optimizer = build_adamw([p for p in self.model.parameters() if p.requires_grad], args)
         self.scheduler = build_lr_scheduler(self.optimizer, args, total_steps)
@@ -307,8 +332,21 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
         engine_dir = Path(path) / CHECKPOINT_DIR
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer, options=self._state_options())
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(engine_dir))
+        if self._lora_on:  # adapters only in the engine state; adapter/ (peft format) and the merged hf/ copy
+            full = dict(self.named_full_parameters())
+            merged = dict(merged_hf_parameters(full.items(), lora_scalings(self.model)))
+            if self.rank == 0:
+                torch.save(
+                    {"scheduler": self.scheduler.state_dict(), "world_size": self.world_size},
+                    engine_dir / SCHEDULER_FILE,
+                )
+                save_adapter(self.module, adapter_state(full.items()), Path(path) / ADAPTER_DIR)
+                save_merged_hf(self.module, merged, Path(path) / "hf")
+                save_tokenizer(self.config.model_args.model_name_or_path, Path(path) / "hf", self.logger)
+            dist.barrier()
+            return
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
             torch.save(
@@ -330,12 +368,30 @@ class FSDP2TrainStrategy(EvalModeScoring, FSDP2InferStrategy, TrainStrategy):
                 f"{self.config.name}: {path} has no complete fsdp2 checkpoint "
                 f"({CHECKPOINT_DIR}/{SCHEDULER_FILE} missing)"
             )
-        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        options = self._state_options()
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer, options=options)
         state = {"model": model_state, "optimizer": optimizer_state}
         dcp.load(state, checkpoint_id=str(engine_dir))
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=options,
+        )
         extra = load_state(engine_dir / SCHEDULER_FILE)
         self.scheduler.load_state_dict(extra["scheduler"])
+
+    def _state_options(self):
+        """With LoRA the engine checkpoint holds the adapters only: the frozen base is model_name_or_path."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(ignore_frozen_params=self._lora_on, strict=not self._lora_on)
+
+    def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
+        """Log-probs of the frozen base model: the LoRA actor with its adapters disabled (no reference role)."""
+        with adapters_disabled(self.model):
+            return self.compute_log_probs(batch)
 
     # --- memory ---------------------------------------------------------------------------------------
     def _move_optimizer_state(self, device: torch.device) -> None:

@@ -438,6 +438,10 @@ class MegatronInferStrategy(InferenceStrategy):
 
 class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
     roles = frozenset({"train"})  # causal LMs only: no value head for the critic
+    # megatron-core 0.16.1 has no LoRA adapter layers for its ColumnParallel/RowParallelLinear (its
+    # q_lora_rank / kv_lora_rank are MLA's low-rank projections, not adapters; PEFT for Megatron lives in
+    # NeMo / Megatron-Bridge), so lora_* is refused rather than silently training every weight
+    lora_limit = "megatron-core 0.16.1 has no LoRA adapter layers; use deepspeed_train or fsdp2_train for LoRA"
     dynamic_batching_train = True
     training = True
 

@@ -7,7 +7,7 @@ filtered) logits the token was sampled from, exactly what `hf_infer` reports.
 `strategy_config` keys (anything else is an error that lists these):
   engine (passed to `vllm.LLM`): max_model_len, gpu_memory_utilization, block_size, load_format,
     tensor_parallel_size, enforce_eager, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
-    enable_chunked_prefill, kv_cache_memory_bytes, seed
+    enable_chunked_prefill, kv_cache_memory_bytes, seed, enable_lora, max_lora_rank
   roll: model_update_buffer_size_mb (tensors converted per bucket during a weight update, default 512)
 
 Weight updates use `collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=True)`
@@ -19,6 +19,9 @@ and generation would silently keep the old output layer. `state_checksum` reads 
 engine computes with — for packed CPU GEMM layers, through the kernel itself — so a stale layer
 shows up as a checksum mismatch in the pipeline's sync verification.
 
+With a LoRA actor_train and `lora_weight_sync: adapter`, `load_adapter` takes the adapter matrices alone
+and serves them through vLLM's LoRA support on the unchanged base weights (`enable_lora: true`).
+
 Seeds: `meta_info["seed"]` gives every prompt its own `SamplingParams.seed` (vLLM adds the sample index
 for n > 1), so a batch is reproducible. vLLM-CPU cannot rewind a seeded generator after a partial
 prefill, so on CPU chunked prefill is off by default (max_num_batched_tokens ≥ the model length); if
@@ -29,7 +32,9 @@ sleep mode is not available there, so offload()/reload() log one line and keep t
 """
 
 import os
+import shutil
 import time
+from pathlib import Path
 
 import torch
 
@@ -51,6 +56,8 @@ ENGINE_KEYS = {
     "enable_chunked_prefill": bool,
     "kv_cache_memory_bytes": int,
     "seed": int,
+    "enable_lora": bool,  # serve LoRA adapters (lora_weight_sync: adapter)
+    "max_lora_rank": int,  # ≥ actor_train's lora_rank; vLLM accepts 1, 8, 16, 32, 64, 128, 256, 320, 512
 }
 ROLL_KEYS = {"model_update_buffer_size_mb": float}
 DEFAULT_BUFFER_MB = 512.0
@@ -162,6 +169,7 @@ def refresh_shared_weight_layers(worker) -> int:
 class VLLMInferStrategy(InferenceStrategy):
     roles = frozenset({"generate"})  # compute_log_probs works at temperature 1.0 only: not a reference role
     rollout_log_probs = True
+    lora_adapters = True  # load_adapter: vLLM's LoRA support (strategy_config enable_lora: true)
 
     def initialize(self, total_steps: int = 0) -> None:
         on_cpu = not torch.cuda.is_available()
@@ -209,6 +217,7 @@ class VLLMInferStrategy(InferenceStrategy):
         )
         self.weights_loaded = self.load_format != "dummy"
         self.sleeping = False
+        self.lora_request, self._adapter, self._adapter_dir = None, [], None
         self.logger.info(
             "vLLM engine (%s) up in %.1f s: %s%s",
             current_platform.device_type,
@@ -267,7 +276,7 @@ class VLLMInferStrategy(InferenceStrategy):
             base = None
         params = [self._sampling_params(settings, None if base is None else base + i * n) for i in range(len(prompts))]
         requests = [{"prompt_token_ids": ids} for ids in self._prompt_token_lists(prompts, prompt_mask)]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         rows = len(prompts) * n
         responses = torch.full((rows, response_length), self.pad_token_id, dtype=torch.long)
         response_mask = torch.zeros(rows, response_length)
@@ -317,7 +326,9 @@ class VLLMInferStrategy(InferenceStrategy):
         self._begin_request(request_id)
         last, aborted = None, False
         try:
-            engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
+            engine.add_request(
+                request_id, {"prompt_token_ids": list(prompt_ids)}, params, lora_request=self.lora_request
+            )
             while not (last is not None and last.finished):
                 if self._is_aborted(request_id):
                     engine.abort_request([request_id])
@@ -363,7 +374,9 @@ class VLLMInferStrategy(InferenceStrategy):
         sequences = self._prompt_token_lists(batch.batch["input_ids"], mask)
         prompt_lengths = mask[:, :prompt_width].sum(dim=1).tolist()
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in sequences], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in sequences], params, use_tqdm=False, lora_request=self.lora_request
+        )
         log_probs = torch.zeros(responses.shape)
         for row, (output, ids, start) in enumerate(zip(outputs, sequences, prompt_lengths)):
             for k in range(len(ids) - start):
@@ -399,6 +412,7 @@ class VLLMInferStrategy(InferenceStrategy):
         refreshed = self._refresh_tied_layers()
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self.weights_loaded = True
+        self._drop_adapter()  # merged weights hold everything: an adapter on top would count twice
         self.logger.info(
             "loaded %d tensors (%.1f MB) in %d buckets in %.2f s; re-processed %d tied layers",
             stats["tensors"],
@@ -407,6 +421,59 @@ class VLLMInferStrategy(InferenceStrategy):
             time.perf_counter() - started,
             refreshed,
         )
+
+    @torch.no_grad()
+    def load_adapter(self, named_tensors, adapter_config: dict) -> None:
+        """Adapter-only weight sync: the trainer's LoRA matrices (peft saved names) + its adapter_config,
+        served on top of the engine's base weights from now on (every generate / compute_log_probs /
+        request). Written as a peft adapter folder in shared memory and registered under a new LoRA id (vLLM
+        caches adapters by id); the previous one is removed."""
+        import json
+        import tempfile
+
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        if not self.llm.llm_engine.vllm_config.lora_config:
+            raise RuntimeError("vllm: load_adapter needs strategy_config enable_lora: true (and max_lora_rank)")
+        started = time.perf_counter()
+        tensors = {name: tensor.detach().to(torch.float32).contiguous().clone() for name, tensor in named_tensors}
+        root = "/dev/shm" if Path("/dev/shm").is_dir() else None
+        directory = Path(tempfile.mkdtemp(prefix="roll-lora-", dir=root))
+        save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+        (directory / "adapter_config.json").write_text(json.dumps(adapter_config))
+        previous = self.lora_request
+        next_id = (previous.lora_int_id + 1) if previous is not None else 1
+        self.lora_request = LoRARequest(f"roll-{next_id}", next_id, str(directory))
+        self.llm.llm_engine.add_lora(self.lora_request)
+        self.llm.reset_prefix_cache()
+        old_dir = self._adapter_dir
+        self._adapter, self._adapter_dir = sorted(tensors.items()), directory
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+        if old_dir is not None:
+            shutil.rmtree(old_dir, ignore_errors=True)
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        self.logger.info(
+            "loaded LoRA adapter %d (%d tensors, %.2f MB) in %.2f s",
+            next_id,
+            len(tensors),
+            size / 2**20,
+            time.perf_counter() - started,
+        )
+
+    def _drop_adapter(self) -> None:
+        if self.lora_request is not None:
+            self.llm.llm_engine.remove_lora(self.lora_request.lora_int_id)
+        if self._adapter_dir is not None:
+            shutil.rmtree(self._adapter_dir, ignore_errors=True)
+        self.lora_request, self._adapter, self._adapter_dir = None, [], None
+
+    def adapter_checksum(self) -> float:
+        """Checksum of the adapter the engine serves (as the trainer's adapter_checksum)."""
+        from roll.strategies.train_common import checksum
+
+        return checksum(self._adapter)
 
     def _refresh_tied_layers(self) -> int:
         return sum(self.llm.collective_rpc(refresh_shared_weight_layers))

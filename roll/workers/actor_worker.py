@@ -63,6 +63,22 @@ class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMi
         return DataProto.from_dict(tensors={"log_probs": self.strategy.compute_log_probs(batch)})
 
     @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
+    def compute_reference_log_probs(self, batch: DataProto) -> DataProto:
+        """actor_train with LoRA: log-probs of the frozen base model (adapters disabled), in place of a
+        reference role (roll.configs.checks.reference_source)."""
+        return DataProto.from_dict(tensors={"log_probs": self.strategy.compute_reference_log_probs(batch)})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def adapter_config(self) -> dict:
+        """actor_train with LoRA: the adapter's peft config (adapter-only weight sync)."""
+        return self.strategy.adapter_config()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def adapter_checksum(self) -> float:
+        """Checksum of the LoRA adapter this worker trains (actor_train, collective) or serves (actor_infer)."""
+        return self.strategy.adapter_checksum()
+
+    @register(dispatch_mode=Dispatch.DP_MP_COMPUTE)
     def compute_sum_pi_squared(self, batch: DataProto) -> DataProto:
         return DataProto.from_dict(tensors={"sum_pi_squared": self.strategy.compute_sum_pi_squared(batch)})
 

@@ -88,8 +88,10 @@ class WeightTransferMixin:
 
     # --- trainer side ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def open_weight_stream(self, method: str, limit_bytes: float, serving_ranks: list) -> None:
-        named = getattr(self.strategy, "named_hf_parameters", None)
+    def open_weight_stream(self, method: str, limit_bytes: float, serving_ranks: list, adapter: bool = False) -> None:
+        """`adapter`: stream the LoRA adapter matrices only (named_adapter_parameters), else the full HF
+        weights (named_hf_parameters: merged with LoRA)."""
+        named = getattr(self.strategy, "named_adapter_parameters" if adapter else "named_hf_parameters", None)
         if named is None:
             raise TypeError(
                 f"{self.worker_name}: strategy {type(self.strategy).__name__} cannot export weights "
@@ -180,11 +182,19 @@ class WeightTransferMixin:
 
     # --- inference side -------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def begin_weight_update(self, serving_rank: dict, timeout_s: float) -> None:
-        """serving_rank: inference rank → the trainer rank whose payload it reads."""
+    def begin_weight_update(self, serving_rank: dict, timeout_s: float, adapter_config: dict | None = None) -> None:
+        """serving_rank: inference rank → the trainer rank whose payload it reads. `adapter_config` (a peft
+        adapter_config): the stream is a LoRA adapter for the strategy's load_adapter, not full weights."""
         self.abort_weight_update()
         self._serving_rank, self._receive_timeout = serving_rank[self.rank], timeout_s
-        self._receiver = WeightReceiver(self.strategy.load_weights, f"{self.worker_name}[{self.rank}]", timeout_s)
+        if adapter_config is not None:
+            strategy = self.strategy
+
+            def load(named_tensors):
+                return strategy.load_adapter(named_tensors, adapter_config)
+        else:
+            load = self.strategy.load_weights
+        self._receiver = WeightReceiver(load, f"{self.worker_name}[{self.rank}]", timeout_s)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weight_bucket(self, payloads: list) -> None:

@@ -62,9 +62,19 @@ def _placements(config):
 
 class WeightSync:
     def __init__(
-        self, actor_train, actor_infer, probe_prompt, buffer_size_mb: float = DEFAULT_BUFFER_MB, method: str = "auto"
+        self,
+        actor_train,
+        actor_infer,
+        probe_prompt,
+        buffer_size_mb: float = DEFAULT_BUFFER_MB,
+        method: str = "auto",
+        adapter_only: bool = False,
     ):
+        """`adapter_only` (lora_weight_sync: adapter): send the LoRA adapter matrices, which actor_infer
+        serves on its base weights (load_adapter), instead of the merged weights; the checksum then compares
+        adapters, and the probe still compares what both roles compute."""
         self.actor_train, self.actor_infer = actor_train, actor_infer
+        self.adapter_only = adapter_only
         self.probe_prompt = probe_prompt
         self.tolerance = PROBE_TOLERANCE[actor_infer.worker_config.model_args.dtype]
         if not buffer_size_mb > 0:
@@ -96,10 +106,13 @@ class WeightSync:
         train, infer = self.actor_train, self.actor_infer
         if self.method == "collective" and not self.group_ready:
             self._create_group()
-        infer.begin_weight_update(self.serving, self.timeout_s)
+        adapter_config = train.adapter_config()[0] if self.adapter_only else None
+        infer.begin_weight_update(self.serving, self.timeout_s, adapter_config)
         sent, finished = [], False
         try:
-            train.open_weight_stream(self.method, self.limit_bytes, sorted(set(self.serving.values())))
+            train.open_weight_stream(
+                self.method, self.limit_bytes, sorted(set(self.serving.values())), self.adapter_only
+            )
             while True:
                 payloads = train.next_weight_bucket()
                 if payloads[0] is None:
@@ -148,8 +161,13 @@ class WeightSync:
         )
 
     def _check_checksums(self, step: int) -> None:
-        expected = self.actor_train.state_checksum()[0]
-        for rank, got in enumerate(self.actor_infer.state_checksum()):
+        if self.adapter_only:
+            expected = self.actor_train.adapter_checksum()[0]
+            served = self.actor_infer.adapter_checksum()
+        else:
+            expected = self.actor_train.state_checksum()[0]
+            served = self.actor_infer.state_checksum()
+        for rank, got in enumerate(served):
             if abs(got - expected) > CHECKSUM_RTOL * max(abs(expected), 1.0):
                 raise WeightSyncError(
                     f"step {step}: after weight sync actor_infer rank {rank} has parameter checksum {got!r}, "
