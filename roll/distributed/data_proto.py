@@ -103,6 +103,10 @@ class DataProto:
             filler.non_tensor_batch["uid"] = np.array([f"padding-{i}" for i in range(pad)], dtype=object)
         return DataProto.concat([self, filler]), pad
 
+    def to(self, device) -> "DataProto":
+        self.batch = {k: v.to(device) for k, v in self.batch.items()}
+        return self
+
 
 def _as_object_array(key, value) -> np.ndarray:
     if isinstance(value, np.ndarray) and value.dtype == object:
