@@ -14,8 +14,9 @@ altered entry is rebuilt. Builders of the same entry in concurrent test sessions
 file. Fixtures copy the entry into their own temporary directory (`cached_copy`), so no test can write into
 the cache.
 
-Root: $ROLL_TEST_CACHE, default ~/.cache/roll-tests. Entries of outdated keys are not removed; delete the
-folder to reclaim the space (each entry is a few MB). `python -m tests.build_cache` lists the entries.
+Root: $ROLL_TEST_CACHE, default ~/.cache/roll-tests (a CI can keep it between runs). Entries of outdated keys
+are not removed; delete the folder to reclaim the space (each entry is about 1 MB). `python -m tests.build_cache`
+lists the entries.
 """
 
 import ast
@@ -35,7 +36,15 @@ VERSIONED = ("torch", "transformers", "tokenizers")
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("ROLL_TEST_CACHE") or Path.home() / ".cache" / "roll-tests").expanduser()
+    """$ROLL_TEST_CACHE, else ~/.cache/roll-tests; a folder in the temp directory when that is not writable."""
+    root = Path(os.environ.get("ROLL_TEST_CACHE") or Path.home() / ".cache" / "roll-tests").expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK):
+            return root
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / "roll-tests-cache"
 
 
 # ---- the key ----------------------------------------------------------------------------------------------
@@ -180,6 +189,6 @@ def cached_copy(
 
 
 if __name__ == "__main__":
-    for path in sorted(cache_root().glob("*-*")):
+    for path in sorted(p for p in cache_root().glob("*-*") if p.is_dir() and not p.name.startswith(".")):
         valid = is_valid(path, path.name.rsplit("-", 1)[-1])
         print(f"{'ok     ' if valid else 'INVALID'} {path}")
