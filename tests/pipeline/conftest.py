@@ -2,7 +2,8 @@
 
 One demo preparation and one Ray session per test session; each test builds validated configs from
 examples/tiny_rlvr/rlvr_tiny.yaml with small batches and runs pipelines in-process, closing each one
-so the next can take the (virtual) devices.
+so the next can take the (virtual) devices. The demo preparations come from the build cache
+(tests/build_cache.py): built once per change of their code or settings, copied into each session.
 """
 
 import os
@@ -13,6 +14,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from tests.pipeline.demo_cache import prepared_agentic_demo, prepared_demo  # noqa: E402
 from tests.pipeline.helpers import make_config  # noqa: E402
 
 
@@ -20,11 +22,9 @@ from tests.pipeline.helpers import make_config  # noqa: E402
 def demo_dir(tmp_path_factory) -> Path:
     """Tiny model + data, briefly warm-started (40 steps, ~3 s): sampled replies are mostly well-formed
     `\\boxed{n}` with near-chance answers, so GRPO groups have reward variance."""
-    from roll.demo.rlvr import DemoSettings, prepare_demo
+    from roll.demo.rlvr import DemoSettings
 
-    directory = tmp_path_factory.mktemp("demo")
-    prepare_demo(directory, DemoSettings(warm_start_steps=40), log=lambda *_: None)
-    return directory
+    return prepared_demo(tmp_path_factory.mktemp("demo"), DemoSettings(warm_start_steps=40))
 
 
 @pytest.fixture(scope="session")
@@ -41,12 +41,9 @@ def ray_session(demo_dir):
 
 @pytest.fixture(scope="session")
 def agentic_model(tmp_path_factory) -> Path:
-    """The agentic demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~4 min)."""
-    from roll.demo.agentic import prepare_agentic_demo
-
-    directory = tmp_path_factory.mktemp("agentic_demo")
-    prepare_agentic_demo(directory, log=lambda *_: None)
-    return directory / "model"
+    """The agentic demo's tiny model, prepared exactly as examples/agentic_demo/prepare_demo.py does (~3 min
+    when its cache entry is built)."""
+    return prepared_agentic_demo(tmp_path_factory.mktemp("agentic_demo")) / "model"
 
 
 @pytest.fixture(scope="session")

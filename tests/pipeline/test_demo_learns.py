@@ -4,6 +4,7 @@ at least 30 points (measured: 0.00 → 0.62 at step 30 on this CPU; every random
 
 import pytest
 
+from tests.pipeline.demo_cache import prepared_demo
 from tests.pipeline.helpers import TINY_RLVR, data_overrides, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -11,10 +12,9 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 def test_shipped_demo_config_learns(tmp_path_factory):
     from roll.configs import compose_config, load_rlvr_config
-    from roll.demo.rlvr import DemoSettings, prepare_demo
+    from roll.demo.rlvr import DemoSettings
 
-    demo = tmp_path_factory.mktemp("demo_default")
-    prepare_demo(demo, DemoSettings(), log=lambda *_: None)
+    demo = prepared_demo(tmp_path_factory.mktemp("demo_default"), DemoSettings())
     overrides = [
         *data_overrides(demo),
         f"output_dir={tmp_path_factory.mktemp('out')}",

@@ -145,12 +145,9 @@ def test_cpu_layer_refuses_other_megatron_versions(monkeypatch):
         megatron_cpu.apply()
 
 
-@pytest.fixture(scope="module")
-def logits_runs(tmp_path_factory):
-    ms.require_megatron()
-    from tests.strategies import harness as h
-
-    workdir = tmp_path_factory.mktemp("megatron_logits")
+def logits_scenarios(workdir) -> list[dict]:
+    """One `logits` scenario per model and tensor-parallel size (the models are saved into `workdir`); they run
+    in the session's one megatron launch (conftest.py)."""
     models = {
         "qwen2": _qwen2(vocab=262),
         "qwen2_gqa_4q2kv": _qwen2(kv_heads=2, heads=4),
@@ -164,8 +161,12 @@ def logits_runs(tmp_path_factory):
         for tp in (1, 2):
             if convert.num_kv_heads(model.config) % tp == 0:
                 scenarios.append(dict(name=f"{name}/tp{tp}", logits=True, tp=tp, model_dir=str(workdir / name)))
-    model_dir, data_file = h.prepare(workdir)
-    return ms.launch(scenarios, model_dir, data_file, workdir)
+    return scenarios
+
+
+@pytest.fixture(scope="module")
+def logits_runs(megatron_runs):
+    return megatron_runs["results"]
 
 
 @pytest.mark.parametrize(

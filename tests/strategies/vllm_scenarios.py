@@ -1,8 +1,11 @@
 """The vLLM strategy checks, run in one child process (`python -m tests.strategies.vllm_scenarios OUT.json`).
 
 A child process because vLLM's CPU worker binds OpenMP threads and replaces `torch.set_num_threads` for
-the whole process; the rest of the test session must not inherit that. Results go to a JSON file that
-tests/strategies/test_vllm.py asserts on; every scenario records its error instead of stopping the rest.
+the whole process; the rest of the test session must not inherit that. One process for all the scenarios
+(each with its own engine): starting Python with vLLM is most of a scenario's time. Results go to a JSON
+file that tests/strategies/test_vllm.py (scenarios `untied`, `tied`) and test_vllm_requests.py (`requests`)
+assert on, through the session fixture `vllm_results` (conftest.py); every scenario records its error instead
+of stopping the rest.
 
 The strategies run as they do in an ActorWorker, behind `StandInWorker` (a test double carrying what a
 strategy reads: worker_config, rank, world_size). `RoleDouble` stands in for a one-worker Cluster with the
@@ -313,6 +316,60 @@ def tied(workdir: Path) -> dict:
     return out
 
 
+def requests(workdir: Path) -> dict:
+    """Request-level generation (LLMEngine.add_request / step) matches hf_infer's batched greedy; abort works."""
+    from roll.demo.tiny_model import build_tiny_model
+
+    base = build_tiny_model(str(workdir / "requests"), WORDS, seed=3)
+    trained = perturbed_copy(base, workdir / "requests_trained", seed=1, eos_often=True)
+    engine = make(trained, "vllm", {"max_model_len": 64})
+    hf = make(trained, "hf_infer")
+    batch = prompt_batch(hf.model.config.vocab_size, rows=4, seed=5)
+    greedy = hf.generate(batch, {"do_sample": False, "num_return_sequences": 1})
+    out = {"greedy_identical": [], "greedy_lp_diff": 0.0, "reasons": []}
+    for row in range(4):
+        ids = batch.batch["prompts"][row][batch.batch["attention_mask"][row].bool()].tolist()
+        result = engine.generate_request(f"g{row}", ids, {"do_sample": False})
+        length = int(greedy.batch["response_mask"][row].sum())
+        out["greedy_identical"].append(result.token_ids == greedy.batch["responses"][row, :length].tolist())
+        diff = (torch.tensor(result.log_probs) - greedy.batch["rollout_log_probs"][row, :length]).abs().max().item()
+        out["greedy_lp_diff"] = max(out["greedy_lp_diff"], diff)
+        out["reasons"].append([result.finish_reason, result.token_ids[-1] == engine.eos_token_id])
+    out["seed_repeat"] = (
+        engine.generate_request("s1", ids, {"seed": 5, "max_new_tokens": 8}).token_ids
+        == engine.generate_request("s2", ids, {"seed": 5, "max_new_tokens": 8}).token_ids
+    )
+    out["abort_unknown"] = engine.abort_request("nope")
+
+    llm_engine = engine.llm.llm_engine
+    real_step, steps = llm_engine.step, []
+
+    def step():  # abort from "another caller" after the engine has produced 3 outputs for the request
+        outputs = real_step()
+        steps.append(1)
+        if len(steps) == 3:
+            out["abort_in_flight"] = engine.abort_request("long")
+        return outputs
+
+    llm_engine.step = step
+    try:
+        aborted = engine.generate_request("long", ids, {"max_new_tokens": 40, "seed": 2})
+    finally:
+        llm_engine.step = real_step
+    out["aborted"] = {
+        "reason": aborted.finish_reason,
+        "tokens": len(aborted.token_ids),
+        "log_probs": len(aborted.log_probs),
+    }
+    out["abort_after_finish"] = engine.abort_request("long")
+    out["engine_idle_after_abort"] = not llm_engine.has_unfinished_requests()
+    after = engine.generate_request("after", ids, {"do_sample": False})  # the engine is still usable
+    out["after_abort_identical"] = (
+        after.token_ids == engine.generate_request("after2", ids, {"do_sample": False}).token_ids
+    )
+    return out
+
+
 def offload_reload(engine, hf) -> str:
     engine.offload()
     engine.reload()
@@ -327,7 +384,7 @@ def main(out_file: str) -> None:
     out_path = Path(out_file)
     workdir = out_path.parent
     results = {}
-    for name, scenario in (("untied", untied), ("tied", tied)):
+    for name, scenario in (("untied", untied), ("tied", tied), ("requests", requests)):
         started = time.perf_counter()
         try:
             results[name] = scenario(workdir)
