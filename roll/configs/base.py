@@ -30,6 +30,9 @@ class PipelineConfig:
     num_gpus_per_node: int = field_help(
         1, "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)"
     )
+    placement_timeout: float = field_help(
+        120.0, "seconds to wait for Ray to reserve every device of num_nodes × num_gpus_per_node before failing"
+    )
     max_steps: int = field_help(1, "pipeline steps (rollout + update) to run")
     save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
     max_ckpt_to_keep: int = field_help(
@@ -80,6 +83,8 @@ class PipelineConfig:
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
             )
+        if self.placement_timeout <= 0:
+            raise ConfigError(f"'placement_timeout' = {self.placement_timeout}: must be > 0 seconds")
         if self.max_failures < 0:
             raise ConfigError(f"'max_failures' = {self.max_failures}: must be >= 0 (0 = no automatic recovery)")
         if self.max_ckpt_to_keep < 0:

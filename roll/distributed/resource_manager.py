@@ -77,7 +77,7 @@ class ResourceManager:
     PACK group over all devices would be free to scatter bundles across nodes in any order.
     """
 
-    def __init__(self, num_nodes: int, num_gpus_per_node: int):
+    def __init__(self, num_nodes: int, num_gpus_per_node: int, timeout: float = 120.0):
         import ray
         from ray.util.placement_group import placement_group
 
@@ -97,14 +97,14 @@ class ResourceManager:
             for node in self.nodes
         ]
         try:
-            ray.get([group.ready() for group in self.placement_groups], timeout=120)
+            ray.get([group.ready() for group in self.placement_groups], timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             self.shutdown()
             free = ray.available_resources().get(self.device_resource, 0)
             raise TimeoutError(
                 f"could not reserve {num_gpus_per_node} {self.device_resource} on each of "
-                f"{', '.join(map(str, self.nodes))} within 120 s (Ray has {free:g} free in all); is another "
-                f"pipeline or job still holding them? In this process, call its close() first"
+                f"{', '.join(map(str, self.nodes))} within {timeout:g} s (placement_timeout; Ray has {free:g} free in "
+                f"all); is another pipeline or job still holding them? In this process, call its close() first"
             ) from None
 
     @property

@@ -117,7 +117,9 @@ class BasePipeline:
         # Attaches to a running cluster (RAY_ADDRESS) or starts a local one; a cluster without the devices the
         # config needs fails here, before anything is reserved or started.
         init_ray(num_devices=config.num_devices, env_vars=config.system_envs, num_nodes=config.num_nodes)
-        self.resource_manager = ResourceManager(num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node)
+        self.resource_manager = ResourceManager(
+            num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node, timeout=config.placement_timeout
+        )
         for name, worker_config in self._role_configs().items():
             self.clusters[name] = Cluster(
                 name=name,

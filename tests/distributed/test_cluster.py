@@ -103,6 +103,13 @@ def resources():
     ray.shutdown()
 
 
+def test_devices_held_by_another_manager_time_out_after_placement_timeout(resources):
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"within 1 s \(placement_timeout; Ray has 0 free"):
+        ResourceManager(num_nodes=1, num_gpus_per_node=4, timeout=1.0)  # `resources` holds all 4
+    assert time.monotonic() - started < 30
+
+
 def test_dispatch_modes(resources):
     cluster = Cluster("actor", EchoWorker, resources, StandInWorkerConfig("actor", [0, 1]), seed=0)
     out = cluster.double(DataProto.from_dict({"x": torch.arange(4)}))
