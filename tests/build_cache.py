@@ -48,6 +48,14 @@ def cache_root() -> Path:
 
 
 # ---- the key ----------------------------------------------------------------------------------------------
+def package_root(package: str = "roll") -> Path:
+    """The folder holding the `package` this process imports (this checkout, or an installed copy): the sources
+    the key hashes are the ones that run."""
+    import importlib.util
+
+    return Path(importlib.util.find_spec(package).origin).resolve().parents[1]
+
+
 def _module_file(module: str, source_root: Path) -> Path | None:
     path = source_root.joinpath(*module.split("."))
     for candidate in (path.with_suffix(".py"), path / "__init__.py"):
@@ -73,10 +81,11 @@ def _imported_modules(file: Path, module: str, package: str) -> set[str]:
     return {name for name in found if name == package or name.startswith(package + ".")}
 
 
-def source_files(modules: Iterable[str], source_root: Path = REPO, package: str = "roll") -> list[Path]:
+def source_files(modules: Iterable[str], source_root: Path | None = None, package: str = "roll") -> list[Path]:
     """Every `package` source file that importing `modules` may execute: the modules, the `__init__.py` of
     their packages, and, transitively, what they import. Names that are not modules (`from roll.x import
     function`) are ignored."""
+    source_root = package_root(package) if source_root is None else source_root
     pending, files = list(modules), set()
     seen = set()
     while pending:
@@ -111,8 +120,9 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def key_inputs(name: str, modules: Iterable[str], settings, source_root: Path = REPO) -> dict:
+def key_inputs(name: str, modules: Iterable[str], settings, source_root: Path | None = None) -> dict:
     """What the key hashes (also stored in the entry's manifest, to tell why two keys differ)."""
+    source_root = package_root() if source_root is None else source_root
     return {
         "name": name,
         "settings": settings,

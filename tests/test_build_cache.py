@@ -55,7 +55,7 @@ def test_key_changes_with_an_imported_source_file_the_settings_and_versions(sour
 
 
 def test_the_demo_builders_keys_cover_their_code():
-    agentic = {str(p.relative_to(build_cache.REPO)) for p in source_files(["roll.demo.agentic"])}
+    agentic = {str(p.relative_to(build_cache.package_root())) for p in source_files(["roll.demo.agentic"])}
     assert {
         "roll/demo/agentic.py",
         "roll/demo/tiny_model.py",
@@ -64,7 +64,7 @@ def test_the_demo_builders_keys_cover_their_code():
         "roll/agentic/envs/frozen_lake.py",
         "roll/agentic/env_managers/step.py",
     } <= agentic
-    rlvr = {str(p.relative_to(build_cache.REPO)) for p in source_files(["roll.demo.rlvr"])}
+    rlvr = {str(p.relative_to(build_cache.package_root())) for p in source_files(["roll.demo.rlvr"])}
     assert {"roll/demo/rlvr.py", "roll/demo/task.py", "roll/demo/warm_start.py", "roll/utils/functional.py"} <= rlvr
 
 

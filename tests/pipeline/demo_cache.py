@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.build_cache import REPO, cache_root, cached_copy, cached_entry, key_inputs
+from tests.build_cache import REPO, cache_root, cached_copy, cached_entry, key_inputs, package_root
 
 RLVR_DEMO, AGENTIC_DEMO = "rlvr-demo", "agentic-demo"
 
@@ -81,8 +81,9 @@ def _lowest_priority() -> None:
 
 
 def start_agentic_prefetch() -> subprocess.Popen | None:
-    """Starts building the agentic demo's cache entry in the background unless it is cached."""
-    if agentic_demo_is_cached():
+    """Starts building the agentic demo's cache entry in the background unless it is cached (or this process
+    imports `roll` from elsewhere than this checkout, which the child would import)."""
+    if package_root() != REPO or agentic_demo_is_cached():
         return None
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
