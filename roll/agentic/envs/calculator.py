@@ -7,7 +7,7 @@ import re
 
 from roll.agentic.envs.base import BaseEnv, EnvStep, EpisodeCounter, check_positive_int
 from roll.agentic.envs.registry import register_env
-from roll.sandbox import run_python
+from roll.sandbox import require_isolation, run_python
 
 TOOL_RE = re.compile(r"^\s*<python>(.*?)</python>\s*$", re.DOTALL | re.IGNORECASE)
 ANSWER_RE = re.compile(r"^\s*<answer>\s*(-?\d+)\s*</answer>\s*$", re.IGNORECASE)
@@ -42,6 +42,8 @@ class CalculatorEnv(BaseEnv):
         "tool_timeout": 5.0,
         "tool_memory_mb": 256,
         "max_tool_output_chars": 500,
+        # true runs the tool in a plain child process where the kernel sandbox is unavailable: NOT isolated
+        "allow_unsafe_local_sandbox": False,
     }
 
     def __init__(self, **env_config):
@@ -60,6 +62,8 @@ class CalculatorEnv(BaseEnv):
             raise ValueError(
                 f"calculator: env_config 'tool_timeout' must be a positive number of seconds, got {self.tool_timeout!r}"
             )
+        self.allow_unsafe = bool(self.config["allow_unsafe_local_sandbox"])
+        require_isolation(self.allow_unsafe)  # refuse at start-up, not at the first tool call
         self.counter = EpisodeCounter(self.max_steps)
 
     def reset(self, seed: int) -> str:
@@ -76,7 +80,9 @@ class CalculatorEnv(BaseEnv):
         return f"What is {self.expression}?"
 
     def run_tool(self, code: str) -> str:
-        result = run_python(code, timeout=self.tool_timeout, memory_mb=self.tool_memory_mb)
+        result = run_python(
+            code, timeout=self.tool_timeout, memory_mb=self.tool_memory_mb, allow_unsafe=self.allow_unsafe
+        )
         if result.timed_out:
             text = "timeout"
         elif result.returncode != 0:
