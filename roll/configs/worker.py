@@ -187,6 +187,25 @@ class RewardConfig(WorkerConfig):
     reward_args: dict[str, Any] = field_help(
         default_factory=dict, help="free-form settings for a custom reward worker (self.worker_config.reward_args)"
     )
+    # Code rewards (roll.workers.rewards.code_sandbox; ROLL's use_local / code_url)
+    use_local: bool = field_help(
+        True, "code rewards: run the test cases in roll's kernel-isolated sandbox (true) or at code_url (false)"
+    )
+    code_url: str | None = field_help(
+        None, "code rewards with use_local: false: a SandboxFusion-compatible /run_code endpoint (http://…/run_code)"
+    )
+    code_score: Literal["all_pass", "pass_rate"] = field_help(
+        "all_pass", "code rewards: 1 only if every test case passes (ROLL's rule), or the fraction that pass"
+    )
+    code_case_timeout: float = field_help(5.0, "code rewards: wall-clock seconds per test case")
+    code_memory_mb: int = field_help(512, "code rewards: memory cap per test case run (whole sandbox)")
+    code_parallel_cases: int = field_help(2, "code rewards: test cases of one sample run at once (sandboxes)")
+    code_http_retries: int = field_help(3, "code rewards at code_url: attempts per test case (timeouts, HTTP errors)")
+    allow_unsafe_local_sandbox: bool = field_help(
+        False,
+        "code rewards: where the kernel sandbox is unavailable, run model code in a plain child process "
+        "anyway (NOT a security boundary); false refuses to start and says what is missing",
+    )
 
 
 @dataclass

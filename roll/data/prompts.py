@@ -88,6 +88,10 @@ def _check_text_file(name: str, kind: str) -> None:
 
 def _ground_truth(row: dict, data_args, where: str):
     truth = row.get(data_args.ground_truth_key)
+    if truth is None and row.get("test_cases") is not None:  # ROLL's code rows: the code reward's ground truth
+        cases = row["test_cases"]
+        cases = json.loads(cases) if isinstance(cases, str) else cases
+        return json.dumps({"case_type": row.get("case_type") or "input", "test_cases": cases})
     if truth is None or isinstance(truth, str):
         return truth
     if isinstance(truth, Real) and not isinstance(truth, bool):

@@ -100,6 +100,7 @@ class RLVRPipeline(BasePipeline):
         scores = torch.zeros(len(batch))
         status = torch.zeros(len(batch), dtype=torch.int8)
         domains = batch.non_tensor_batch["domain"]
+        reward_metrics = {}
         for domain, cluster in self.reward_clusters.items():
             rows = np.nonzero(domains == domain)[0].tolist()
             if not rows:
@@ -109,6 +110,8 @@ class RLVRPipeline(BasePipeline):
             scores[rows] = out.batch["scores"][: len(rows)]
             if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
                 status[rows] = out.batch["grading_status"][: len(rows)]
+            reward_metrics.update(worker_row_metrics(out, len(rows), domain))
+        batch.meta_info["reward_metrics"] = reward_metrics
         batch.batch["scores"] = scores
         batch.batch["token_level_scores"] = scores_on_last_token(scores, batch.batch["response_mask"])
         batch.batch["grading_status"] = status
@@ -138,6 +141,7 @@ class RLVRPipeline(BasePipeline):
             with timer.phase("remax_baseline"):
                 graded.append(self.remax_baselines(batch, rows, step))
         metrics.update(self.reward_failures(*graded))
+        metrics.update(reduce_worker_metrics(batch))
         metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
@@ -172,7 +176,32 @@ class RLVRPipeline(BasePipeline):
             validation.generating_args.num_return_sequences,
             validation.pass_score,
         )
-        return {**metrics, **self.reward_failures(batch, prefix="val/")}
+        worker_metrics = reduce_worker_metrics(*parts, prefix="val/")
+        return {**metrics, **self.reward_failures(batch, prefix="val/"), **worker_metrics}
+
+
+def worker_row_metrics(out: DataProto, rows: int, domain: str) -> dict:
+    """(reduce, sum, rows) per reward/<domain>/<name>, from the per-row values a reward worker recorded
+    (RewardWorker.record_metric); reduce_worker_metrics turns them into step metrics."""
+    found = {}
+    for key, values in out.batch.items():
+        reduce, _, name = key.partition("/")
+        if reduce in ("metric_mean", "metric_sum"):  # [:rows]: without the rows padded for the workers
+            found[f"reward/{domain}/{name}"] = (reduce, float(values[:rows].double().sum()), rows)
+    return found
+
+
+def reduce_worker_metrics(*batches: DataProto, prefix: str = "") -> dict:
+    """Means (or sums) of the reward workers' recorded per-row values over these batches' rows."""
+    totals: dict = {}
+    for batch in batches:
+        for key, (reduce, total, rows) in batch.meta_info["reward_metrics"].items():
+            _, old_total, old_rows = totals.get(key, (reduce, 0.0, 0))
+            totals[key] = (reduce, old_total + total, old_rows + rows)
+    return {
+        prefix + key: total / rows if reduce == "metric_mean" else total
+        for key, (reduce, total, rows) in totals.items()
+    }
 
 
 def run_pipeline(config) -> dict:

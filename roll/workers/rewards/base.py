@@ -27,6 +27,7 @@ EXCERPT_CHARS = 200
 
 class RewardWorker(Worker):
     _grading_status: torch.Tensor | None = None
+    _row_metrics: dict | None = None
     _failures_logged = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -51,6 +52,14 @@ class RewardWorker(Worker):
                 self._log_failure(batch, row, status, error)
             scores.append(value)
         return scores
+
+    def record_metric(self, name: str, values, reduce: str = "mean") -> None:
+        """A per-row number for the step metrics: the pipeline logs reward/<domain>/<name> as the mean (or the
+        sum, with reduce="sum") over the step's rows of this domain. Call from `score`, one value per row."""
+        if reduce not in ("mean", "sum"):
+            raise ValueError(f"record_metric({name!r}): reduce must be 'mean' or 'sum', got {reduce!r}")
+        if self._row_metrics is not None:
+            self._row_metrics[f"metric_{reduce}/{name}"] = torch.tensor([float(v) for v in values])
 
     def _log_failure(self, batch: DataProto, row: int, status: int, error: BaseException | None) -> None:
         if self._failures_logged >= LOGGED_FAILURES:
@@ -77,11 +86,12 @@ class RewardWorker(Worker):
     def compute_rewards(self, batch: DataProto) -> DataProto:
         """`scores` and each row's `grading_status` (grading.GRADED, ERROR or TIMEOUT)."""
         self._grading_status = torch.full((len(batch),), GRADED, dtype=torch.int8)
+        self._row_metrics = {}
         try:
             scores = list(self.score(batch))
-            status = self._grading_status
+            status, row_metrics = self._grading_status, self._row_metrics
         finally:
-            self._grading_status = None
+            self._grading_status = self._row_metrics = None
         if len(scores) != len(batch):
             raise ValueError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
         for row, value in enumerate(scores):  # Python or numpy numbers; not tensors, strings or None
@@ -89,9 +99,13 @@ class RewardWorker(Worker):
                 raise ValueError(
                     f"{type(self).__name__}.score: row {row} has score {value!r}; scores must be finite numbers"
                 )
-        return DataProto.from_dict(
-            tensors={"scores": torch.tensor([float(v) for v in scores], dtype=torch.float32), "grading_status": status}
-        )
+        for name, values in row_metrics.items():
+            if len(values) != len(batch):
+                raise ValueError(
+                    f"{type(self).__name__}.record_metric: {name} has {len(values)} values for {len(batch)} rows"
+                )
+        scores = torch.tensor([float(v) for v in scores], dtype=torch.float32)
+        return DataProto.from_dict(tensors={"scores": scores, "grading_status": status, **row_metrics})
 
 
 def _excerpt(text) -> str:
