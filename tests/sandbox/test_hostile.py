@@ -87,14 +87,15 @@ def test_memory_split_across_children_hits_one_cap():
         "for _ in range(6):\n"
         "    if os.fork() == 0:\n"
         "        block = b'x' * (100 * 1024 * 1024)\n"
-        "        print('holding', flush=True)\n"
         "        time.sleep(3)\n"
+        "        print('held for 3 s', flush=True)\n"
         "        os._exit(0)\n"
         "for _ in range(6):\n"
         "    os.wait()\n"
     )
     result = _run(code, timeout=8.0, memory_mb=256, stdin="")
-    assert result.stdout.count("holding") <= 2, result.stdout
+    # children allocate within a fraction of a second, then hold: those that print all held at once
+    assert result.stdout.count("held for 3 s") <= 2, result.stdout
     assert result.memory_exceeded
 
 
