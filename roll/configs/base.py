@@ -5,6 +5,7 @@ from pathlib import PurePath
 from typing import Literal
 
 from roll.configs.loader import ConfigError, field_help
+from roll.configs.profiler import ProfilerConfig
 
 
 @dataclass
@@ -56,7 +57,7 @@ class PipelineConfig:
         "a path: continue from that step directory",
     )
     system_envs: dict[str, str] = field_help(
-        default_factory=dict, help="environment variables set in every Ray worker (see examples/config/envs.yaml)"
+        default_factory=dict, help="environment variables set in every Ray worker (see roll/configs/blocks/envs.yaml)"
     )
     model_update_buffer_size_mb: float = field_help(
         1024.0,
@@ -68,6 +69,11 @@ class PipelineConfig:
         "how the buckets travel: ipc (shared memory; colocated roles), collective (a gloo/NCCL broadcast "
         "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
         "shares a device with an actor_train worker, collective when none does, else object_store",
+    )
+    profiler: ProfilerConfig = field_help(
+        default_factory=ProfilerConfig,
+        help="profiling of the roles' workers (tool, steps, ranks, save_path); a role's own `profiler` block "
+        "overrides it key by key (docs/profiling.md)",
     )
     lora_weight_sync: Literal["merged", "adapter"] = field_help(
         "merged",

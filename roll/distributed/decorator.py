@@ -1,5 +1,6 @@
 """`@register(dispatch_mode=...)`: how a Cluster fans a call out to its workers and gathers results."""
 
+import functools
 from enum import Enum
 
 from roll.distributed.data_proto import DataProto
@@ -30,9 +31,18 @@ def register(dispatch_mode: Dispatch = Dispatch.ONE_TO_ALL, concurrency_group: s
         )
 
     def mark(method):
-        setattr(method, DISPATCH_ATTR, dispatch_mode)
-        setattr(method, CONCURRENCY_ATTR, concurrency_group)
-        return method
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            # a worker being profiled (start_profile) shows each call as a named range <role>.<method>
+            profiler = getattr(self, "_profiler", None)
+            if profiler is None:
+                return method(self, *args, **kwargs)
+            with profiler.phase(method.__name__):
+                return method(self, *args, **kwargs)
+
+        setattr(call, DISPATCH_ATTR, dispatch_mode)
+        setattr(call, CONCURRENCY_ATTR, concurrency_group)
+        return call
 
     return mark
 

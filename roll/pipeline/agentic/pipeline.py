@@ -195,4 +195,6 @@ def _grouping(batch: DataProto, grouping: str) -> np.ndarray:
 def run_pipeline(config) -> dict:
     """Entry point used by examples/start_agentic_pipeline.py."""
     with AgenticPipeline(config) as pipeline:
-        return pipeline.run()
+        history = pipeline.run()
+    report_learning_curves(history, config.output_dir)
+    return history

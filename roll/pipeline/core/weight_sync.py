@@ -94,6 +94,15 @@ class WeightSync:
         self._check_checksums(step)
         probe_diff = self._check_probe(step)
         size = sum(b["bytes"] for b in self.last_buckets)
+        logger.info(
+            "weight sync check passed (after step %d): actor_infer holds the trained weights (checksums equal, probe "
+            "log-probs within %.3g of actor_train's, tolerance %g); %.1f MB in %.2f s",
+            step + 1,
+            probe_diff,
+            self.tolerance,
+            size / 2**20,
+            seconds,
+        )
         return {
             "weight_sync/seconds": seconds,
             "weight_sync/size_mb": size / 2**20,
