@@ -13,8 +13,7 @@ from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
-from roll.pipeline.core.metrics import report_learning_curves
-from roll.pipeline.core.metrics import batch_metrics
+from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
