@@ -17,5 +17,6 @@ class MathRuleRewardWorker(RewardWorker):
         grade_math("\\boxed{1}", "1")
 
     def score(self, batch: DataProto) -> list[float]:
-        grade = functools.partial(grade_math, require_boxed=self.worker_config.require_boxed)
+        strict = self.worker_config.require_boxed
+        grade = functools.partial(grade_math, require_boxed=True) if strict else grade_math
         return self.grade_rows(batch, grade)  # rewards.<domain>.timeout per row
