@@ -49,7 +49,9 @@ class PipelineConfig:
     eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
     logging_steps: int = field_help(1, "print the progress line every N steps")
     sample_log_steps: int = field_help(
-        0, "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl; 0 = off"
+        0,
+        "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl and every "
+        "validation's to <output_dir>/samples/validation/step-N.jsonl (N = steps trained, 0 = before); 0 = off",
     )
     resume_from_checkpoint: bool | str = field_help(
         False,
