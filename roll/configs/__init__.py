@@ -4,7 +4,7 @@
     rlvr = load_rlvr_config(config)                                               # strict dataclasses + checks
 
 The shipped blocks (roll/configs/blocks/: `deepspeed_zero*`, `envs`, `step_envs`, `traj_envs`) are on Hydra's
-search path of every composition, so a config anywhere includes them as `- deepspeed_zero2@_here_`.
+search path of every composition, so a config anywhere includes them as `- /deepspeed_zero2@_here_`.
 Shared blocks may sit at the top level when another key
 interpolates them (`strategy_config: ${deepspeed_zero2}`) or when they are one of the shipped
 blocks; any other unknown key is an error with the closest valid name.

@@ -39,7 +39,9 @@ Top-level keys that are not fields are allowed only as shared blocks that anothe
 
 Shipped blocks are reachable from a config in any directory: they live in the package
 (`roll/configs/blocks/`) and `pkg://roll.configs.blocks` is on Hydra's search path of every composition, so a
-defaults list names them directly (`- deepspeed_zero2@_here_`, then `strategy_config: ${deepspeed_zero2}`).
+defaults list names them from the search path's root (`- /deepspeed_zero2@_here_`, then
+`strategy_config: ${deepspeed_zero2}`; the leading `/` also works in a file that another config includes, where a
+bare name would be looked up relative to that file's folder).
 A `hydra: {searchpath: [...]}` of your YAML (or a `hydra.searchpath=[...]` override) is kept and searched
 first. ROLL-style `- ../config/deepspeed_zero2@_here_` still works next to `examples/`: `examples/config/`
 holds one-line redirects to the package's blocks.

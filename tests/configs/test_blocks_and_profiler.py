@@ -24,12 +24,25 @@ def lone_config(tmp_path, defaults: list, **extra) -> str:
 
 
 def test_a_config_anywhere_reaches_the_shipped_blocks_by_name(tmp_path):
-    folder = lone_config(tmp_path, ["envs@_here_", "deepspeed_zero3@_here_"])
+    folder = lone_config(tmp_path, ["/envs@_here_", "deepspeed_zero3@_here_"])  # with or without the root "/"
     config = load_rlvr_config(
         compose_config(folder, "mine", ["actor_train.strategy_args.strategy_config=${deepspeed_zero3}"])
     )
     assert config.actor_train.strategy_args.strategy_config["zero_optimization"]["stage"] == 3
     assert config.system_envs["OMP_NUM_THREADS"] == "1"
+
+
+def test_an_included_config_reaches_the_shipped_blocks_from_the_root(tmp_path):
+    """examples/custom_env includes ../agentic_demo/frozen_lake_traj, which includes /traj_envs and /envs."""
+    base = Path(lone_config(tmp_path, ["/envs@_here_", "/deepspeed_zero2@_here_"]))
+    (base.parent / "mine").mkdir()
+    (base.parent / "mine" / "top.yaml").write_text("defaults:\n  - ../else/mine@_here_\n  - _self_\nseed: 7\n")
+    config = load_rlvr_config(
+        compose_config(
+            str(base.parent / "mine"), "top", ["actor_train.strategy_args.strategy_config=${deepspeed_zero2}"]
+        )
+    )
+    assert config.seed == 7 and config.actor_train.strategy_args.strategy_config["zero_optimization"]["stage"] == 2
 
 
 def test_the_yamls_own_search_path_is_kept_and_searched_first(tmp_path):
