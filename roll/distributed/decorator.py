@@ -31,20 +31,26 @@ def register(dispatch_mode: Dispatch = Dispatch.ONE_TO_ALL, concurrency_group: s
         )
 
     def mark(method):
-        @functools.wraps(method)
-        def call(self, *args, **kwargs):
-            # a worker being profiled (start_profile) shows each call as a named range <role>.<method>
-            profiler = getattr(self, "_profiler", None)
-            if profiler is None:
-                return method(self, *args, **kwargs)
-            with profiler.phase(method.__name__):
-                return method(self, *args, **kwargs)
-
+        call = method if method.__name__ in ("start_profile", "stop_profile") else _profiled(method)
         setattr(call, DISPATCH_ATTR, dispatch_mode)
         setattr(call, CONCURRENCY_ATTR, concurrency_group)
         return call
 
     return mark
+
+
+def _profiled(method):
+    """While a worker is profiled (Worker.start_profile), each call is a named range <role>.<method>."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        profiler = getattr(self, "_profiler", None)
+        if profiler is None:
+            return method(self, *args, **kwargs)
+        with profiler.phase(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 def split_arguments(mode: Dispatch, world_size: int, args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
