@@ -109,7 +109,12 @@ def _searchpath_override(primary: Path, overrides) -> str:
     blocks (an override of hydra.searchpath would otherwise replace the YAML's list)."""
     import yaml
 
-    entries = list(((yaml.safe_load(primary.read_text()) or {}).get("hydra") or {}).get("searchpath") or [])
+    try:
+        data = yaml.safe_load(primary.read_text())
+    except yaml.YAMLError:
+        data = None  # Hydra reports the broken file itself, with its name
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    entries = list(hydra.get("searchpath") or []) if isinstance(hydra, dict) else []
     for override in overrides:
         if _override_key(override) == "hydra.searchpath":
             value = override.partition("=")[2]
