@@ -85,6 +85,7 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
     A plain `key=value` override may set any schema field, also one the YAML leaves at its default
     (Hydra alone would refuse it); a misspelled key then fails in the strict loader with a suggestion.
     """
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -100,7 +101,7 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             return compose(config_name=config_name, overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as error:
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:  # YAML: a broken file, named
         raise ConfigError(f"composing {directory / config_name}.yaml failed: {error}") from None
 
 
