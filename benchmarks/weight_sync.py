@@ -31,7 +31,7 @@ def build_roles(model_dir: Path, buffer_mb: float, lora_rank: int = 0):
     from roll.distributed.resource_manager import ResourceManager
     from roll.workers.actor_worker import ActorWorker
 
-    zero = yaml.safe_load((Path(__file__).parents[1] / "examples/config/deepspeed_zero.yaml").read_text())
+    zero = yaml.safe_load((Path(__file__).parents[1] / "roll/configs/blocks/deepspeed_zero.yaml").read_text())
     model = ModelArgs(model_name_or_path=str(model_dir), dtype="float32")
     lora = dict(lora_target="all-linear", lora_rank=lora_rank, lora_alpha=2 * lora_rank) if lora_rank else {}
     train = WorkerConfig(

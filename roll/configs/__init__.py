@@ -3,7 +3,9 @@
     config = compose_config("examples/tiny_rlvr", "rlvr_tiny", ["max_steps=3"])  # Hydra: defaults + overrides
     rlvr = load_rlvr_config(config)                                               # strict dataclasses + checks
 
-Shared blocks (e.g. `deepspeed_zero2` from examples/config/) may sit at the top level when another key
+The shipped blocks (roll/configs/blocks/: `deepspeed_zero*`, `envs`, `step_envs`, `traj_envs`) are on Hydra's
+search path of every composition, so a config anywhere includes them as `- /deepspeed_zero2@_here_`.
+Shared blocks may sit at the top level when another key
 interpolates them (`strategy_config: ${deepspeed_zero2}`) or when they are one of the shipped
 blocks; any other unknown key is an error with the closest valid name.
 """
@@ -26,6 +28,7 @@ from roll.configs.checks import (
     roles,
 )
 from roll.configs.loader import ConfigError, build
+from roll.configs.profiler import check_profiler
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (
     DataArgs,
@@ -62,7 +65,9 @@ __all__ = [
     "policy_loss_config",
 ]
 
-# Top-level blocks of the shared files in examples/config/, allowed even when no key uses them.
+# Hydra search path entry of the shipped blocks (roll/configs/blocks/); examples/config/ redirects to them.
+BLOCKS_SEARCHPATH = "pkg://roll.configs.blocks"
+# Top-level blocks of the shipped files, allowed even when no key uses them.
 SHIPPED_BLOCKS = (
     "deepspeed_zero",
     "deepspeed_zero2",
@@ -80,6 +85,7 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
     A plain `key=value` override may set any schema field, also one the YAML leaves at its default
     (Hydra alone would refuse it); a misspelled key then fails in the strict loader with a suggestion.
     """
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -90,11 +96,35 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
             f"--config_name {config_name!r}: {directory / (config_name + '.yaml')} does not exist "
             f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})"
         )
+    searchpath = _searchpath_override(directory / f"{config_name}.yaml", overrides)
+    overrides = [_set_or_add(o) for o in overrides if _override_key(o) != "hydra.searchpath"] + [searchpath]
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return compose(config_name=config_name, overrides=[_set_or_add(o) for o in overrides])
-    except (HydraException, OmegaConfBaseException) as error:
+            return compose(config_name=config_name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:  # YAML: a broken file, named
         raise ConfigError(f"composing {directory / config_name}.yaml failed: {error}") from None
+
+
+def _searchpath_override(primary: Path, overrides) -> str:
+    """hydra.searchpath = the YAML's own entries (`hydra: {searchpath: [...]}`), an override's, then the shipped
+    blocks (an override of hydra.searchpath would otherwise replace the YAML's list)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(primary.read_text())
+    except yaml.YAMLError:
+        data = None  # Hydra reports the broken file itself, with its name
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    entries = list(hydra.get("searchpath") or []) if isinstance(hydra, dict) else []
+    for override in overrides:
+        if _override_key(override) == "hydra.searchpath":
+            value = override.partition("=")[2]
+            entries += [e.strip() for e in value.strip("[] ").split(",") if e.strip()]
+    return f"hydra.searchpath=[{','.join([*entries, BLOCKS_SEARCHPATH])}]"
+
+
+def _override_key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0].strip()
 
 
 def _set_or_add(override: str) -> str:
@@ -112,6 +142,7 @@ def load_rlvr_config(config) -> RLVRConfig:
     check_roles(rlvr)
     check_generation(rlvr)
     check_algorithm(rlvr)
+    check_profiler(rlvr, roles(rlvr))
     batch_plan(rlvr)  # raises on batch sizes that do not divide
     return rlvr
 
@@ -125,6 +156,7 @@ def load_agentic_config(config) -> AgenticConfig:
     check_roles(agentic)
     check_algorithm(agentic)
     check_agentic(agentic)
+    check_profiler(agentic, roles(agentic))
     check_micro_batching(agentic)
     return agentic
 

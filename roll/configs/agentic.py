@@ -124,7 +124,7 @@ def check_agentic(config: AgenticConfig) -> None:
     if not config.custom_envs:
         raise ConfigError(
             "'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "
-            "env_type: frozen_lake (see examples/config/traj_envs.yaml)"
+            "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
         for key in ("max_turns", "max_tokens_per_step"):

@@ -5,6 +5,7 @@ from pathlib import PurePath
 from typing import Literal
 
 from roll.configs.loader import ConfigError, field_help
+from roll.configs.profiler import ProfilerConfig
 
 
 @dataclass
@@ -48,7 +49,9 @@ class PipelineConfig:
     eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
     logging_steps: int = field_help(1, "print the progress line every N steps")
     sample_log_steps: int = field_help(
-        0, "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl; 0 = off"
+        0,
+        "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl and every "
+        "validation's to <output_dir>/samples/validation/step-N.jsonl (N = steps trained, 0 = before); 0 = off",
     )
     resume_from_checkpoint: bool | str = field_help(
         False,
@@ -56,7 +59,7 @@ class PipelineConfig:
         "a path: continue from that step directory",
     )
     system_envs: dict[str, str] = field_help(
-        default_factory=dict, help="environment variables set in every Ray worker (see examples/config/envs.yaml)"
+        default_factory=dict, help="environment variables set in every Ray worker (see roll/configs/blocks/envs.yaml)"
     )
     model_update_buffer_size_mb: float = field_help(
         1024.0,
@@ -68,6 +71,11 @@ class PipelineConfig:
         "how the buckets travel: ipc (shared memory; colocated roles), collective (a gloo/NCCL broadcast "
         "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
         "shares a device with an actor_train worker, collective when none does, else object_store",
+    )
+    profiler: ProfilerConfig = field_help(
+        default_factory=ProfilerConfig,
+        help="profiling of the roles' workers (tool, steps, ranks, save_path); a role's own `profiler` block "
+        "overrides it key by key (docs/profiling.md)",
     )
     lora_weight_sync: Literal["merged", "adapter"] = field_help(
         "merged",

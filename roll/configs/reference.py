@@ -9,6 +9,7 @@ import typing
 from roll.configs.agentic import AgenticConfig, EnvConfig, EnvManagerConfig, RewardNormalization
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import describe
+from roll.configs.profiler import ProfilerConfig, RoleProfilerConfig
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (
     DataArgs,
@@ -32,9 +33,18 @@ filled and printed at start-up together with the batch arithmetic and the placem
 
 Any field can be set from the command line (`key=value`, `actor_train.training_args.learning_rate=1e-5`).
 Top-level keys that are not fields are allowed only as shared blocks that another key interpolates
-(`model_path: ...` used as `${model_path}`) or as the shipped blocks of `examples/config/`
-(`deepspeed_zero`, `deepspeed_zero2`, `deepspeed_zero2_cpuoffload`, `deepspeed_zero3`,
-`deepspeed_zero3_cpuoffload`). `envs.yaml` sets `system_envs`.
+(`model_path: ...` used as `${model_path}`) or as the shipped blocks (`deepspeed_zero`, `deepspeed_zero2`,
+`deepspeed_zero2_cpuoffload`, `deepspeed_zero3`, `deepspeed_zero3_cpuoffload`; `envs` sets `system_envs`,
+`step_envs` / `traj_envs` define the agentic environments).
+
+Shipped blocks are reachable from a config in any directory: they live in the package
+(`roll/configs/blocks/`) and `pkg://roll.configs.blocks` is on Hydra's search path of every composition, so a
+defaults list names them from the search path's root (`- /deepspeed_zero2@_here_`, then
+`strategy_config: ${deepspeed_zero2}`; the leading `/` also works in a file that another config includes, where a
+bare name would be looked up relative to that file's folder).
+A `hydra: {searchpath: [...]}` of your YAML (or a `hydra.searchpath=[...]` override) is kept and searched
+first. ROLL-style `- ../config/deepspeed_zero2@_here_` still works next to `examples/`: `examples/config/`
+holds one-line redirects to the package's blocks.
 
 ROLL-style clip keys map onto `roll.algorithms.PolicyLossConfig` in one place
 (`roll.configs.policy_loss_config`): `clip_ratio = pg_clip`, `clip_ratio_low = pg_clip_low or pg_clip`,
@@ -53,6 +63,8 @@ SECTIONS = [
     ("`generating_args`", GeneratingArgs),
     ("`strategy_args`", StrategyArgs),
     ("`validation`", ValidationConfig),
+    ("`profiler` (pipeline level; docs/profiling.md)", ProfilerConfig),
+    ("`<role>.profiler` (per role; unset keys take the pipeline's)", RoleProfilerConfig),
     (
         "Agentic pipeline (top level of an agentic YAML: the RLVR keys up to `rollout_is_veto_threshold`, then)",
         AgenticConfig,

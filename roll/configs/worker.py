@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.loader import ConfigError, field_help, parse_device_mapping
+from roll.configs.profiler import RoleProfilerConfig
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 
@@ -108,7 +109,7 @@ class StrategyArgs:
         "what runs where: docs/strategies.md"
     )
     strategy_config: dict[str, Any] | None = field_help(
-        None, "engine settings, e.g. a DeepSpeed config via `${deepspeed_zero2}` (see examples/config/)"
+        None, "engine settings, e.g. a DeepSpeed config via `${deepspeed_zero2}` (shipped blocks: roll/configs/blocks/)"
     )
 
 
@@ -159,6 +160,9 @@ class WorkerConfig:
         "concatenate each micro-batch's rows into one row without padding (position ids restart per "
         "row) for training and scoring forwards; HF-module strategies only",
     )
+    profiler: RoleProfilerConfig | None = field_help(
+        None, "this role's profiling; unset keys take the pipeline's `profiler` values (docs/profiling.md)"
+    )
     rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
     start_timeout: float = field_help(
         300.0, "seconds a worker process of this role may take to start (imports, placement) before start-up fails"
@@ -183,6 +187,12 @@ class RewardConfig(WorkerConfig):
         "per-sample grading time limit in seconds, honoured by workers that grade through "
         "RewardWorker.grade_rows (the built-in math and multiple-choice workers): a sample past it scores 0 "
         "and counts in reward/<domain>/timeouts",
+    )
+    require_boxed: bool = field_help(
+        False,
+        "built-in math rule reward (MathRuleRewardWorker): true = grade only the answer in the response's last "
+        "\\boxed{...} and score 0 a response without one (strict format); false = math-verify's lenient "
+        "extraction, where a bare final answer also scores 1",
     )
     reward_args: dict[str, Any] = field_help(
         default_factory=dict, help="free-form settings for a custom reward worker (self.worker_config.reward_args)"

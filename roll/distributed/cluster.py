@@ -33,9 +33,12 @@ class RoleTimeout(RoleFailure, TimeoutError):
 
 
 class Cluster:
-    def __init__(self, name: str, worker_cls, resource_manager, worker_config, *, seed: int):
-        """`seed`: the pipeline's config.seed; worker `rank` seeds its RNGs with worker_seed(seed, rank)."""
+    def __init__(self, name: str, worker_cls, resource_manager, worker_config, *, seed: int, runtime_env=None):
+        """`seed`: the pipeline's config.seed; worker `rank` seeds its RNGs with worker_seed(seed, rank).
+        `runtime_env`: Ray's, for these workers (e.g. {"nsight": ...} to run them under Nsight Systems)."""
         self.name, self.worker_config = name, worker_config
+        # seconds with a call outstanding (union of call intervals as the driver sees them): busy/idle metrics
+        self.busy_seconds, self._busy_until = 0.0, 0.0
         self.rpc_timeout = worker_config.rpc_timeout
         self.start_timeout = getattr(worker_config, "start_timeout", ACTOR_START_TIMEOUT)
         placements = plan_role(
@@ -52,7 +55,9 @@ class Cluster:
         # to pick the torch.distributed rendezvous address and hands it to the other ranks.
         self.workers = [
             remote_cls.options(
-                name=f"{name}-{placement.rank}-{id(self)}", **resource_manager.actor_options(placement)
+                name=f"{name}-{placement.rank}-{id(self)}",
+                **resource_manager.actor_options(placement),
+                **({"runtime_env": runtime_env} if runtime_env else {}),
             ).remote(worker_config, placement.rank, self.world_size, placement.devices, seed=seed)
             for placement in placements
         ]
@@ -64,6 +69,11 @@ class Cluster:
                 group = _registered(worker_cls, method_name, CONCURRENCY_ATTR)
                 group = group if group in self.concurrency_groups else None  # not enabled: the usual queue
                 setattr(self, method_name, RemoteMethod(self, method_name, mode, group))
+
+    def _count_busy(self, started: float, ended: float) -> None:
+        """Adds the part of [started, ended] not counted yet (overlapping calls count once)."""
+        self.busy_seconds += max(ended - max(started, self._busy_until), 0.0)
+        self._busy_until = max(self._busy_until, ended)
 
     def shutdown(self) -> None:
         """Stop this role's workers (their devices' shares are returned to the placement group)."""
@@ -179,6 +189,7 @@ class PendingCall:
     def result(self):
         """The call's result; the role's rpc_timeout counts from submission."""
         results = self.cluster._wait(self.method, self.refs, started=self.started, ranks=self.ranks)
+        self.cluster._count_busy(self.started, time.monotonic())
         return collect_results(self.mode, results)
 
 

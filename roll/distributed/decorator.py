@@ -1,5 +1,6 @@
 """`@register(dispatch_mode=...)`: how a Cluster fans a call out to its workers and gathers results."""
 
+import functools
 from enum import Enum
 
 from roll.distributed.data_proto import DataProto
@@ -30,11 +31,26 @@ def register(dispatch_mode: Dispatch = Dispatch.ONE_TO_ALL, concurrency_group: s
         )
 
     def mark(method):
-        setattr(method, DISPATCH_ATTR, dispatch_mode)
-        setattr(method, CONCURRENCY_ATTR, concurrency_group)
-        return method
+        call = method if method.__name__ in ("start_profile", "stop_profile") else _profiled(method)
+        setattr(call, DISPATCH_ATTR, dispatch_mode)
+        setattr(call, CONCURRENCY_ATTR, concurrency_group)
+        return call
 
     return mark
+
+
+def _profiled(method):
+    """While a worker is profiled (Worker.start_profile), each call is a named range <role>.<method>."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        profiler = getattr(self, "_profiler", None)
+        if profiler is None:
+            return method(self, *args, **kwargs)
+        with profiler.phase(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 def split_arguments(mode: Dispatch, world_size: int, args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:

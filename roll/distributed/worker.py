@@ -3,6 +3,7 @@
 import os
 import socket
 
+from roll.distributed.decorator import Dispatch, register
 from roll.distributed.ray_utils import enter_driver_cwd, node_ip
 from roll.utils.logging import get_logger
 from roll.utils.seeding import set_seed, worker_seed
@@ -51,6 +52,25 @@ class Worker:
         workers get. None by default: one call at a time, in order, on the worker's main thread. With a
         group, Ray runs the default queue on a thread of its own (still one call at a time, in order)."""
         return {}
+
+    _profiler = None  # a roll.utils.profiler.WorkerProfiler during a profiled step
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def start_profile(self, step: int, settings: dict) -> bool:
+        """Begin profiling 1-based `step` if this rank is selected (settings: roll.configs.profiler.role_profile);
+        returns whether it is."""
+        from roll.utils.profiler import WorkerProfiler
+
+        if not (settings["all_ranks"] or self.rank in settings["ranks"]):
+            return False
+        self._profiler = WorkerProfiler(self.worker_name, self.rank, step, settings)
+        return True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def stop_profile(self) -> list[str]:
+        """End the profiling session (if any); the files it wrote."""
+        profiler, self._profiler = self._profiler, None
+        return profiler.stop() if profiler is not None else []
 
     def get_master_address(self) -> tuple[str, int]:
         return self.master_addr, self.master_port

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
 from roll.configs import describe_reference, optimizer_steps, reference_source
+from roll.configs.profiler import role_profile
 from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
@@ -20,6 +21,7 @@ from roll.pipeline.core import preflight, step_maths
 from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
+from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
@@ -127,6 +129,7 @@ class BasePipeline:
                 resource_manager=self.resource_manager,
                 worker_config=worker_config,
                 seed=config.seed,
+                runtime_env=_nsight_env(config, name, worker_config),
             )
         # where every worker landed (node, device); the first call each worker answers: the roles' start_timeout
         start_timeout = max(cluster.start_timeout for cluster in self.clusters.values())
@@ -137,6 +140,7 @@ class BasePipeline:
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
+        self.profiler = StepProfiler(config, self.clusters)
         self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
         steps = optimizer_steps(config)  # per pipeline step, for LR schedules
         pending = [
@@ -316,12 +320,19 @@ class BasePipeline:
     def _run_step(self, step: int, eta: ETA) -> dict:
         """One step plus its bookkeeping: validation, tracking, the progress line, checkpointing."""
         config = self.config
+        self.profiler.start(step)
+        busy = {name: cluster.busy_seconds for name, cluster in self.clusters.items()}
         started = time.perf_counter()
         metrics = self.step(step)
         last = step == config.max_steps - 1
         if config.eval_steps and ((step + 1) % config.eval_steps == 0 or last):
+            validation_started = time.perf_counter()
             metrics.update(self.validate(step + 1))
+            metrics["timing/validation"] = time.perf_counter() - validation_started
         metrics["timing/step"] = time.perf_counter() - started
+        busy = {name: cluster.busy_seconds - busy[name] for name, cluster in self.clusters.items()}
+        metrics.update(overhead_and_busy(metrics, busy))
+        self.profiler.stop()  # writing the traces is not part of the step's time
         metrics["system/recoveries"] = self.recoveries
         self.tracker.log(metrics, step)
         if step % config.logging_steps == 0 or last:
@@ -329,6 +340,24 @@ class BasePipeline:
         if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
             self.checkpointer.save(completed_steps=step + 1)
         return metrics
+
+
+def _nsight_env(config, name: str, worker_config) -> dict | None:
+    """Ray's runtime_env running a role under Nsight Systems when its profiler tool is nsys: one capture per
+    profiled step, opened and closed by the worker (torch.cuda.profiler.start/stop). Not verified here: the
+    CPU test machine has neither nsys nor a GPU, and the config check refuses nsys where nsys is missing."""
+    settings = role_profile(config.profiler, worker_config.profiler, config.output_dir)
+    if settings is None or settings["tool"] != "nsys":
+        return None
+    return {
+        "env_vars": dict(config.system_envs),
+        "nsight": {
+            "t": "cuda,cudnn,cublas,nvtx",
+            "capture-range": "cudaProfilerApi",
+            "capture-range-end": "repeat",
+            "o": f"{settings['save_path']}/{name}/nsys/worker_%p",
+        },
+    }
 
 
 def _kl_ctrl_settings(config) -> dict:

@@ -1,6 +1,6 @@
 """`deepspeed_train` / `deepspeed_infer`: DeepSpeed ZeRO 0-3 (gloo and fp32 on CPU, NCCL on GPU).
 
-`strategy_config` is a DeepSpeed JSON config (see examples/config/deepspeed_zero*.yaml). Batch
+`strategy_config` is a DeepSpeed JSON config (see roll/configs/blocks/deepspeed_zero*.yaml). Batch
 keys left as "auto" (or absent) are taken from training_args; an explicit value that disagrees with
 training_args is an error, never silently replaced.
 """

@@ -99,3 +99,17 @@ def test_a_row_that_cannot_be_graded_stops_the_step(monkeypatch):
     with pytest.raises(RewardDataError, match="not a single letter"):
         worker.compute_rewards(batch_of(["Answer: A"], ["forty"]))
     assert records.messages == []
+
+
+def test_require_boxed_scores_replies_without_a_boxed_answer_zero(monkeypatch):
+    from roll.workers.rewards.math_verify_grader import last_boxed
+
+    replies = ["The answer is 5", "so \\boxed{5}", "\\boxed{4} no wait \\boxed{5}", "\\boxed{\\frac{10}{2}}"]
+    lenient, _ = make_worker(math_rule.MathRuleRewardWorker, monkeypatch)
+    assert lenient.compute_rewards(batch_of(replies, ["5"] * 4)).batch["scores"].tolist()[:2] == [1.0, 1.0]
+    worker = math_rule.MathRuleRewardWorker(
+        RewardConfig(name="rewards.math", worker_cls="x.Y", timeout=TIMEOUT_S, require_boxed=True), 0, 1
+    )
+    worker.initialize()
+    assert worker.compute_rewards(batch_of(replies, ["5"] * 4)).batch["scores"].tolist() == [0.0, 1.0, 1.0, 1.0]
+    assert last_boxed("a \\boxed{x^{2}} b \\boxed{y") == "x^{2}"  # nested braces; an unclosed one is skipped

@@ -23,7 +23,7 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
-from roll.pipeline.core.metrics import batch_metrics
+from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
 from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
@@ -195,4 +195,6 @@ def _grouping(batch: DataProto, grouping: str) -> np.ndarray:
 def run_pipeline(config) -> dict:
     """Entry point used by examples/start_agentic_pipeline.py."""
     with AgenticPipeline(config) as pipeline:
-        return pipeline.run()
+        history = pipeline.run()
+    report_learning_curves(history, config.output_dir)
+    return history

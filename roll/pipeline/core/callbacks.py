@@ -16,10 +16,15 @@ class StepCallback:
     def on_step_end(self, step: int, batch: DataProto, metrics: dict) -> None:
         """`step` is 0-based; `metrics` are the step's metrics before validation."""
 
+    def on_validation_end(self, step: int, batch: DataProto) -> None:
+        """`step`: the training steps done (0 = before training); `batch`: every held-out sample, scored."""
+
 
 class SampleLogger(StepCallback):
     """Writes `<directory>/step-<N>.jsonl` (N = step + 1, as in the progress line): one line per sample
-    with its uid, prompt, response, ground truth, tag and score. `every` logs only every N-th step."""
+    with its uid, prompt, response, ground truth, tag and score. `every` logs only every N-th step.
+    Every validation's samples go to `<directory>/validation/step-<N>.jsonl` (N = steps trained, 0 = before
+    training), in the same format."""
 
     def __init__(self, directory: str, every: int = 1):
         self.directory, self.every = Path(directory), every
@@ -27,12 +32,17 @@ class SampleLogger(StepCallback):
     def on_step_end(self, step: int, batch: DataProto, metrics: dict) -> None:
         if (step + 1) % self.every:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        rows = sample_rows(batch)
-        path = self.directory / f"step-{step + 1}.jsonl"
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
-        tmp.replace(path)
+        _write_rows(self.directory / f"step-{step + 1}.jsonl", sample_rows(batch))
+
+    def on_validation_end(self, step: int, batch: DataProto) -> None:
+        _write_rows(self.directory / "validation" / f"step-{step}.jsonl", sample_rows(batch))
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tmp.replace(path)  # readers never see a half-written file
 
 
 def sample_rows(batch: DataProto) -> list[dict]:
@@ -64,7 +74,7 @@ def _plain(value):
     return value
 
 
-def read_samples(directory: str, step: int) -> list[dict]:
-    """The rows SampleLogger wrote for 1-based step `step`."""
-    path = Path(directory) / f"step-{step}.jsonl"
+def read_samples(directory: str, step: int, validation: bool = False) -> list[dict]:
+    """The rows SampleLogger wrote for 1-based step `step` (validation: the held-out samples after `step` steps)."""
+    path = Path(directory) / ("validation" if validation else "") / f"step-{step}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line]

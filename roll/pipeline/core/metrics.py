@@ -32,11 +32,24 @@ def progress(metrics: dict) -> str:
         ("val", "val/score/all"),
     ]
     parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
-    phases = " ".join(
-        f"{k[len('timing/') :]} {v:.1f}s" for k, v in metrics.items() if k.startswith("timing/") and k != "timing/step"
+    if "weight_sync/probe_max_abs_diff" in metrics:  # present only when the step's weight-sync check passed
+        parts.append("sync ok")
+    phases = " ".join(  # the phases and the overhead; per-role busy/idle go to the tracker only
+        f"{k[len('timing/') :]} {v:.1f}s"
+        for k, v in metrics.items()
+        if k.startswith("timing/") and k.count("/") == 1 and k != "timing/step"
     )
     return " | ".join(parts) + f" | step {metrics['timing/step']:.1f}s ({phases})"
 
 
 def fmt(metrics: dict) -> str:
     return ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+
+
+def report_learning_curves(history: dict, output_dir: str) -> str:
+    """Writes <output_dir>/learning_curves.png (roll.utils.plots) and prints its path."""
+    from roll.utils.plots import write_learning_curves
+
+    path = write_learning_curves(history, output_dir)
+    print(f"learning curves: {path}", flush=True)
+    return path

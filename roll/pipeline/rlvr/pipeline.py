@@ -13,7 +13,7 @@ from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
-from roll.pipeline.core.metrics import batch_metrics
+from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
@@ -169,6 +169,8 @@ class RLVRPipeline(BasePipeline):
             for i in range(0, len(self.val_rows), size)
         ]
         batch = DataProto.concat(parts)
+        for callback in self.callbacks:
+            callback.on_validation_end(step, batch)
         tags = [row["tag"] if row["tag"] is not None else row["domain"] for row in self.val_rows]
         metrics = validation_metrics(
             batch.batch["scores"].numpy(),
@@ -210,4 +212,6 @@ def run_pipeline(config) -> dict:
     if config.sample_log_steps:
         callbacks.append(SampleLogger(f"{config.output_dir.rstrip('/')}/samples", every=config.sample_log_steps))
     with RLVRPipeline(config, callbacks=callbacks) as pipeline:
-        return pipeline.run()
+        history = pipeline.run()
+    report_learning_curves(history, config.output_dir)
+    return history

@@ -1,4 +1,7 @@
-"""Rule-based math reward: 1.0 when math-verify finds the response's answer equal to the ground truth."""
+"""Rule-based math reward: 1.0 when math-verify finds the response's answer equal to the ground truth
+(with rewards.<domain>.require_boxed: the answer of the response's last \\boxed{}, 0 without one)."""
+
+import functools
 
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
@@ -14,4 +17,6 @@ class MathRuleRewardWorker(RewardWorker):
         grade_math("\\boxed{1}", "1")
 
     def score(self, batch: DataProto) -> list[float]:
-        return self.grade_rows(batch, grade_math)  # rewards.<domain>.timeout per row
+        strict = self.worker_config.require_boxed
+        grade = functools.partial(grade_math, require_boxed=True) if strict else grade_math
+        return self.grade_rows(batch, grade)  # rewards.<domain>.timeout per row
