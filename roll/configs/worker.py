@@ -174,6 +174,36 @@ class WorkerConfig:
 
 
 @dataclass
+class RewardFilterConfig:
+    """ROLL's group filter of dynamic sampling (docs/algorithms.md, Dynamic sampling)."""
+
+    type: Literal["no_filter", "mean_filter", "std_filter"] = field_help(
+        "no_filter",
+        "no_filter; mean_filter drops a prompt group whose mean reward is <= filter_args.threshold_down or "
+        ">= filter_args.threshold_up; std_filter drops a group whose reward std (unbiased) is <= "
+        "filter_args.std_threshold (0 = exactly the all-equal groups)",
+    )
+    filter_args: dict[str, float] = field_help(
+        default_factory=dict,
+        help="thresholds of the filter type: mean_filter reads threshold_up (default inf) and threshold_down "
+        "(default -1); std_filter reads std_threshold (default -1); any other key is an error",
+    )
+
+    def check(self, where: str) -> None:
+        from roll.algorithms.group_filter import FILTER_ARGS
+
+        unknown = sorted(set(self.filter_args) - set(FILTER_ARGS[self.type]))
+        if unknown:
+            raise ConfigError(
+                f"'{where}.filter_args' has {unknown}, not read by type {self.type!r}; "
+                f"valid keys: {sorted(FILTER_ARGS[self.type]) or 'none'}"
+            )
+        for key, value in self.filter_args.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ConfigError(f"'{where}.filter_args.{key}' = {value!r}: must be a number")
+
+
+@dataclass
 class RewardConfig(WorkerConfig):
     tag_included: list[str] = field_help(
         default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
@@ -187,6 +217,25 @@ class RewardConfig(WorkerConfig):
     reward_args: dict[str, Any] = field_help(
         default_factory=dict, help="free-form settings for a custom reward worker (self.worker_config.reward_args)"
     )
+    query_filter_config: RewardFilterConfig = field_help(
+        default_factory=RewardFilterConfig,
+        help="dynamic sampling: drop this domain's prompt groups whose rewards carry no signal before training "
+        "(refill with is_use_additional_prompts)",
+    )
+    response_filter_config: RewardFilterConfig = field_help(
+        default_factory=RewardFilterConfig,
+        help="ROLL's per-response filter; ROLL applies none whatever its type, so only no_filter is accepted",
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.query_filter_config.check(f"{self.name or 'rewards.<domain>'}.query_filter_config")
+        if self.response_filter_config.type != "no_filter" or self.response_filter_config.filter_args:
+            raise ConfigError(
+                f"'{self.name or 'rewards.<domain>'}.response_filter_config': only type no_filter without "
+                f"filter_args is supported (ROLL's response filter keeps every response); filter whole prompt "
+                f"groups with query_filter_config"
+            )
 
 
 @dataclass

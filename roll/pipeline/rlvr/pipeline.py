@@ -14,6 +14,7 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics
+from roll.pipeline.rlvr.dynamic_sampling import filter_enabled, sample_filtered_batch
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
@@ -63,9 +64,10 @@ class RLVRPipeline(BasePipeline):
         return collate_prompts(rows, self.config.prompt_length, self.pad_token_id)
 
     # ---- one step, phase by phase ---------------------------------------------------------------
-    def generate(self, rows: list[dict], step: int, mode: str = "train") -> DataProto:
+    def generate(self, rows: list[dict], step: int, mode: str = "train", generation_round: int = 0) -> DataProto:
         """mode: "train" (the group's samples), "validation" (validation.generating_args) or "greedy"
-        (one greedy answer per prompt, ReMax's baseline)."""
+        (one greedy answer per prompt, ReMax's baseline). generation_round > 0: a dynamic-sampling refill
+        round of the step, with its own sampling seed."""
         config = self.config
         batch = collate_prompts(rows, config.prompt_length, self.pad_token_id)
         batch.non_tensor_batch["domain"] = np.array([row["domain"] for row in rows], dtype=object)
@@ -85,7 +87,10 @@ class RLVRPipeline(BasePipeline):
             generation = {"num_return_sequences": config.num_return_sequences_in_group}
         n = generation["num_return_sequences"]
         self.memory.use("actor_infer")
-        batch.meta_info.update(generation_config=generation, seed=config.seed * 100003 + step)
+        seed = config.seed * 100003 + step
+        if generation_round:  # refill rounds: seeds no plain step uses
+            seed = (1 << 40) + seed * 1000 + generation_round
+        batch.meta_info.update(generation_config=generation, seed=seed)
         batch, pad = batch.pad_to_multiple(self.actor_infer.world_size)
         out = self.actor_infer.generate(batch)
         out = out[: len(out) - pad * n] if pad else out
@@ -128,11 +133,7 @@ class RLVRPipeline(BasePipeline):
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
         metrics: dict = {}
-        rows = self.sampler.next_rows(config.rollout_batch_size)
-        with timer.phase("generate"):
-            batch = self.generate(rows, step)
-        with timer.phase("reward"):
-            self.compute_rewards(batch)
+        batch, rows = self.sample_batch(step, timer, metrics)
         graded = [batch]
         if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # ReMax
             with timer.phase("remax_baseline"):
@@ -144,6 +145,21 @@ class RLVRPipeline(BasePipeline):
         for callback in self.callbacks:
             callback.on_step_end(step, batch, metrics)
         return metrics
+
+    def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict]]:
+        """The step's scored samples and their prompt rows: rollout_batch_size prompts, or with a
+        rewards.<domain>.query_filter_config the groups that pass it (roll.pipeline.rlvr.dynamic_sampling)."""
+        if filter_enabled(self.config):
+            with timer.phase("generate_and_reward"):
+                batch, rows, filter_metrics = sample_filtered_batch(self, step)
+            metrics.update(filter_metrics)
+            return batch, rows
+        rows = self.sampler.next_rows(self.config.rollout_batch_size)
+        with timer.phase("generate"):
+            batch = self.generate(rows, step)
+        with timer.phase("reward"):
+            self.compute_rewards(batch)
+        return batch, rows
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
         """`reward_baselines` (estimators registered with greedy_baseline, e.g. ReMax): each sample's
