@@ -46,11 +46,18 @@ class RLVRPipeline(BasePipeline):
 
     def _create_clusters(self) -> None:
         super()._create_clusters()
-        self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in self.config.rewards}
+        # domain → [(scorer name or None, weight, cluster)]: one worker, or a domain's weighted scorers
+        self.reward_clusters = {
+            domain: [
+                (scorer, weight, self.clusters[role]) for role, (scorer, weight, _) in reward.scorer_roles().items()
+            ]
+            for domain, reward in self.config.rewards.items()
+        }
 
     def _role_configs(self) -> dict:
         roles = super()._role_configs()
-        roles.update({f"rewards.{domain}": reward for domain, reward in self.config.rewards.items()})
+        for reward in self.config.rewards.values():
+            roles.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
         return roles
 
     def data_state(self) -> dict:
@@ -104,31 +111,52 @@ class RLVRPipeline(BasePipeline):
         `grading_status` (roll.workers.rewards.grading: graded, error or time-out; see reward_failures)."""
         scores = torch.zeros(len(batch))
         status = torch.zeros(len(batch), dtype=torch.int8)
+        scorer_scores = {  # every scorer's own score (nan on other domains' rows), for reward/<domain>/<name>
+            f"scores/{domain}/{scorer}": torch.full((len(batch),), float("nan"))
+            for domain, scorers in self.reward_clusters.items()
+            for scorer, _, _ in scorers
+            if scorer is not None
+        }
         domains = batch.non_tensor_batch["domain"]
-        for domain, cluster in self.reward_clusters.items():
+        for domain, scorers in self.reward_clusters.items():
             rows = np.nonzero(domains == domain)[0].tolist()
             if not rows:
                 continue
-            part, pad = batch[rows].pad_to_multiple(cluster.world_size)
-            out = cluster.compute_rewards(part)
-            scores[rows] = out.batch["scores"][: len(rows)]
-            if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
-                status[rows] = out.batch["grading_status"][: len(rows)]
+            for scorer, weight, cluster in scorers:
+                part, pad = batch[rows].pad_to_multiple(cluster.world_size)
+                out = cluster.compute_rewards(part)
+                if scorer is None:  # the domain's single worker: its score as it is
+                    scores[rows] = out.batch["scores"][: len(rows)]
+                else:  # several scorers: the weighted sum, each scorer's score kept for its metric
+                    part_scores = out.batch["scores"][: len(rows)]
+                    scores[rows] += weight * part_scores
+                    scorer_scores[f"scores/{domain}/{scorer}"][rows] = part_scores
+                if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
+                    # a sample failed if any of its scorers failed (the larger code: time-out over error)
+                    status[rows] = torch.maximum(status[rows], out.batch["grading_status"][: len(rows)])
         batch.batch["scores"] = scores
+        batch.batch.update(scorer_scores)
         batch.batch["token_level_scores"] = scores_on_last_token(scores, batch.batch["response_mask"])
         batch.batch["grading_status"] = status
         return batch
 
     def reward_failures(self, *batches: DataProto, prefix: str = "") -> dict:
         """reward/<domain>/errors and reward/<domain>/timeouts for every domain: samples of these batches whose
-        grader raised or ran past rewards.<domain>.timeout (they scored 0)."""
+        grader raised or ran past rewards.<domain>.timeout (they scored 0); and reward/<domain>/<name>, the
+        mean unweighted score of each of a domain's scorers."""
         status = torch.cat([batch.batch["grading_status"] for batch in batches]).numpy()
         domains = np.concatenate([batch.non_tensor_batch["domain"] for batch in batches])
-        return {
+        metrics = {
             f"{prefix}reward/{domain}/{name}": int(((status == code) & (domains == domain)).sum())
             for domain in self.config.rewards
             for name, code in (("errors", ERROR), ("timeouts", TIMEOUT))
         }
+        for key in (key for key in batches[0].batch if key.startswith("scores/")):  # a domain's scorers
+            values = torch.cat([batch.batch[key] for batch in batches])
+            values = values[~values.isnan()]
+            if len(values):
+                metrics[f"{prefix}reward/{key.removeprefix('scores/')}"] = values.mean().item()
+        return metrics
 
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
