@@ -256,11 +256,12 @@ class RewardConfig(WorkerConfig):
         """role name → (scorer name or None, weight, its WorkerConfig): the domain's reward workers."""
         if not self.scorers:
             return {self.name: (None, 1.0, self)}
-        roles = {}
-        for scorer in self.scorers:  # the role's config carries the role's full name (logs, remote errors)
-            role = f"{self.name}.{scorer.name}"
-            roles[role] = (scorer.name, scorer.weight, dataclasses.replace(scorer, name=role))
-        return roles
+        if getattr(self, "_roles", None) is None:  # built once: the role checks fill in fields (world_size)
+            self._roles = {}
+            for scorer in self.scorers:  # the role's config carries the role's full name (logs, remote errors)
+                role = f"{self.name}.{scorer.name}"
+                self._roles[role] = (scorer.name, scorer.weight, dataclasses.replace(scorer, name=role))
+        return self._roles
 
     def __post_init__(self):
         super().__post_init__()

@@ -39,3 +39,35 @@ def test_bad_filter_settings_name_the_key(overrides, message):
 def test_error_type_is_config_error():
     with pytest.raises(ConfigError):
         tiny(f"{FILTER}.type=std_filter", f"+{FILTER[1:]}.filter_args.bogus=1")
+
+
+SCORERS = "+rewards.math.scorers"
+FORMAT = "{name: format, worker_cls: roll.workers.rewards.format_rule.BoxedFormatRewardWorker, weight: 0.2}"
+ANSWER = "{name: answer, worker_cls: roll.workers.rewards.math_rule.MathRuleRewardWorker}"
+
+
+def test_scorers_become_one_role_each():
+    from roll.configs.checks import roles
+
+    config = tiny("rewards.math.worker_cls=null", f"{SCORERS}=[{FORMAT},{ANSWER}]")
+    reward = config.rewards["math"]
+    assert [(s.name, s.weight) for s in reward.scorers] == [("format", 0.2), ("answer", 1.0)]
+    scorer_roles = {name: worker for name, worker in roles(config).items() if name.startswith("rewards.")}
+    assert sorted(scorer_roles) == ["rewards.math.answer", "rewards.math.format"]
+    assert scorer_roles["rewards.math.format"].world_size == 1  # the role checks filled the scorer's role
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ([f"{SCORERS}=[{FORMAT}]"], "either worker_cls"),  # the YAML's worker_cls left in place
+        (["rewards.math.worker_cls=null", f"{SCORERS}=[{FORMAT},{FORMAT}]"], "used twice"),
+        (["rewards.math.worker_cls=null", f"{SCORERS}=[{{worker_cls: a.B}}]"], "scorers[0].name"),
+        (
+            ["rewards.math.worker_cls=null", f"{SCORERS}=[{{name: x, worker_cls: a.B, tag_included: [m]}}]"],
+            "tag_included",
+        ),
+    ],
+)
+def test_bad_scorers_name_the_key(overrides, message):
+    assert message in error_of(*overrides)

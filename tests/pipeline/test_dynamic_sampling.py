@@ -1,5 +1,7 @@
-"""Dynamic sampling end to end, on one started pipeline (the filter runs on the driver, so each test
-switches rewards.math.query_filter_config / the refill keys on the running pipeline's config)."""
+"""Dynamic sampling and a domain of several scorers end to end, on one started pipeline: rewards.math is
+a weighted `\boxed{}` format scorer plus the math answer scorer (docs/reward_domains_multi.md); the group
+filter runs on the driver, so each test switches query_filter_config / the refill keys on the running
+pipeline's config."""
 
 import logging
 
@@ -25,7 +27,16 @@ class KeepBatch(StepCallback):
 def pipeline(demo_dir, tmp_path_factory):
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
-    config = make_config(demo_dir, tmp_path_factory.mktemp("dynsample"), ["max_steps=3"])
+    scorers = [
+        {"name": "format", "worker_cls": "roll.workers.rewards.format_rule.BoxedFormatRewardWorker", "weight": 0.25},
+        {"name": "answer", "worker_cls": "roll.workers.rewards.math_rule.MathRuleRewardWorker"},
+    ]
+    config = make_config(
+        demo_dir,
+        tmp_path_factory.mktemp("dynsample"),
+        ["max_steps=3", "rewards.math.worker_cls=null"],
+        blocks={"rewards": {"math": {"scorers": scorers}}},
+    )
     keep = KeepBatch()
     with RLVRPipeline(config, callbacks=[keep]) as started:
         started.kept = keep
@@ -93,3 +104,23 @@ def test_refill_stops_at_its_bound_with_a_log_line(pipeline):
     assert metrics["dynamic_sampling/backfilled_groups"] == PROMPTS
     (line,) = [r.getMessage() for r in records if "dynamic sampling" in r.getMessage()]
     assert "max_additional_running_prompts=3 is spent" in line and "0 of 8 groups passed" in line, line
+
+
+def test_scorers_are_scored_logged_and_summed_with_their_weights(pipeline):
+    from roll.workers.rewards.format_rule import has_boxed_answer
+    from roll.workers.rewards.math_verify_grader import grade_math
+
+    set_filter(pipeline)
+    batch, _, _ = sampled(pipeline, 9)
+    texts, truths = batch.non_tensor_batch["response_text"], batch.non_tensor_batch["ground_truth"]
+    fmt = torch.tensor([float(has_boxed_answer(t)) for t in texts])
+    answer = torch.tensor([float(grade_math(t, g)) for t, g in zip(texts, truths)])
+    assert torch.equal(batch.batch["scores/math/format"], fmt)
+    assert torch.equal(batch.batch["scores/math/answer"], answer)
+    assert torch.allclose(batch.batch["scores"], 0.25 * fmt + answer)
+    assert fmt.sum() > 0 and answer.sum() > 0, (fmt, answer)  # both scorers see real, non-zero scores
+    metrics = pipeline.reward_failures(batch)
+    assert metrics["reward/math/format"] == pytest.approx(fmt.mean().item())
+    assert metrics["reward/math/answer"] == pytest.approx(answer.mean().item())
+    assert {"reward/math/errors", "reward/math/timeouts"} <= set(metrics)
+    assert "rewards.math.format" in pipeline.clusters and "rewards.math" not in pipeline.clusters
