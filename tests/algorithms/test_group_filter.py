@@ -41,3 +41,13 @@ def test_single_sample_groups_are_kept_and_bad_input_is_named():
         keep_groups(GROUPS, "median_filter", {})
     with pytest.raises(ValueError, match=r"\[groups, samples\]"):
         keep_groups(GROUPS.flatten(), "std_filter", {})
+
+
+def test_boxed_format_reward():
+    from roll.workers.rewards.format_rule import grade_format
+
+    assert grade_format("so \\boxed{12}", None) == 1.0
+    assert grade_format("\\boxed{\\frac{1}{2}} done", "x") == 1.0  # nested braces close
+    for response in ("12", "\\boxed{}", "\\boxed{  }", "\\boxed{12", "boxed{12}"):
+        assert grade_format(response, "12") == 0.0, response
+    assert grade_format("\\boxed{} then \\boxed{3}", None) == 1.0  # a later well-formed box counts
