@@ -3,9 +3,20 @@
 The formulas, section by section: docs/algorithms.md and docs/rollout_correction.md.
 """
 
-from . import advantages, aggregation, kl, policy_losses, reductions, rollout_correction, rollout_is, value_losses
+from . import (
+    advantages,
+    aggregation,
+    group_filter,
+    kl,
+    policy_losses,
+    reductions,
+    rollout_correction,
+    rollout_is,
+    value_losses,
+)
 from .advantages import *  # noqa: F401,F403
 from .aggregation import *  # noqa: F401,F403
+from .group_filter import *  # noqa: F401,F403
 from .kl import *  # noqa: F401,F403
 from .policy_losses import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
@@ -15,6 +26,16 @@ from .value_losses import *  # noqa: F401,F403
 
 __all__ = [
     name
-    for module in (reductions, advantages, kl, aggregation, policy_losses, value_losses, rollout_is, rollout_correction)
+    for module in (
+        reductions,
+        advantages,
+        kl,
+        aggregation,
+        group_filter,
+        policy_losses,
+        value_losses,
+        rollout_is,
+        rollout_correction,
+    )
     for name in module.__all__
 ]

@@ -53,7 +53,8 @@ def roles(config) -> dict:
         for name in ("actor_train", "actor_infer", "reference", "critic")
         if getattr(config, name) is not None
     }
-    out.update({f"rewards.{domain}": reward for domain, reward in getattr(config, "rewards", {}).items()})
+    for reward in getattr(config, "rewards", {}).values():  # a domain with scorers: one role per scorer
+        out.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
     return out
 
 

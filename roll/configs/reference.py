@@ -16,6 +16,8 @@ from roll.configs.worker import (
     GeneratingArgs,
     ModelArgs,
     RewardConfig,
+    RewardFilterConfig,
+    ScorerConfig,
     StrategyArgs,
     TrainingArgs,
     ValidationConfig,
@@ -57,6 +59,8 @@ SECTIONS = [
     ("Pipeline (top level of an RLVR YAML)", RLVRConfig),
     ("Roles: `actor_train`, `actor_infer`, `reference`, `critic`", WorkerConfig),
     ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
+    ("Dynamic sampling: `rewards.<domain>.query_filter_config`, `response_filter_config`", RewardFilterConfig),
+    ("Several scorers: `rewards.<domain>.scorers[i]` (all role keys, plus)", ScorerConfig),
     ("`model_args`", ModelArgs),
     ("`training_args`", TrainingArgs),
     ("`data_args`", DataArgs),
@@ -105,6 +109,8 @@ def render() -> str:
     worker_fields = {f.name for f in dataclasses.fields(WorkerConfig)}
     for title, cls in SECTIONS:
         skip = worker_fields if cls is RewardConfig else ()
+        if cls is ScorerConfig:  # its own `name` (the scorer's), then the keys beyond a role's
+            skip = worker_fields - {"name"}
         if cls is AgenticConfig:
             skip = {f.name for f in dataclasses.fields(RLAlgorithmConfig)}
         parts.append(f"## {title}\n\n" + "\n".join(_rows(cls, skip)) + "\n")

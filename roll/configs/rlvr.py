@@ -7,7 +7,7 @@ the prompt batch shape, the reward domains and the held-out prompts.
 from dataclasses import dataclass
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.loader import field_help
+from roll.configs.loader import ConfigError, field_help
 from roll.configs.worker import RewardConfig, ValidationConfig
 
 
@@ -20,6 +20,21 @@ class RLVRConfig(RLAlgorithmConfig):
     rollout_batch_size: int = field_help(8, "prompts per pipeline step")
     num_return_sequences_in_group: int = field_help(1, "samples per prompt (the group for GRPO-style estimators)")
     val_batch_size: int = field_help(64, "prompts per validation generate call")
+    # dynamic sampling (ROLL's keys): refill the groups that rewards.<domain>.query_filter_config drops
+    is_use_additional_prompts: bool = field_help(
+        False,
+        "with a query_filter_config on: draw more prompts (more generation rounds) until rollout_batch_size "
+        "groups pass the filter; off = the dropped groups' places are back-filled with dropped groups",
+    )
+    max_additional_running_prompts: int = field_help(
+        16,
+        "most extra prompts drawn per pipeline step by is_use_additional_prompts; when spent, the batch is "
+        "completed with dropped groups and a warning is logged",
+    )
+
+    def __post_init__(self):
+        if self.max_additional_running_prompts < 0:
+            raise ConfigError(f"'max_additional_running_prompts' = {self.max_additional_running_prompts}: must be >= 0")
 
     @property
     def group(self) -> tuple[str, int]:

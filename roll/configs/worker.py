@@ -5,6 +5,9 @@ Roles whose ids overlap are colocated; disjoint ids are separate — on GPUs or 
 of a CPU-only machine alike.
 """
 
+import dataclasses
+import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -178,6 +181,52 @@ class WorkerConfig:
 
 
 @dataclass
+class RewardFilterConfig:
+    """ROLL's group filter of dynamic sampling (docs/algorithms.md, Dynamic sampling)."""
+
+    type: Literal["no_filter", "mean_filter", "std_filter"] = field_help(
+        "no_filter",
+        "no_filter; mean_filter drops a prompt group whose mean reward is <= filter_args.threshold_down or "
+        ">= filter_args.threshold_up; std_filter drops a group whose reward std (unbiased) is <= "
+        "filter_args.std_threshold (0 = exactly the all-equal groups)",
+    )
+    filter_args: dict[str, float] = field_help(
+        default_factory=dict,
+        help="thresholds of the filter type: mean_filter reads threshold_up (default inf) and threshold_down "
+        "(default -1); std_filter reads std_threshold (default -1); any other key is an error",
+    )
+
+    def check(self, where: str) -> None:
+        from roll.algorithms.group_filter import FILTER_ARGS
+
+        unknown = sorted(set(self.filter_args) - set(FILTER_ARGS[self.type]))
+        if unknown:
+            raise ConfigError(
+                f"'{where}.filter_args' has {unknown}, not read by type {self.type!r}; "
+                f"valid keys: {sorted(FILTER_ARGS[self.type]) or 'none'}"
+            )
+        for key, value in self.filter_args.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ConfigError(f"'{where}.filter_args.{key}' = {value!r}: must be a number")
+
+
+_SCORER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+@dataclass
+class ScorerConfig(WorkerConfig):
+    """One of several reward workers of a domain (docs/reward_domains_multi.md); a role of its own,
+    `rewards.<domain>.<name>`."""
+
+    name: str = field_help("", "required: the scorer's name (letters, digits, _), logged as reward/<domain>/<name>")
+    weight: float = field_help(1.0, "the domain's reward is the sum over its scorers of weight × score")
+    timeout: float = field_help(5.0, "per-sample grading time limit in seconds, as rewards.<domain>.timeout")
+    reward_args: dict[str, Any] = field_help(
+        default_factory=dict, help="free-form settings for this scorer's worker (self.worker_config.reward_args)"
+    )
+
+
+@dataclass
 class RewardConfig(WorkerConfig):
     tag_included: list[str] = field_help(
         default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
@@ -216,6 +265,58 @@ class RewardConfig(WorkerConfig):
         "code rewards: where the kernel sandbox is unavailable, run model code in a plain child process "
         "anyway (NOT a security boundary); false refuses to start and says what is missing",
     )
+    query_filter_config: RewardFilterConfig = field_help(
+        default_factory=RewardFilterConfig,
+        help="dynamic sampling: drop this domain's prompt groups whose rewards carry no signal before training "
+        "(refill with is_use_additional_prompts)",
+    )
+    response_filter_config: RewardFilterConfig = field_help(
+        default_factory=RewardFilterConfig,
+        help="ROLL's per-response filter; ROLL applies none whatever its type, so only no_filter is accepted",
+    )
+
+    scorers: list[ScorerConfig] = field_help(
+        default_factory=list,
+        help="several reward workers on each sample, instead of this domain's worker_cls: a list of "
+        "{name, worker_cls, weight, ...} (docs/reward_domains_multi.md); empty = the domain's own worker_cls",
+    )
+
+    def scorer_roles(self) -> dict:
+        """role name → (scorer name or None, weight, its WorkerConfig): the domain's reward workers."""
+        if not self.scorers:
+            return {self.name: (None, 1.0, self)}
+        if getattr(self, "_roles", None) is None:  # built once: the role checks fill in fields (world_size)
+            self._roles = {}
+            for scorer in self.scorers:  # the role's config carries the role's full name (logs, remote errors)
+                role = f"{self.name}.{scorer.name}"
+                self._roles[role] = (scorer.name, scorer.weight, dataclasses.replace(scorer, name=role))
+        return self._roles
+
+    def __post_init__(self):
+        super().__post_init__()
+        where = self.name or "rewards.<domain>"
+        if self.scorers and self.worker_cls is not None:
+            raise ConfigError(f"'{where}': set either worker_cls (one reward worker) or scorers (several), not both")
+        seen = set()
+        for index, scorer in enumerate(self.scorers):
+            if not _SCORER_NAME.match(scorer.name):
+                raise ConfigError(
+                    f"'{where}.scorers[{index}].name' = {scorer.name!r}: required, letters, digits and _ only"
+                )
+            if scorer.name in seen:
+                raise ConfigError(f"'{where}.scorers[{index}].name' = {scorer.name!r} is used twice in this domain")
+            seen.add(scorer.name)
+            if not math.isfinite(scorer.weight):
+                raise ConfigError(f"'{where}.scorers[{index}].weight' = {scorer.weight}: must be a finite number")
+            if not scorer.timeout > 0:
+                raise ConfigError(f"'{where}.scorers[{index}].timeout' = {scorer.timeout}: must be > 0 seconds")
+        self.query_filter_config.check(f"{self.name or 'rewards.<domain>'}.query_filter_config")
+        if self.response_filter_config.type != "no_filter" or self.response_filter_config.filter_args:
+            raise ConfigError(
+                f"'{self.name or 'rewards.<domain>'}.response_filter_config': only type no_filter without "
+                f"filter_args is supported (ROLL's response filter keeps every response); filter whole prompt "
+                f"groups with query_filter_config"
+            )
 
 
 @dataclass

@@ -14,6 +14,8 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
+from roll.pipeline.rlvr.dynamic_sampling import filter_enabled, sample_filtered_batch
+from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_metrics
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
@@ -45,11 +47,18 @@ class RLVRPipeline(BasePipeline):
 
     def _create_clusters(self) -> None:
         super()._create_clusters()
-        self.reward_clusters = {domain: self.clusters[f"rewards.{domain}"] for domain in self.config.rewards}
+        # domain → [(scorer name or None, weight, cluster)]: one worker, or a domain's weighted scorers
+        self.reward_clusters = {
+            domain: [
+                (scorer, weight, self.clusters[role]) for role, (scorer, weight, _) in reward.scorer_roles().items()
+            ]
+            for domain, reward in self.config.rewards.items()
+        }
 
     def _role_configs(self) -> dict:
         roles = super()._role_configs()
-        roles.update({f"rewards.{domain}": reward for domain, reward in self.config.rewards.items()})
+        for reward in self.config.rewards.values():
+            roles.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
         return roles
 
     def data_state(self) -> dict:
@@ -63,9 +72,10 @@ class RLVRPipeline(BasePipeline):
         return collate_prompts(rows, self.config.prompt_length, self.pad_token_id)
 
     # ---- one step, phase by phase ---------------------------------------------------------------
-    def generate(self, rows: list[dict], step: int, mode: str = "train") -> DataProto:
+    def generate(self, rows: list[dict], step: int, mode: str = "train", generation_round: int = 0) -> DataProto:
         """mode: "train" (the group's samples), "validation" (validation.generating_args) or "greedy"
-        (one greedy answer per prompt, ReMax's baseline)."""
+        (one greedy answer per prompt, ReMax's baseline). generation_round > 0: a dynamic-sampling refill
+        round of the step, with its own sampling seed."""
         config = self.config
         batch = collate_prompts(rows, config.prompt_length, self.pad_token_id)
         batch.non_tensor_batch["domain"] = np.array([row["domain"] for row in rows], dtype=object)
@@ -85,7 +95,10 @@ class RLVRPipeline(BasePipeline):
             generation = {"num_return_sequences": config.num_return_sequences_in_group}
         n = generation["num_return_sequences"]
         self.memory.use("actor_infer")
-        batch.meta_info.update(generation_config=generation, seed=config.seed * 100003 + step)
+        seed = config.seed * 100003 + step
+        if generation_round:  # refill rounds: seeds no plain step uses
+            seed = (1 << 40) + seed * 1000 + generation_round
+        batch.meta_info.update(generation_config=generation, seed=seed)
         batch, pad = batch.pad_to_multiple(self.actor_infer.world_size)
         out = self.actor_infer.generate(batch)
         out = out[: len(out) - pad * n] if pad else out
@@ -99,43 +112,61 @@ class RLVRPipeline(BasePipeline):
         `grading_status` (roll.workers.rewards.grading: graded, error or time-out; see reward_failures)."""
         scores = torch.zeros(len(batch))
         status = torch.zeros(len(batch), dtype=torch.int8)
+        scorer_scores = {  # every scorer's own score (nan on other domains' rows), for reward/<domain>/<name>
+            f"scores/{domain}/{scorer}": torch.full((len(batch),), float("nan"))
+            for domain, scorers in self.reward_clusters.items()
+            for scorer, _, _ in scorers
+            if scorer is not None
+        }
         domains = batch.non_tensor_batch["domain"]
         reward_metrics = {}
-        for domain, cluster in self.reward_clusters.items():
+        for domain, scorers in self.reward_clusters.items():
             rows = np.nonzero(domains == domain)[0].tolist()
             if not rows:
                 continue
-            part, pad = batch[rows].pad_to_multiple(cluster.world_size)
-            out = cluster.compute_rewards(part)
-            scores[rows] = out.batch["scores"][: len(rows)]
-            if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
-                status[rows] = out.batch["grading_status"][: len(rows)]
-            reward_metrics.update(worker_row_metrics(out, len(rows), domain))
+            for scorer, weight, cluster in scorers:
+                part, pad = batch[rows].pad_to_multiple(cluster.world_size)
+                out = cluster.compute_rewards(part)
+                if scorer is None:  # the domain's single worker: its score as it is
+                    scores[rows] = out.batch["scores"][: len(rows)]
+                else:  # several scorers: the weighted sum, each scorer's score kept for its metric
+                    part_scores = out.batch["scores"][: len(rows)]
+                    scores[rows] += weight * part_scores
+                    scorer_scores[f"scores/{domain}/{scorer}"][rows] = part_scores
+                if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
+                    # a sample failed if any of its scorers failed (the larger code: time-out over error)
+                    status[rows] = torch.maximum(status[rows], out.batch["grading_status"][: len(rows)])
+                where = domain if scorer is None else f"{domain}/{scorer}"
+                reward_metrics.update(worker_row_metrics(out, len(rows), where))
         batch.meta_info["reward_metrics"] = reward_metrics
         batch.batch["scores"] = scores
+        batch.batch.update(scorer_scores)
         batch.batch["token_level_scores"] = scores_on_last_token(scores, batch.batch["response_mask"])
         batch.batch["grading_status"] = status
         return batch
 
     def reward_failures(self, *batches: DataProto, prefix: str = "") -> dict:
         """reward/<domain>/errors and reward/<domain>/timeouts for every domain: samples of these batches whose
-        grader raised or ran past rewards.<domain>.timeout (they scored 0)."""
+        grader raised or ran past rewards.<domain>.timeout (they scored 0); and reward/<domain>/<name>, the
+        mean unweighted score of each of a domain's scorers."""
         status = torch.cat([batch.batch["grading_status"] for batch in batches]).numpy()
         domains = np.concatenate([batch.non_tensor_batch["domain"] for batch in batches])
-        return {
+        metrics = {
             f"{prefix}reward/{domain}/{name}": int(((status == code) & (domains == domain)).sum())
             for domain in self.config.rewards
             for name, code in (("errors", ERROR), ("timeouts", TIMEOUT))
         }
+        for key in (key for key in batches[0].batch if key.startswith("scores/")):  # a domain's scorers
+            values = torch.cat([batch.batch[key] for batch in batches])
+            values = values[~values.isnan()]
+            if len(values):
+                metrics[f"{prefix}reward/{key.removeprefix('scores/')}"] = values.mean().item()
+        return metrics
 
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
         metrics: dict = {}
-        rows = self.sampler.next_rows(config.rollout_batch_size)
-        with timer.phase("generate"):
-            batch = self.generate(rows, step)
-        with timer.phase("reward"):
-            self.compute_rewards(batch)
+        batch, rows = self.sample_batch(step, timer, metrics)
         graded = [batch]
         if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # ReMax
             with timer.phase("remax_baseline"):
@@ -148,6 +179,21 @@ class RLVRPipeline(BasePipeline):
         for callback in self.callbacks:
             callback.on_step_end(step, batch, metrics)
         return metrics
+
+    def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict]]:
+        """The step's scored samples and their prompt rows: rollout_batch_size prompts, or with a
+        rewards.<domain>.query_filter_config the groups that pass it (roll.pipeline.rlvr.dynamic_sampling)."""
+        if filter_enabled(self.config):
+            with timer.phase("generate_and_reward"):
+                batch, rows, filter_metrics = sample_filtered_batch(self, step)
+            metrics.update(filter_metrics)
+            return batch, rows
+        rows = self.sampler.next_rows(self.config.rollout_batch_size)
+        with timer.phase("generate"):
+            batch = self.generate(rows, step)
+        with timer.phase("reward"):
+            self.compute_rewards(batch)
+        return batch, rows
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
         """`reward_baselines` (estimators registered with greedy_baseline, e.g. ReMax): each sample's
@@ -180,30 +226,6 @@ class RLVRPipeline(BasePipeline):
         )
         worker_metrics = reduce_worker_metrics(*parts, prefix="val/")
         return {**metrics, **self.reward_failures(batch, prefix="val/"), **worker_metrics}
-
-
-def worker_row_metrics(out: DataProto, rows: int, domain: str) -> dict:
-    """(reduce, sum, rows) per reward/<domain>/<name>, from the per-row values a reward worker recorded
-    (RewardWorker.record_metric); reduce_worker_metrics turns them into step metrics."""
-    found = {}
-    for key, values in out.batch.items():
-        reduce, _, name = key.partition("/")
-        if reduce in ("metric_mean", "metric_sum"):  # [:rows]: without the rows padded for the workers
-            found[f"reward/{domain}/{name}"] = (reduce, float(values[:rows].double().sum()), rows)
-    return found
-
-
-def reduce_worker_metrics(*batches: DataProto, prefix: str = "") -> dict:
-    """Means (or sums) of the reward workers' recorded per-row values over these batches' rows."""
-    totals: dict = {}
-    for batch in batches:
-        for key, (reduce, total, rows) in batch.meta_info["reward_metrics"].items():
-            _, old_total, old_rows = totals.get(key, (reduce, 0.0, 0))
-            totals[key] = (reduce, old_total + total, old_rows + rows)
-    return {
-        prefix + key: total / rows if reduce == "metric_mean" else total
-        for key, (reduce, total, rows) in totals.items()
-    }
 
 
 def run_pipeline(config) -> dict:
