@@ -33,6 +33,7 @@ class RLVRConfig(RLAlgorithmConfig):
     )
 
     def __post_init__(self):
+        super().__post_init__()
         if self.max_additional_running_prompts < 0:
             raise ConfigError(f"'max_additional_running_prompts' = {self.max_additional_running_prompts}: must be >= 0")
 
