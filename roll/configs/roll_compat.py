@@ -99,7 +99,7 @@ def _dataset_dir(block, value, path):
 def _num_beams(block, value, path):
     if value == 1 and not isinstance(value, bool):
         return None
-    return f"'{path}' = {value!r} is refused: only 1 (no beam search); {_note('generating_args', 'num_beams')}"
+    return f"'{path}' = {value!r} is refused: {_note('generating_args', 'num_beams')}"
 
 
 def _drop(block, value, path):
