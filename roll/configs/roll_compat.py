@@ -60,7 +60,7 @@ def _dtype(block, value, path):
     if value in DTYPES or value in DTYPES.values():
         block["dtype"] = DTYPES.get(value, value)
         return None
-    return f"'{path}' = {value!r}: choose one of {sorted(DTYPES)} (or {sorted(DTYPES.values())})"
+    return f"'{path}' = {value!r} is not allowed; choose one of {sorted(DTYPES)} (or {sorted(DTYPES.values())})"
 
 
 def _column(ours):
