@@ -10,7 +10,7 @@ import dataclasses
 import importlib.util
 import posixpath
 
-from roll.configs.roll_keys import ALIAS, DTYPES, PENDING, REFUSED, ROLL_KEYS, ROLL_REWARD_PREFIX, ROLL_REWARD_WORKERS
+from roll.configs.roll_keys import DTYPES, PENDING, REFUSED, ROLL_KEYS, ROLL_REWARD_PREFIX, ROLL_REWARD_WORKERS
 
 SUB_BLOCKS = ("model_args", "data_args", "generating_args", "training_args")
 
@@ -160,10 +160,16 @@ def _reward_worker(reward: dict, path: str, problems: list) -> None:
     target = ROLL_REWARD_WORKERS.get(name)
     if target is None:
         problems.append(
-            (path, f"'{path}' = {name!r}: no roll counterpart of this ROLL reward worker; known: {sorted(ROLL_REWARD_WORKERS)}")
+            (
+                path,
+                f"'{path}' = {name!r}: no roll counterpart of this ROLL reward worker; "
+                f"known: {sorted(ROLL_REWARD_WORKERS)}",
+            )
         )
     elif importlib.util.find_spec(target.rpartition(".")[0]) is None:
-        problems.append((path, f"'{path}' = {name!r} is not supported yet: its roll counterpart {target} does not exist yet"))
+        problems.append(
+            (path, f"'{path}' = {name!r} is not supported yet: its roll counterpart {target} does not exist yet")
+        )
     else:
         reward["worker_cls"] = target
 
@@ -252,7 +258,7 @@ def compatibility_page() -> str:
         "",
         "A ROLL YAML loads here unedited when every key it uses is *supported* (same name, same meaning) or an",
         "*alias* (ROLL's spelling, rewritten to roll's before the strict loader). A *refused* key or value fails",
-        "with the reason; a *pending* key fails with \"not supported yet\" and the reason until its feature lands.",
+        'with the reason; a *pending* key fails with "not supported yet" and the reason until its feature lands.',
         "All problems of a file are reported together, grouped by block.",
         "",
         "## Keys under other names, refused or pending",
@@ -262,7 +268,13 @@ def compatibility_page() -> str:
     ]
     for entry in ROLL_KEYS:
         lines.append(f"| {entry.block or 'top level'} | `{entry.key}` | {entry.status} | {entry.note} |")
-    lines += ["", "## Reward workers by ROLL's dotted paths", "", "| ROLL worker_cls | roll class | status |", "|---|---|---|"]
+    lines += [
+        "",
+        "## Reward workers by ROLL's dotted paths",
+        "",
+        "| ROLL worker_cls | roll class | status |",
+        "|---|---|---|",
+    ]
     for roll_path, ours in ROLL_REWARD_WORKERS.items():
         exists = importlib.util.find_spec(ours.rpartition(".")[0]) is not None
         lines.append(f"| `{roll_path}` | `{ours}` | {'supported' if exists else 'pending (module not built yet)'} |")

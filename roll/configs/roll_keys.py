@@ -38,7 +38,12 @@ ROLL_KEYS: list[RollKey] = [
     # top level
     RollKey("", "hydra", ALIAS, "Hydra's own run settings (run dir, job name); removed before loading"),
     RollKey("", "pretrain", ALIAS, "ROLL's model-path variable for `${pretrain}`; removed after interpolation"),
-    RollKey("", "reward_pretrain", ALIAS, "ROLL's reward-model variable for `${reward_pretrain}`; removed after interpolation"),
+    RollKey(
+        "",
+        "reward_pretrain",
+        ALIAS,
+        "ROLL's reward-model variable for `${reward_pretrain}`; removed after interpolation",
+    ),
     RollKey(
         "",
         "sequence_length",
@@ -91,8 +96,13 @@ ROLL_KEYS: list[RollKey] = [
     RollKey("data_args", "dataset_dir", ALIAS, "directory that relative file_name entries are resolved against"),
     *_pending("data_args", "interleave_probs domain_interleave_probs preprocessing_num_workers", NOT_BUILT),
     # generating_args
-    RollKey("generating_args", "num_beams", ALIAS, "1 only (sampling); beam search is refused: its samples have "
-            "no per-token sampling probability, which every policy-gradient estimator here needs"),
+    RollKey(
+        "generating_args",
+        "num_beams",
+        ALIAS,
+        "1 only (sampling); beam search is refused: its samples have "
+        "no per-token sampling probability, which every policy-gradient estimator here needs",
+    ),
     *_pending("generating_args", "repetition_penalty stop_strings", NOT_BUILT),
     # training_args
     *_pending("training_args", "num_train_epochs", NOT_BUILT),

@@ -18,8 +18,15 @@ CORPUS = Path(__file__).parent / "roll_corpus"
 
 def dry_run(config_dir: Path, name: str, capsys, script="rlvr") -> tuple[int, str, str]:
     load = load_rlvr_config if script == "rlvr" else load_agentic_config
-    code = launch(["--config_path", str(config_dir), "--config_name", name, "--dry_run"], "", ROOT / "examples",
-                  "", "", load, lambda config: pytest.fail("--dry_run must not run the pipeline"))
+    code = launch(
+        ["--config_path", str(config_dir), "--config_name", name, "--dry_run"],
+        "",
+        ROOT / "examples",
+        "",
+        "",
+        load,
+        lambda config: pytest.fail("--dry_run must not run the pipeline"),
+    )
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -39,8 +46,13 @@ def test_five_mistakes_are_reported_in_one_run(capsys):
     code, _, err = dry_run(CORPUS, "rlvr_five_mistakes", capsys)
     assert code == 2
     assert "5 problems in the config" in err
-    for fragment in ("'max_stepz'; did you mean 'max_steps'", "dtype' = 'bf17'", "learning_rate' = 'fast'",
-                     "unknown key 'actor_train.data_args.promt'", "num_beams' = 4 is refused: 1 only"):
+    for fragment in (
+        "'max_stepz'; did you mean 'max_steps'",
+        "dtype' = 'bf17'",
+        "learning_rate' = 'fast'",
+        "unknown key 'actor_train.data_args.promt'",
+        "num_beams' = 4 is refused: 1 only",
+    ):
         assert fragment in err, err
     assert "[actor_train.model_args]" in err and "[top level]" in err  # grouped by block
 
@@ -50,7 +62,9 @@ def test_pending_keys_fail_all_at_once_with_their_reasons(capsys):
     assert code == 2
     assert "async_generation_ratio' is a ROLL key not supported yet: asynchronous generation" in err
     assert "domain_interleave_probs' is a ROLL key not supported yet" in err
-    pending_rewards = [d for d in ("code_sandbox", "llm_judge", "ifeval", "crossthinkqa") if f"rewards.{d}.worker_cls" in err]
+    pending_rewards = [
+        d for d in ("code_sandbox", "llm_judge", "ifeval", "crossthinkqa") if f"rewards.{d}.worker_cls" in err
+    ]
     assert all("not supported yet" in line for line in err.splitlines() if "worker_cls' =" in line)
     # the rewards whose modules exist resolve; the rest are listed as pending in the same run
     assert len(err.split("\n    - ")) - 1 == 2 + len(pending_rewards)
@@ -60,8 +74,17 @@ def rlvr_dict(**extra) -> dict:
     base = {
         "rollout_batch_size": 4,
         "num_return_sequences_in_group": 2,
-        "actor_train": {"model_args": {"model_name_or_path": "/m"}, "data_args": {"file_name": "t.json"}, "strategy_args": {"strategy_name": "deepspeed_train"}, "device_mapping": [0]},
-        "actor_infer": {"model_args": {"model_name_or_path": "/m"}, "strategy_args": {"strategy_name": "hf_infer"}, "device_mapping": [0]},
+        "actor_train": {
+            "model_args": {"model_name_or_path": "/m"},
+            "data_args": {"file_name": "t.json"},
+            "strategy_args": {"strategy_name": "deepspeed_train"},
+            "device_mapping": [0],
+        },
+        "actor_infer": {
+            "model_args": {"model_name_or_path": "/m"},
+            "strategy_args": {"strategy_name": "hf_infer"},
+            "device_mapping": [0],
+        },
         "rewards": {"math": {"worker_cls": "roll.workers.rewards.math_rule.MathRuleRewardWorker"}},
     }
     for key, value in extra.items():
@@ -69,8 +92,9 @@ def rlvr_dict(**extra) -> dict:
     return base
 
 
-@pytest.mark.parametrize("roll_name,ours", [("fp32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16"),
-                                            ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize(
+    "roll_name,ours", [("fp32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16"), ("bfloat16", "bfloat16")]
+)
 def test_dtype_both_spellings(roll_name, ours):
     data = rlvr_dict()
     data["actor_train"]["model_args"]["dtype"] = roll_name
@@ -137,8 +161,12 @@ def test_agentic_yaml_with_roll_spellings(name):
     from omegaconf import OmegaConf
 
     config = OmegaConf.to_container(compose_config(str(ROOT / "examples" / "agentic_demo"), name), resolve=False)
-    config.update(hydra={"run": {"dir": "."}}, pretrain="/m", sequence_length=100000,
-                  checkpoint_config={"type": "file_system", "output_dir": config["output_dir"]})
+    config.update(
+        hydra={"run": {"dir": "."}},
+        pretrain="/m",
+        sequence_length=100000,
+        checkpoint_config={"type": "file_system", "output_dir": config["output_dir"]},
+    )
     for role in ("actor_train", "actor_infer"):
         config[role]["model_args"]["dtype"] = "fp32"
     agentic = load_agentic_config(config)
