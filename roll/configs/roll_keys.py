@@ -63,7 +63,6 @@ ROLL_KEYS: list[RollKey] = [
         "type: file_system only; output_dir becomes the top-level output_dir (checkpoints then go to "
         "<output_dir>/checkpoints/step-N); a different top-level output_dir is an error",
     ),
-    RollKey("", "tracker_kwargs", PENDING, f"wandb/swanlab trackers: {NOT_BUILT}"),
     *_pending("", "async_generation_ratio", ASYNC),
     *_pending(
         "",
