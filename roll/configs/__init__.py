@@ -113,6 +113,7 @@ def load_rlvr_config(config) -> RLVRConfig:
     check_generation(rlvr)
     check_algorithm(rlvr)
     batch_plan(rlvr)  # raises on batch sizes that do not divide
+    _check_engines(rlvr)
     return rlvr
 
 
@@ -126,12 +127,13 @@ def load_agentic_config(config) -> AgenticConfig:
     check_algorithm(agentic)
     check_agentic(agentic)
     check_micro_batching(agentic)
+    _check_engines(agentic)
     return agentic
 
 
 def _build_with_roll_keys(cls, data: dict):
     """ROLL spellings translated, then the strict build; every problem of the file raised together."""
-    from roll.configs.roll_compat import check_roll_keys, check_strategy_configs, translate
+    from roll.configs.roll_compat import check_roll_keys, translate
 
     problems = translate(data)
     extra = data.pop("__roll__", {})
@@ -139,10 +141,19 @@ def _build_with_roll_keys(cls, data: dict):
         config = build(cls, data)
     except ConfigError as error:
         raise collected(problems + error.problems) from None
-    problems += check_roll_keys(config, extra) + check_strategy_configs(config)
+    problems += check_roll_keys(config, extra)
     if problems:
         raise collected(problems)
     return config
+
+
+def _check_engines(config) -> None:
+    """Every role's strategy_config through its engine's validator, so --dry_run catches engine-key mistakes."""
+    from roll.configs.roll_compat import check_strategy_configs
+
+    problems = check_strategy_configs(config)
+    if problems:
+        raise collected(problems)
 
 
 def optimizer_steps(config) -> dict:

@@ -102,7 +102,7 @@ ROLL_KEYS: list[RollKey] = [
         "1 only (sampling); beam search is refused: its samples have "
         "no per-token sampling probability, which every policy-gradient estimator here needs",
     ),
-    *_pending("generating_args", "repetition_penalty stop_strings", NOT_BUILT),
+    *_pending("generating_args", "stop_strings", NOT_BUILT),
     # training_args
     *_pending("training_args", "num_train_epochs", NOT_BUILT),
 ]

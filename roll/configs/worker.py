@@ -87,6 +87,11 @@ class GeneratingArgs:
     num_return_sequences: int | None = field_help(
         None, "samples per prompt; null means num_return_sequences_in_group (validation: 1)"
     )
+    repetition_penalty: float = field_help(
+        1.0,
+        "divide the logits of tokens already in the sequence by this (> 0; 1 = off, ROLL/HF meaning); "
+        "≠ 1 makes rollout log-probs differ from the trainer's",
+    )
 
     def __post_init__(self):
         if not self.temperature > 0:
@@ -96,6 +101,8 @@ class GeneratingArgs:
             )
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"'top_p' = {self.top_p}: must be in (0, 1] (1 = off)")
+        if not self.repetition_penalty > 0:
+            raise ConfigError(f"'repetition_penalty' = {self.repetition_penalty}: must be > 0 (1 = off)")
         if self.top_k < 0:
             raise ConfigError(f"'top_k' = {self.top_k}: must be >= 0 (0 = off)")
 

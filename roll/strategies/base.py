@@ -242,6 +242,7 @@ class InferenceStrategy:
             "top_p": args.top_p,
             "top_k": args.top_k,
             "do_sample": args.do_sample,
+            "repetition_penalty": args.repetition_penalty,
             "num_return_sequences": 1 if request else args.num_return_sequences,
         }
         if request:

@@ -189,3 +189,25 @@ def test_pending_entries_name_their_reason():
 def test_roll_compatibility_page_is_current():
     page = (ROOT / "docs" / "roll_compatibility.md").read_text()
     assert page == compatibility_page(), "regenerate: python -m roll.configs.roll_compat > docs/roll_compatibility.md"
+
+
+def test_repetition_penalty_reaches_every_engine():
+    from roll.strategies.hf_infer import HFInferStrategy
+    from roll.strategies.sglang_infer import sampling_params
+
+    settings = {
+        "max_new_tokens": 4,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "do_sample": True,
+        "num_return_sequences": 1,
+        "repetition_penalty": 1.3,
+    }
+    assert HFInferStrategy._generate_kwargs(settings)["repetition_penalty"] == 1.3
+    assert "repetition_penalty" not in HFInferStrategy._generate_kwargs({**settings, "repetition_penalty": 1.0})
+    assert sampling_params(settings, [0], None)["repetition_penalty"] == 1.3
+    data = rlvr_dict()
+    data["actor_infer"]["generating_args"] = {"repetition_penalty": 0}
+    with pytest.raises(ConfigError, match="'actor_infer.generating_args.repetition_penalty' = 0"):
+        load_rlvr_config(data)
