@@ -81,7 +81,7 @@ ROLL_KEYS: list[RollKey] = [
     *_pending("", "profiler_timeline profiler_output_dir profiler_memory", PROFILER),
     # model_args
     RollKey("model_args", "dtype", ALIAS, "fp32 | bf16 | fp16 = float32 | bfloat16 | float16 (both spellings taken)"),
-    *_pending("model_args", "model_type attn_implementation", NOT_BUILT),
+    *_pending("model_args", "model_type", NOT_BUILT),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
     RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),

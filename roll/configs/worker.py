@@ -17,6 +17,11 @@ Dtype = Literal["float32", "bfloat16", "float16"]
 class ModelArgs:
     model_name_or_path: str = field_help(help="HF model directory (config, weights, tokenizer) this role loads")
     dtype: Dtype = field_help("float32", "parameter dtype; bfloat16 on GPUs, float32 on CPU (bf16 is ~5x slower there)")
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "fa2"] | None = field_help(
+        None,
+        "attention kernel of HF-module strategies (transformers' attn_implementation; fa2 = flash_attention_2, "
+        "which needs the flash-attn package and a GPU); null = transformers' default. vLLM/SGLang pick their own",
+    )
     disable_gradient_checkpointing: bool = field_help(
         False, "train without activation checkpointing (faster, more memory); only read by training strategies"
     )

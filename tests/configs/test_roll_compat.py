@@ -211,3 +211,27 @@ def test_repetition_penalty_reaches_every_engine():
     data["actor_infer"]["generating_args"] = {"repetition_penalty": 0}
     with pytest.raises(ConfigError, match="'actor_infer.generating_args.repetition_penalty' = 0"):
         load_rlvr_config(data)
+
+
+def test_attn_implementation_reaches_from_pretrained(tmp_path):
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from roll.configs.worker import ModelArgs
+    from roll.strategies.base import attention_kwargs
+
+    Qwen2Config(
+        vocab_size=32,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    ).save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_config(Qwen2Config.from_pretrained(tmp_path)).save_pretrained(tmp_path)
+    args = ModelArgs(model_name_or_path=str(tmp_path), attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **attention_kwargs(args))
+    assert model.config._attn_implementation == "eager"
+    assert attention_kwargs(ModelArgs(model_name_or_path="m", attn_implementation="fa2")) == {
+        "attn_implementation": "flash_attention_2"
+    }
+    assert attention_kwargs(ModelArgs(model_name_or_path="m")) == {}
