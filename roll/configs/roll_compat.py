@@ -245,6 +245,27 @@ def reward_mapping(config) -> list[str]:
     return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
 
 
+# Keys roll declares under ROLL's name whose meaning differs; the algorithm-key differences are added by the
+# branches that implement those keys.
+DIFFERENCES = [
+    (
+        "logging_dir",
+        "the TensorBoard/wandb/swanlab root (runs under <logging_dir>/<exp_name>); ROLL writes its log files "
+        "there. roll's log lines go to the console (stderr) and Ray's session logs",
+    ),
+    (
+        "output_dir",
+        "checkpoints go to <output_dir>/checkpoints/step-N; ROLL's checkpoint_config.output_dir is accepted and "
+        "becomes output_dir",
+    ),
+    (
+        "track_with",
+        "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
+        "Set tracker_kwargs.mode: online to upload",
+    ),
+]
+
+
 def compatibility_page() -> str:
     """docs/roll_compatibility.md: the table, the reward mapping, and the keys shared under ROLL's names."""
     from roll.configs.agentic import AgenticConfig
@@ -291,6 +312,8 @@ def compatibility_page() -> str:
     for title, cls in blocks:
         names = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls) if f.init and f.name != "name")
         lines.append(f"- **{title}**: {names}")
+    lines += ["", "## Same name, different meaning here", ""]
+    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES]
     lines += [
         "",
         "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",
