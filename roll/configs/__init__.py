@@ -27,7 +27,7 @@ from roll.configs.checks import (
     reference_source,
     roles,
 )
-from roll.configs.loader import ConfigError, build
+from roll.configs.loader import ConfigError, build, collected
 from roll.configs.profiler import check_profiler
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (
@@ -138,12 +138,13 @@ def load_rlvr_config(config) -> RLVRConfig:
         _name_role(data, role, role)
     for domain in list(data.get("rewards") or {}):
         _name_role(data["rewards"], domain, f"rewards.{domain}")
-    rlvr = build(RLVRConfig, data)
+    rlvr = _build_with_roll_keys(RLVRConfig, data)
     check_roles(rlvr)
     check_generation(rlvr)
     check_algorithm(rlvr)
     check_profiler(rlvr, roles(rlvr))
     batch_plan(rlvr)  # raises on batch sizes that do not divide
+    _check_engines(rlvr)
     return rlvr
 
 
@@ -152,13 +153,39 @@ def load_agentic_config(config) -> AgenticConfig:
     data = _resolve_and_strip_shared_blocks(config, AgenticConfig)
     for role in ROLE_KEYS:
         _name_role(data, role, role)
-    agentic = build(AgenticConfig, data)
+    agentic = _build_with_roll_keys(AgenticConfig, data)
     check_roles(agentic)
     check_algorithm(agentic)
     check_agentic(agentic)
     check_profiler(agentic, roles(agentic))
     check_micro_batching(agentic)
+    _check_engines(agentic)
     return agentic
+
+
+def _build_with_roll_keys(cls, data: dict):
+    """ROLL spellings translated, then the strict build; every problem of the file raised together."""
+    from roll.configs.roll_compat import check_roll_keys, translate
+
+    problems = translate(data)
+    extra = data.pop("__roll__", {})
+    try:
+        config = build(cls, data)
+    except ConfigError as error:
+        raise collected(problems + error.problems) from None
+    problems += check_roll_keys(config, extra)
+    if problems:
+        raise collected(problems)
+    return config
+
+
+def _check_engines(config) -> None:
+    """Every role's strategy_config through its engine's validator, so --dry_run catches engine-key mistakes."""
+    from roll.configs.roll_compat import check_strategy_configs
+
+    problems = check_strategy_configs(config)
+    if problems:
+        raise collected(problems)
 
 
 def optimizer_steps(config) -> dict:
@@ -228,6 +255,10 @@ def describe_config(config) -> str:
         arithmetic,
         format_plan(placement_plan(roles(config)), config.num_devices, config.num_gpus_per_node),
     ]
+    if isinstance(config, RLVRConfig):
+        from roll.configs.roll_compat import reward_mapping
+
+        parts.extend(reward_mapping(config))
     reference = describe_reference(config)
     if reference:
         parts.append(reference)

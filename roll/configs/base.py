@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Literal
+from typing import Any, Literal
 
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import ProfilerConfig
@@ -24,8 +24,15 @@ class PipelineConfig:
     logging_dir: str | None = field_help(
         None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"
     )
-    track_with: Literal["tensorboard", "stdout"] = field_help(
-        "tensorboard", "metric sink besides the console progress line"
+    track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = field_help(
+        "tensorboard",
+        "metric sink besides the console progress line; wandb and swanlab run offline (files under "
+        "<logging_dir>/<exp_name>) unless tracker_kwargs sets their mode",
+    )
+    tracker_kwargs: dict[str, Any] = field_help(
+        default_factory=dict,
+        help="extra arguments of wandb.init / swanlab.init (project, mode, tags, ...), passed unchanged; "
+        "only with track_with wandb or swanlab",
     )
     num_nodes: int = field_help(1, "machines in the Ray cluster")
     num_gpus_per_node: int = field_help(
@@ -90,6 +97,11 @@ class PipelineConfig:
             raise ConfigError(
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
+            )
+        if self.tracker_kwargs and self.track_with not in ("wandb", "swanlab"):
+            raise ConfigError(
+                f"'tracker_kwargs' is set but track_with = {self.track_with!r} reads none: use wandb or swanlab, "
+                f"or remove tracker_kwargs"
             )
         if self.placement_timeout <= 0:
             raise ConfigError(f"'placement_timeout' = {self.placement_timeout}: must be > 0 seconds")

@@ -14,7 +14,33 @@ from typing import Any, Literal, Union
 
 
 class ConfigError(ValueError):
-    """A user-facing configuration error: names the key and says what would be valid."""
+    """A user-facing configuration error: names the key and says what would be valid.
+
+    `problems` holds every (key path, message) found in one pass, so a file's mistakes are reported
+    together; a single problem reads exactly like its message.
+    """
+
+    def __init__(self, message: str = "", problems: list | None = None):
+        self.problems = list(problems) if problems else [("", message)]
+        super().__init__(message if problems is None else format_problems(self.problems))
+
+
+def format_problems(problems: list) -> str:
+    """One problem: its message. Several: a count, then the messages grouped by block (key path prefix)."""
+    if len(problems) == 1:
+        return problems[0][1]
+    groups: dict[str, list[str]] = {}
+    for key, message in problems:
+        groups.setdefault(key.rpartition(".")[0] or "top level", []).append(message)
+    lines = [f"{len(problems)} problems in the config (fix them all, then run again):"]
+    for block, messages in groups.items():
+        lines.append(f"  [{block}]")
+        lines.extend(f"    - {message}" for message in messages)
+    return "\n".join(lines)
+
+
+def collected(problems: list) -> "ConfigError":
+    return ConfigError(problems=problems)
 
 
 def field_help(default=dataclasses.MISSING, help: str = "", default_factory=dataclasses.MISSING):
@@ -37,19 +63,28 @@ def build(cls, data: dict, path: str = ""):
         )
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = typing.get_type_hints(cls)
+    problems = []  # every mistake of this block and the blocks inside it, reported together
     for key in data:
         if key not in fields:
-            raise ConfigError(
-                f"unknown key '{_join(path, key)}'{closest(str(key), fields)} "
-                f"(valid keys of {path or 'the top level'}: {', '.join(sorted(fields))})"
+            problems.append(
+                (
+                    _join(path, key),
+                    f"unknown key '{_join(path, key)}'{closest(str(key), fields)} "
+                    f"(valid keys of {path or 'the top level'}: {', '.join(sorted(fields))})",
+                )
             )
     values = {}
     for name, field in fields.items():
         key_path = _join(path, name)
         if name in data:
-            values[name] = convert(hints[name], data[name], key_path)
+            try:
+                values[name] = convert(hints[name], data[name], key_path)
+            except ConfigError as error:
+                problems.extend((p or key_path, m) for p, m in error.problems)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"missing required key '{key_path}': {field.metadata.get('help', '')}")
+            problems.append((key_path, f"missing required key '{key_path}': {field.metadata.get('help', '')}"))
+    if problems:
+        raise collected(problems)
     try:
         return cls(**values)
     except ConfigError as error:  # a block's own check names its field bare ('temperature'): give the full path
@@ -88,13 +123,13 @@ def convert(hint, value, path: str):
     if origin is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"'{path}' = {value!r}: expected a list of {describe(args[0])}")
-        return [convert(args[0], item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return _convert_all(args[0], enumerate(value), lambda i: f"{path}[{i}]", list)
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"'{path}' = {value!r}: expected a mapping")
         if not args:
             return dict(value)
-        return {key: convert(args[1], item, _join(path, key)) for key, item in value.items()}
+        return _convert_all(args[1], value.items(), lambda key: _join(path, key), dict)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float, str, bool):
@@ -102,6 +137,19 @@ def convert(hint, value, path: str):
             return value
         raise ConfigError(f"'{path}' = {value!r} ({type(value).__name__}): expected {describe(hint)}")
     raise TypeError(f"roll.configs: no converter for the type {hint!r} of '{path}'")
+
+
+def _convert_all(hint, items, name, container):
+    """Convert every item, collecting the problems of all of them before raising."""
+    converted, problems = [], []
+    for key, item in items:
+        try:
+            converted.append((key, convert(hint, item, name(key))))
+        except ConfigError as error:
+            problems.extend((p or name(key), m) for p, m in error.problems)
+    if problems:
+        raise collected(problems)
+    return dict(converted) if container is dict else [item for _, item in converted]
 
 
 def describe(hint) -> str:

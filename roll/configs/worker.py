@@ -21,6 +21,11 @@ Dtype = Literal["float32", "bfloat16", "float16"]
 class ModelArgs:
     model_name_or_path: str = field_help(help="HF model directory (config, weights, tokenizer) this role loads")
     dtype: Dtype = field_help("float32", "parameter dtype; bfloat16 on GPUs, float32 on CPU (bf16 is ~5x slower there)")
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "fa2"] | None = field_help(
+        None,
+        "attention kernel of HF-module strategies (transformers' attn_implementation; fa2 = flash_attention_2, "
+        "which needs the flash-attn package and a GPU); null = transformers' default. vLLM/SGLang pick their own",
+    )
     disable_gradient_checkpointing: bool = field_help(
         False, "train without activation checkpointing (faster, more memory); only read by training strategies"
     )
@@ -91,6 +96,11 @@ class GeneratingArgs:
     num_return_sequences: int | None = field_help(
         None, "samples per prompt; null means num_return_sequences_in_group (validation: 1)"
     )
+    repetition_penalty: float = field_help(
+        1.0,
+        "divide the logits of tokens already in the sequence by this (> 0; 1 = off, ROLL/HF meaning); "
+        "≠ 1 makes rollout log-probs differ from the trainer's",
+    )
 
     def __post_init__(self):
         if not self.temperature > 0:
@@ -100,6 +110,8 @@ class GeneratingArgs:
             )
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"'top_p' = {self.top_p}: must be in (0, 1] (1 = off)")
+        if not self.repetition_penalty > 0:
+            raise ConfigError(f"'repetition_penalty' = {self.repetition_penalty}: must be > 0 (1 = off)")
         if self.top_k < 0:
             raise ConfigError(f"'top_k' = {self.top_k}: must be >= 0 (0 = off)")
 

@@ -24,8 +24,18 @@ from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.utils.logging import get_logger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 # Per-call sampling settings on top of generating_args: a batch's generation_config (meta_info) may set
 # these; the batch's seed travels in meta_info["seed"].
+def attention_kwargs(model_args) -> dict:
+    """from_pretrained's attn_implementation from model_args (ROLL's `fa2` = flash_attention_2); {} = HF's choice."""
+    name = getattr(model_args, "attn_implementation", None)
+    if name is None:
+        return {}
+    return {"attn_implementation": "flash_attention_2" if name == "fa2" else name}
+
+
 BATCH_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
 # ... and a single request these (one sample per request; `seed` makes it reproducible)
 REQUEST_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "seed")
@@ -109,8 +119,10 @@ class InferenceStrategy:
             # as in verl, and a resumed run does not depend on the worker's dropout RNG stream.
             config = AutoConfig.from_pretrained(args.model_name_or_path, num_labels=1)
             config.classifier_dropout = 0.0
-            return AutoModelForTokenClassification.from_pretrained(args.model_name_or_path, config=config, dtype=dtype)
-        return AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype)
+            return AutoModelForTokenClassification.from_pretrained(
+                args.model_name_or_path, config=config, dtype=dtype, **attention_kwargs(args)
+            )
+        return AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype, **attention_kwargs(args))
 
     @property
     def module(self) -> torch.nn.Module:
@@ -242,6 +254,7 @@ class InferenceStrategy:
             "top_p": args.top_p,
             "top_k": args.top_k,
             "do_sample": args.do_sample,
+            "repetition_penalty": args.repetition_penalty,
             "num_return_sequences": 1 if request else args.num_return_sequences,
         }
         if request:

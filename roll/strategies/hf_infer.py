@@ -41,6 +41,8 @@ class HFInferStrategy(InferenceStrategy):
         kwargs = {key: value for key, value in settings.items() if key != "seed"}
         if not kwargs["do_sample"]:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        if kwargs.get("repetition_penalty") == 1.0:
+            del kwargs["repetition_penalty"]  # off: keep HF's logits processors (and log-probs) untouched
         return kwargs
 
     @torch.no_grad()

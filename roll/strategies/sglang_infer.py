@@ -130,6 +130,7 @@ def sampling_params(settings: dict, stop_token_ids: list[int], seed: int | None)
         "temperature": 0.0 if greedy else float(settings["temperature"]),
         "top_p": 1.0 if greedy else float(settings["top_p"]),
         "top_k": -1 if greedy or not settings["top_k"] else int(settings["top_k"]),
+        "repetition_penalty": float(settings.get("repetition_penalty", 1.0)),
         "stop_token_ids": list(stop_token_ids),
         "ignore_eos": False,
         "no_stop_trim": True,

@@ -241,6 +241,7 @@ class VLLMInferStrategy(InferenceStrategy):
             temperature=0.0 if greedy else settings["temperature"],
             top_p=1.0 if greedy else settings["top_p"],
             top_k=0 if greedy else (settings["top_k"] or 0),
+            repetition_penalty=settings.get("repetition_penalty", 1.0),
             logprobs=0,
             seed=seed,
             stop_token_ids=self.stop_token_ids,

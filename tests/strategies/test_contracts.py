@@ -217,7 +217,14 @@ def _worker_config(model_dir="unused", strategy_name="hf_infer") -> WorkerConfig
 
 def test_sampling_settings_merge_generating_args_with_one_calls_overrides():
     strategy = InferenceStrategy(StandInWorker(_worker_config(strategy_name="vllm")))
-    defaults = {"max_new_tokens": 5, "temperature": 0.7, "top_p": 1.0, "top_k": 3, "do_sample": True}
+    defaults = {
+        "max_new_tokens": 5,
+        "temperature": 0.7,
+        "top_p": 1.0,
+        "top_k": 3,
+        "do_sample": True,
+        "repetition_penalty": 1.0,
+    }
     assert strategy.sampling_settings(None) == {**defaults, "num_return_sequences": 4}
     assert strategy.sampling_settings({"num_return_sequences": 1, "do_sample": False}) == {
         **defaults,

@@ -1,0 +1,326 @@
+"""ROLL spellings → roll's, applied to the resolved plain dict before strict loading.
+
+`translate(data)` rewrites every alias of roll.configs.roll_keys in place and returns the problems
+(refused and pending keys, bad alias values) as (key path, message) pairs, so the loader reports them
+together with its own unknown keys and wrong types. `python -m roll.configs.roll_compat` prints
+docs/roll_compatibility.md.
+"""
+
+import dataclasses
+import importlib.util
+import posixpath
+
+from roll.configs.roll_keys import DTYPES, PENDING, REFUSED, ROLL_KEYS, ROLL_REWARD_PREFIX, ROLL_REWARD_WORKERS
+
+SUB_BLOCKS = ("model_args", "data_args", "generating_args", "training_args")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def translate(data: dict) -> list:
+    problems: list = []
+    _apply_block(data, "", "", problems)
+    _walk(data, "", problems)
+    for domain, reward in (data.get("rewards") or {}).items():
+        if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
+            _reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
+    return problems
+
+
+def _walk(node: dict, path: str, problems: list) -> None:
+    for key, value in node.items():
+        if not isinstance(value, dict):
+            continue
+        if key in SUB_BLOCKS:
+            _apply_block(value, key, _join(path, key), problems)
+        elif key not in ("strategy_args", "env_config", "reward_args", "system_envs", "custom_envs"):
+            _walk(value, _join(path, key), problems)
+
+
+def _apply_block(block: dict, name: str, path: str, problems: list) -> None:
+    for entry in ROLL_KEYS:
+        if entry.block != name or entry.key not in block:
+            continue
+        key_path = _join(path, entry.key)
+        if entry.status == PENDING:
+            del block[entry.key]
+            problems.append((key_path, f"'{key_path}' is a ROLL key not supported yet: {entry.note}"))
+        elif entry.status == REFUSED:
+            del block[entry.key]
+            problems.append((key_path, f"'{key_path}' is refused: {entry.note}"))
+        else:
+            message = _ALIASES[(name, entry.key)](block, block.pop(entry.key), key_path)
+            if message:
+                problems.append((key_path, message))
+
+
+def _dtype(block, value, path):
+    if value in DTYPES or value in DTYPES.values():
+        block["dtype"] = DTYPES.get(value, value)
+        return None
+    return f"'{path}' = {value!r} is not allowed; choose one of {sorted(DTYPES)} (or {sorted(DTYPES.values())})"
+
+
+def _column(ours):
+    def rename(block, value, path):
+        if ours in block and block[ours] != value:
+            return f"'{path}' = {value!r} conflicts with '{ours}' = {block[ours]!r}: set only one"
+        block[ours] = value
+        return None
+
+    return rename
+
+
+def _template(block, value, path):
+    if value != "native":
+        return (
+            f"'{path}' = {value!r}: named chat templates are not supported yet; use 'native' (the tokenizer's "
+            f"chat template)"
+        )
+    if block.get("apply_chat_template") is False:
+        return f"'{path}' = 'native' conflicts with 'apply_chat_template' = false"
+    block["apply_chat_template"] = True
+    return None
+
+
+def _dataset_dir(block, value, path):
+    if not isinstance(value, str):
+        return f"'{path}' = {value!r}: expected a directory path"
+    files = block.get("file_name")
+    if isinstance(files, str):
+        block["file_name"] = posixpath.join(value, files)
+    elif isinstance(files, list):
+        block["file_name"] = [posixpath.join(value, f) if isinstance(f, str) else f for f in files]
+    return None
+
+
+def _num_beams(block, value, path):
+    if value == 1 and not isinstance(value, bool):
+        return None
+    return f"'{path}' = {value!r} is refused: {_note('generating_args', 'num_beams')}"
+
+
+def _drop(block, value, path):
+    return None
+
+
+def _checked_later(key):
+    def keep(block, value, path):
+        block.setdefault("__roll__", {})[key] = value  # checked against the built config by check_roll_keys
+        return None
+
+    return keep
+
+
+def _checkpoint_config(block, value, path):
+    if not isinstance(value, dict):
+        return f"'{path}' = {value!r}: expected a mapping with type and output_dir"
+    unknown = sorted(set(value) - {"type", "output_dir"})
+    problems = [f"unknown key '{path}.{k}' (valid: output_dir, type)" for k in unknown]
+    if value.get("type", "file_system") != "file_system":
+        problems.append(f"'{path}.type' = {value['type']!r}: only 'file_system' is supported")
+    out = value.get("output_dir")
+    if out is not None:
+        if "output_dir" in block and block["output_dir"] != out:
+            problems.append(
+                f"'{path}.output_dir' = {out!r} differs from 'output_dir' = {block['output_dir']!r}: roll keeps "
+                f"checkpoints under <output_dir>/checkpoints; set one of them"
+            )
+        block["output_dir"] = out
+    return "; ".join(problems) or None
+
+
+_ALIASES = {
+    ("", "hydra"): _drop,
+    ("", "pretrain"): _drop,
+    ("", "reward_pretrain"): _drop,
+    ("", "sequence_length"): _checked_later("sequence_length"),
+    ("", "val_prompt_length"): _checked_later("val_prompt_length"),
+    ("", "checkpoint_config"): _checkpoint_config,
+    ("model_args", "dtype"): _dtype,
+    ("data_args", "prompt"): _column("prompt_key"),
+    ("data_args", "messages"): _column("messages_key"),
+    ("data_args", "tag"): _column("tag_key"),
+    ("data_args", "template"): _template,
+    ("data_args", "dataset_dir"): _dataset_dir,
+    ("generating_args", "num_beams"): _num_beams,
+}
+
+
+def _note(block: str, key: str) -> str:
+    return next(e.note for e in ROLL_KEYS if (e.block, e.key) == (block, key))
+
+
+def _reward_worker(reward: dict, path: str, problems: list) -> None:
+    name = reward["worker_cls"]
+    if not name.startswith(ROLL_REWARD_PREFIX):
+        return
+    target = ROLL_REWARD_WORKERS.get(name)
+    if target is None:
+        problems.append(
+            (
+                path,
+                f"'{path}' = {name!r}: no roll counterpart of this ROLL reward worker; "
+                f"known: {sorted(ROLL_REWARD_WORKERS)}",
+            )
+        )
+    elif importlib.util.find_spec(target.rpartition(".")[0]) is None:
+        problems.append(
+            (path, f"'{path}' = {name!r} is not supported yet: its roll counterpart {target} does not exist yet")
+        )
+    else:
+        reward["worker_cls"] = target
+
+
+def check_roll_keys(config, extra: dict) -> list:
+    """Checks of aliases that need the built config (lengths); (key path, message) pairs."""
+    problems = []
+    budget = config.prompt_length + config.response_length
+    if "sequence_length" in extra and not extra["sequence_length"] >= budget:
+        problems.append(
+            (
+                "sequence_length",
+                f"'sequence_length' = {extra['sequence_length']!r} < prompt_length + response_length = {budget}",
+            )
+        )
+    if "val_prompt_length" in extra and extra["val_prompt_length"] != config.prompt_length:
+        problems.append(
+            (
+                "val_prompt_length",
+                f"'val_prompt_length' = {extra['val_prompt_length']!r}: roll validates with prompt_length = "
+                f"{config.prompt_length}; set them equal",
+            )
+        )
+    return problems
+
+
+def check_strategy_configs(config) -> list:
+    """Each role's strategy_config through its engine's own validator (run by --dry_run, not only at start)."""
+    from roll.configs.checks import roles
+
+    problems = []
+    for worker in roles(config).values():
+        args = worker.strategy_args
+        if args is None:
+            continue
+        try:
+            _validate_engine(args.strategy_name, args.strategy_config, worker)
+        except ValueError as error:
+            problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
+    return problems
+
+
+def _validate_engine(name: str, strategy_config, worker) -> None:
+    dtype = worker.model_args.dtype if worker.model_args else "float32"
+    if name == "vllm":
+        from roll.strategies.vllm_infer import validate_strategy_config
+
+        validate_strategy_config(strategy_config, on_cpu=False)
+    elif name == "sglang":
+        from roll.strategies.sglang_infer import validate_strategy_config
+
+        validate_strategy_config(strategy_config, dtype)
+    elif name in ("megatron_train", "megatron_infer"):
+        from roll.strategies.megatron_train import resolve_megatron_config
+
+        mapping = worker.device_mapping
+        world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
+        resolve_megatron_config(strategy_config, world)
+    elif name in ("fsdp2_train", "fsdp2_infer"):
+        from roll.strategies.fsdp2_train import resolve_fsdp2_config
+
+        resolve_fsdp2_config(strategy_config, dtype)
+
+
+def reward_mapping(config) -> list[str]:
+    """Lines for --dry_run: each reward domain whose class is a ROLL worker's counterpart, with ROLL's path."""
+    ours_to_roll = {ours: roll_path for roll_path, ours in ROLL_REWARD_WORKERS.items()}
+    lines = [
+        f"  rewards.{domain}: {ours_to_roll[reward.worker_cls]} -> {reward.worker_cls}"
+        for domain, reward in config.rewards.items()
+        if reward.worker_cls in ours_to_roll
+    ]
+    return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
+
+
+# Keys roll declares under ROLL's name whose meaning differs; the algorithm-key differences are added by the
+# branches that implement those keys.
+DIFFERENCES = [
+    (
+        "logging_dir",
+        "the TensorBoard/wandb/swanlab root (runs under <logging_dir>/<exp_name>); ROLL writes its log files "
+        "there. roll's log lines go to the console (stderr) and Ray's session logs",
+    ),
+    (
+        "output_dir",
+        "checkpoints go to <output_dir>/checkpoints/step-N; ROLL's checkpoint_config.output_dir is accepted and "
+        "becomes output_dir",
+    ),
+    (
+        "track_with",
+        "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
+        "Set tracker_kwargs.mode: online to upload",
+    ),
+]
+
+
+def compatibility_page() -> str:
+    """docs/roll_compatibility.md: the table, the reward mapping, and the keys shared under ROLL's names."""
+    from roll.configs.agentic import AgenticConfig
+    from roll.configs.rlvr import RLVRConfig
+    from roll.configs.worker import DataArgs, GeneratingArgs, ModelArgs, RewardConfig, TrainingArgs
+
+    lines = [
+        "# ROLL compatibility",
+        "",
+        "<!-- generated by `python -m roll.configs.roll_compat > docs/roll_compatibility.md`; a test checks it -->",
+        "",
+        "A ROLL YAML loads here unedited when every key it uses is *supported* (same name, same meaning) or an",
+        "*alias* (ROLL's spelling, rewritten to roll's before the strict loader). A *refused* key or value fails",
+        'with the reason; a *pending* key fails with "not supported yet" and the reason until its feature lands.',
+        "All problems of a file are reported together, grouped by block.",
+        "",
+        "## Keys under other names, refused or pending",
+        "",
+        "| block | ROLL key | status | meaning here / reason |",
+        "|---|---|---|---|",
+    ]
+    for entry in ROLL_KEYS:
+        lines.append(f"| {entry.block or 'top level'} | `{entry.key}` | {entry.status} | {entry.note} |")
+    lines += [
+        "",
+        "## Reward workers by ROLL's dotted paths",
+        "",
+        "| ROLL worker_cls | roll class | status |",
+        "|---|---|---|",
+    ]
+    for roll_path, ours in ROLL_REWARD_WORKERS.items():
+        exists = importlib.util.find_spec(ours.rpartition(".")[0]) is not None
+        lines.append(f"| `{roll_path}` | `{ours}` | {'supported' if exists else 'pending (module not built yet)'} |")
+    lines += ["", "## Keys with ROLL's name and meaning (supported)", ""]
+    blocks = [
+        ("top level (RLVR)", RLVRConfig),
+        ("top level (agentic)", AgenticConfig),
+        ("every role", RewardConfig),
+        ("model_args", ModelArgs),
+        ("training_args", TrainingArgs),
+        ("data_args", DataArgs),
+        ("generating_args", GeneratingArgs),
+    ]
+    for title, cls in blocks:
+        names = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls) if f.init and f.name != "name")
+        lines.append(f"- **{title}**: {names}")
+    lines += ["", "## Same name, different meaning here", ""]
+    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES]
+    lines += [
+        "",
+        "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",
+        "megatron_train/megatron_infer, fsdp2_train/fsdp2_infer); see docs/strategies.md for the key lists.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(compatibility_page(), end="")

@@ -1,0 +1,133 @@
+"""ROLL's config vocabulary: every ROLL key roll does not declare under the same name, in one table.
+
+A key ROLL spells like roll (same name, same meaning) is simply a dataclass field and is not listed.
+Each entry here is one of:
+  alias    ROLL's spelling, rewritten to roll's by `roll.configs.roll_compat` before strict loading
+  refused  a key or value roll will not take, with the reason
+  pending  a feature another issue builds; fails with "not supported yet" and the reason until it lands
+           (when it lands: delete its entry here and declare the field)
+`block` is where the key sits: "" = top level, "<role>" = any role block (actor_train, rewards.math, ...),
+or a sub-block name (model_args, data_args, generating_args, training_args) inside any role.
+docs/roll_compatibility.md is generated from this table (python -m roll.configs.roll_compat).
+"""
+
+from dataclasses import dataclass
+
+ALIAS, REFUSED, PENDING = "alias", "refused", "pending"
+
+
+@dataclass(frozen=True)
+class RollKey:
+    block: str
+    key: str
+    status: str
+    note: str
+
+
+def _pending(block: str, keys: str, reason: str) -> list[RollKey]:
+    return [RollKey(block, key, PENDING, reason) for key in keys.split()]
+
+
+DYNSAMPLE = "dynamic sampling / difficulty masks (branch dynsample) have not landed"
+SHAPING = "reward shaping keys and pg_variant (branch algos) have not landed"
+ASYNC = "asynchronous generation (branch async) has not landed"
+PROFILER = "the profiler (branch profiler) has not landed"
+NOT_BUILT = "not implemented in roll yet (issue 17 follow-up)"
+
+ROLL_KEYS: list[RollKey] = [
+    # top level
+    RollKey("", "hydra", ALIAS, "Hydra's own run settings (run dir, job name); removed before loading"),
+    RollKey("", "pretrain", ALIAS, "ROLL's model-path variable for `${pretrain}`; removed after interpolation"),
+    RollKey(
+        "",
+        "reward_pretrain",
+        ALIAS,
+        "ROLL's reward-model variable for `${reward_pretrain}`; removed after interpolation",
+    ),
+    RollKey(
+        "",
+        "sequence_length",
+        ALIAS,
+        "roll's token budget per sample is prompt_length + response_length; sequence_length is checked to be ≥ it",
+    ),
+    RollKey(
+        "",
+        "val_prompt_length",
+        ALIAS,
+        "validation prompts use prompt_length; val_prompt_length must equal it (a different value is an error)",
+    ),
+    RollKey(
+        "",
+        "checkpoint_config",
+        ALIAS,
+        "type: file_system only; output_dir becomes the top-level output_dir (checkpoints then go to "
+        "<output_dir>/checkpoints/step-N); a different top-level output_dir is an error",
+    ),
+    *_pending("", "async_generation_ratio", ASYNC),
+    *_pending(
+        "",
+        "is_use_additional_prompts max_additional_running_prompts is_num_return_sequences_expand max_running_requests "
+        "difficulty_mask difficulty_low_threshold difficulty_high_threshold error_max_len_clip error_max_len_threshold "
+        "query_filter_config response_filter_config",
+        DYNSAMPLE,
+    ),
+    *_pending(
+        "",
+        "reward_clip advantage_clip whiten_advantages whiten_rewards reward_norm reward_shift reward_scale "
+        "add_len_reward difficulty_loss_weight length_loss_weight pg_variant use_reward_scaling use_reward_norm "
+        "use_pg_clip_range use_topr_loss",
+        SHAPING,
+    ),
+    *_pending("", "profiler_timeline profiler_output_dir profiler_memory", PROFILER),
+    # model_args
+    RollKey("model_args", "dtype", ALIAS, "fp32 | bf16 | fp16 = float32 | bfloat16 | float16 (both spellings taken)"),
+    *_pending("model_args", "model_type", NOT_BUILT),
+    # data_args
+    RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
+    RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),
+    RollKey("data_args", "tag", ALIAS, "= tag_key (column selecting the reward domain)"),
+    RollKey(
+        "data_args",
+        "template",
+        ALIAS,
+        "native = apply_chat_template: true (the tokenizer's chat template); named templates are not built yet",
+    ),
+    RollKey("data_args", "dataset_dir", ALIAS, "directory that relative file_name entries are resolved against"),
+    *_pending("data_args", "interleave_probs domain_interleave_probs preprocessing_num_workers", NOT_BUILT),
+    # generating_args
+    RollKey(
+        "generating_args",
+        "num_beams",
+        ALIAS,
+        "1 only (sampling); beam search is refused: its samples have "
+        "no per-token sampling probability, which every policy-gradient estimator here needs",
+    ),
+    *_pending("generating_args", "stop_strings", NOT_BUILT),
+    # training_args
+    *_pending("training_args", "num_train_epochs", NOT_BUILT),
+]
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+# ROLL reward worker dotted paths → roll's classes. A target whose module does not exist yet is pending.
+ROLL_REWARD_WORKERS = {
+    "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": (
+        "roll.workers.rewards.math_rule.MathRuleRewardWorker"
+    ),
+    "roll.pipeline.rlvr.rewards.multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": (
+        "roll.workers.rewards.choice_rule.MultipleChoiceRewardWorker"
+    ),
+    "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker": (
+        "roll.workers.rewards.code_sandbox.CodeSandboxRewardWorker"
+    ),
+    "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker": (
+        "roll.workers.rewards.llm_judge.LLMJudgeRewardWorker"
+    ),
+    "roll.pipeline.rlvr.rewards.ifeval_rule_reward_worker.GeneralRuleRewardWorker": (
+        "roll.workers.rewards.ifeval.IFEvalRewardWorker"
+    ),
+    "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": (
+        "roll.workers.rewards.crossthinkqa.CrossThinkQARewardWorker"
+    ),
+}
+ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."

@@ -1,0 +1,237 @@
+"""ROLL's vocabulary loads here: the migration corpus in tests/configs/roll_corpus, aliases, pending and
+refused keys, every problem of a file at once, and docs/roll_compatibility.md kept current."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from roll.cli import launch
+from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
+from roll.configs.roll_compat import compatibility_page
+from roll.configs.roll_keys import PENDING, ROLL_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path(__file__).parent / "roll_corpus"
+
+
+def dry_run(config_dir: Path, name: str, capsys, script="rlvr") -> tuple[int, str, str]:
+    load = load_rlvr_config if script == "rlvr" else load_agentic_config
+    code = launch(
+        ["--config_path", str(config_dir), "--config_name", name, "--dry_run"],
+        "",
+        ROOT / "examples",
+        "",
+        "",
+        load,
+        lambda config: pytest.fail("--dry_run must not run the pipeline"),
+    )
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_guide_rlvr_fragment_passes_dry_run_unedited(capsys):
+    code, out, err = dry_run(CORPUS, "rlvr_guide", capsys)
+    assert code == 0, err
+    assert "dtype: bfloat16" in out and "prompt_key: instruction" in out and "apply_chat_template: true" in out
+    assert "output_dir: ./output/guide_rlvr" in out  # checkpoint_config.output_dir
+    assert (
+        "rewards.math: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker -> "
+        "roll.workers.rewards.math_rule.MathRuleRewardWorker" in out
+    )
+
+
+def test_five_mistakes_are_reported_in_one_run(capsys):
+    code, _, err = dry_run(CORPUS, "rlvr_five_mistakes", capsys)
+    assert code == 2
+    assert "5 problems in the config" in err
+    for fragment in (
+        "'max_stepz'; did you mean 'max_steps'",
+        "dtype' = 'bf17'",
+        "learning_rate' = 'fast'",
+        "unknown key 'actor_train.data_args.promt'",
+        "num_beams' = 4 is refused: 1 only",
+    ):
+        assert fragment in err, err
+    assert "[actor_train.model_args]" in err and "[top level]" in err  # grouped by block
+
+
+def test_pending_keys_fail_all_at_once_with_their_reasons(capsys):
+    code, _, err = dry_run(CORPUS, "rlvr_five_domains", capsys)
+    assert code == 2
+    assert "async_generation_ratio' is a ROLL key not supported yet: asynchronous generation" in err
+    assert "domain_interleave_probs' is a ROLL key not supported yet" in err
+    pending_rewards = [
+        d for d in ("code_sandbox", "llm_judge", "ifeval", "crossthinkqa") if f"rewards.{d}.worker_cls" in err
+    ]
+    assert all("not supported yet" in line for line in err.splitlines() if "worker_cls' =" in line)
+    # the rewards whose modules exist resolve; the rest are listed as pending in the same run
+    assert len(err.split("\n    - ")) - 1 == 2 + len(pending_rewards)
+
+
+def rlvr_dict(**extra) -> dict:
+    base = {
+        "rollout_batch_size": 4,
+        "num_return_sequences_in_group": 2,
+        "actor_train": {
+            "model_args": {"model_name_or_path": "/m"},
+            "data_args": {"file_name": "t.json"},
+            "strategy_args": {"strategy_name": "deepspeed_train"},
+            "device_mapping": [0],
+        },
+        "actor_infer": {
+            "model_args": {"model_name_or_path": "/m"},
+            "strategy_args": {"strategy_name": "hf_infer"},
+            "device_mapping": [0],
+        },
+        "rewards": {"math": {"worker_cls": "roll.workers.rewards.math_rule.MathRuleRewardWorker"}},
+    }
+    for key, value in extra.items():
+        base[key] = value
+    return base
+
+
+@pytest.mark.parametrize(
+    "roll_name,ours", [("fp32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16"), ("bfloat16", "bfloat16")]
+)
+def test_dtype_both_spellings(roll_name, ours):
+    data = rlvr_dict()
+    data["actor_train"]["model_args"]["dtype"] = roll_name
+    assert load_rlvr_config(data).actor_train.model_args.dtype == ours
+
+
+def test_column_alias_conflict_and_named_template_are_errors():
+    data = rlvr_dict()
+    data["actor_train"]["data_args"].update(prompt="a", prompt_key="b", template="qwen2_5")
+    with pytest.raises(ConfigError) as error:
+        load_rlvr_config(data)
+    assert "conflicts with 'prompt_key'" in str(error.value) and "named chat templates are not supported yet" in str(
+        error.value
+    )
+
+
+def test_length_aliases_are_checked():
+    with pytest.raises(ConfigError, match="val_prompt_length' = 99"):
+        load_rlvr_config(rlvr_dict(val_prompt_length=99))
+    with pytest.raises(ConfigError, match="'sequence_length' = 3 < prompt_length"):
+        load_rlvr_config(rlvr_dict(sequence_length=3))
+
+
+def test_strategy_config_is_validated_by_the_engine_at_load():
+    data = rlvr_dict()
+    data["actor_infer"]["strategy_args"] = {"strategy_name": "vllm", "strategy_config": {"gpu_memory_utilisation": 0.5}}
+    with pytest.raises(ConfigError, match="actor_infer: vllm: unknown strategy_config keys"):
+        load_rlvr_config(data)
+
+
+def test_deepspeed_zero3_lora_with_defaults(tmp_path, capsys):
+    shutil.copytree(ROOT / "examples" / "config", tmp_path / "config")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "ds_lora.yaml").write_text(
+        "defaults:\n  - ../config/envs@_here_\n  - ../config/deepspeed_zero@_here_\n"
+        "  - ../config/deepspeed_zero2@_here_\n  - ../config/deepspeed_zero3@_here_\n"
+        "  - ../config/deepspeed_zero3_cpuoffload@_here_\n  - _self_\n"
+        "pretrain: /models/base\nrollout_batch_size: 8\nnum_return_sequences_in_group: 4\n"
+        "actor_train:\n  model_args: {model_name_or_path: '${pretrain}', dtype: bf16, lora_target: all-linear,"
+        " lora_rank: 8, lora_alpha: 16}\n"
+        "  training_args: {per_device_train_batch_size: 4, gradient_accumulation_steps: 8}\n"
+        "  data_args: {template: native, prompt: instruction, file_name: train.json}\n"
+        "  strategy_args: {strategy_name: deepspeed_train, strategy_config: '${deepspeed_zero3}'}\n"
+        "  device_mapping: list(range(0,1))\n"
+        "actor_infer:\n  model_args: {model_name_or_path: '${pretrain}', dtype: bf16}\n"
+        "  generating_args: {num_beams: 1}\n  strategy_args: {strategy_name: hf_infer}\n"
+        "  device_mapping: list(range(0,1))\n"
+        "rewards:\n  math: {worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker}\n"
+    )
+    code, out, err = dry_run(tmp_path / "recipes", "ds_lora", capsys)
+    assert code == 0, err
+    assert "lora_target: all-linear" in out
+
+
+def test_lora_on_fsdp2():
+    data = rlvr_dict(pretrain="/m")
+    data["actor_train"]["model_args"].update(dtype="bf16", lora_target="q_proj,v_proj", lora_rank=4)
+    data["actor_train"]["strategy_args"] = {"strategy_name": "fsdp2_train", "strategy_config": {}}
+    assert load_rlvr_config(data).actor_train.model_args.lora
+
+
+@pytest.mark.parametrize("name", ["frozen_lake_traj", "sokoban_traj"])
+def test_agentic_yaml_with_roll_spellings(name):
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(compose_config(str(ROOT / "examples" / "agentic_demo"), name), resolve=False)
+    config.update(
+        hydra={"run": {"dir": "."}},
+        pretrain="/m",
+        sequence_length=100000,
+        checkpoint_config={"type": "file_system", "output_dir": config["output_dir"]},
+    )
+    for role in ("actor_train", "actor_infer"):
+        config[role]["model_args"]["dtype"] = "fp32"
+    agentic = load_agentic_config(config)
+    assert agentic.actor_train.model_args.dtype == "float32"
+
+
+def test_pending_entries_name_their_reason():
+    for entry in ROLL_KEYS:
+        assert entry.note, entry
+        if entry.status == PENDING:
+            data = rlvr_dict()
+            if entry.block:
+                data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
+            else:
+                data[entry.key] = 1
+            with pytest.raises(ConfigError, match=re.escape("not supported yet: " + entry.note)):
+                load_rlvr_config(data)
+
+
+def test_roll_compatibility_page_is_current():
+    page = (ROOT / "docs" / "roll_compatibility.md").read_text()
+    assert page == compatibility_page(), "regenerate: python -m roll.configs.roll_compat > docs/roll_compatibility.md"
+
+
+def test_repetition_penalty_reaches_every_engine():
+    from roll.strategies.hf_infer import HFInferStrategy
+    from roll.strategies.sglang_infer import sampling_params
+
+    settings = {
+        "max_new_tokens": 4,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "do_sample": True,
+        "num_return_sequences": 1,
+        "repetition_penalty": 1.3,
+    }
+    assert HFInferStrategy._generate_kwargs(settings)["repetition_penalty"] == 1.3
+    assert "repetition_penalty" not in HFInferStrategy._generate_kwargs({**settings, "repetition_penalty": 1.0})
+    assert sampling_params(settings, [0], None)["repetition_penalty"] == 1.3
+    data = rlvr_dict()
+    data["actor_infer"]["generating_args"] = {"repetition_penalty": 0}
+    with pytest.raises(ConfigError, match="'actor_infer.generating_args.repetition_penalty' = 0"):
+        load_rlvr_config(data)
+
+
+def test_attn_implementation_reaches_from_pretrained(tmp_path):
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from roll.configs.worker import ModelArgs
+    from roll.strategies.base import attention_kwargs
+
+    Qwen2Config(
+        vocab_size=32,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    ).save_pretrained(tmp_path)
+    AutoModelForCausalLM.from_config(Qwen2Config.from_pretrained(tmp_path)).save_pretrained(tmp_path)
+    args = ModelArgs(model_name_or_path=str(tmp_path), attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, **attention_kwargs(args))
+    assert model.config._attn_implementation == "eager"
+    assert attention_kwargs(ModelArgs(model_name_or_path="m", attn_implementation="fa2")) == {
+        "attn_implementation": "flash_attention_2"
+    }
+    assert attention_kwargs(ModelArgs(model_name_or_path="m")) == {}

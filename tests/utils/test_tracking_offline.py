@@ -1,0 +1,53 @@
+"""track_with: wandb | swanlab log a real run in their offline modes (no network): a tiny fake loop of the
+Tracker, then the run file on disk must hold the logged metric."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from roll.configs import ConfigError, load_rlvr_config
+from roll.utils.tracking import Tracker
+
+
+@pytest.mark.parametrize(
+    "sink,pattern", [("wandb", "wandb/offline-run-*/run-*.wandb"), ("swanlab", "run-*/run-*.swanlab")]
+)
+def test_offline_run_holds_the_logged_metrics(tmp_path, monkeypatch, sink, pattern):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    tracker = Tracker(sink, str(tmp_path), "tiny", {"project": "roll-test"})
+    for step in range(3):
+        tracker.log({"reward/mean_probe": 0.25 * step}, step)
+    tracker.close()
+    if sink == "wandb":
+        import wandb
+
+        wandb.teardown()  # stop wandb's background writer so the run file is complete
+    files = list((tmp_path / "tiny").glob(pattern))
+    assert len(files) == 1, sorted(str(p) for p in Path(tmp_path).rglob("*"))
+    deadline = time.monotonic() + 20
+    while b"reward/mean_probe" not in files[0].read_bytes():
+        assert time.monotonic() < deadline, f"{files[0]} never received the logged metric"
+        time.sleep(0.2)
+
+
+def test_tracker_kwargs_without_a_tracker_that_reads_them_is_an_error():
+    data = {
+        "track_with": "tensorboard",
+        "tracker_kwargs": {"project": "x"},
+        "actor_train": {
+            "model_args": {"model_name_or_path": "/m"},
+            "data_args": {"file_name": "t.json"},
+            "strategy_args": {"strategy_name": "deepspeed_train"},
+            "device_mapping": [0],
+        },
+        "actor_infer": {
+            "model_args": {"model_name_or_path": "/m"},
+            "strategy_args": {"strategy_name": "hf_infer"},
+            "device_mapping": [0],
+        },
+        "rewards": {"math": {"worker_cls": "roll.workers.rewards.math_rule.MathRuleRewardWorker"}},
+    }
+    with pytest.raises(ConfigError, match="'tracker_kwargs' is set but track_with = 'tensorboard'"):
+        load_rlvr_config(data)
