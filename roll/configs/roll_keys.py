@@ -28,10 +28,9 @@ def _pending(block: str, keys: str, reason: str) -> list[RollKey]:
     return [RollKey(block, key, PENDING, reason) for key in keys.split()]
 
 
-DYNSAMPLE = "dynamic sampling / difficulty masks (branch dynsample) have not landed"
+DYNSAMPLE = "difficulty and length masks (branch algos) have not landed"
 SHAPING = "reward shaping keys and pg_variant (branch algos) have not landed"
 ASYNC = "asynchronous generation (branch async) has not landed"
-PROFILER = "the profiler (branch profiler) has not landed"
 NOT_BUILT = "not implemented in roll yet (issue 17 follow-up)"
 
 ROLL_KEYS: list[RollKey] = [
@@ -66,11 +65,10 @@ ROLL_KEYS: list[RollKey] = [
     *_pending("", "async_generation_ratio", ASYNC),
     *_pending(
         "",
-        "is_use_additional_prompts max_additional_running_prompts is_num_return_sequences_expand max_running_requests "
-        "difficulty_mask difficulty_low_threshold difficulty_high_threshold error_max_len_clip error_max_len_threshold "
-        "query_filter_config response_filter_config",
+        "difficulty_mask difficulty_low_threshold difficulty_high_threshold error_max_len_clip error_max_len_threshold",
         DYNSAMPLE,
     ),
+    *_pending("", "is_num_return_sequences_expand max_running_requests", NOT_BUILT),
     *_pending(
         "",
         "reward_clip advantage_clip whiten_advantages whiten_rewards reward_norm reward_shift reward_scale "
@@ -78,7 +76,16 @@ ROLL_KEYS: list[RollKey] = [
         "use_pg_clip_range use_topr_loss",
         SHAPING,
     ),
-    *_pending("", "profiler_timeline profiler_output_dir profiler_memory", PROFILER),
+    *[
+        RollKey(
+            "",
+            key,
+            REFUSED,
+            "roll profiles with a `profiler` block (tool: torch | torch_memory | nsys, steps, ranks, save_path; "
+            "docs/profiling.md) at pipeline level or per role",
+        )
+        for key in ("profiler_timeline", "profiler_output_dir", "profiler_memory")
+    ],
     # model_args
     RollKey("model_args", "dtype", ALIAS, "fp32 | bf16 | fp16 = float32 | bfloat16 | float16 (both spellings taken)"),
     *_pending("model_args", "model_type", NOT_BUILT),
