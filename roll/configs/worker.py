@@ -226,23 +226,9 @@ _SCORER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 @dataclass
-class ScorerConfig(WorkerConfig):
-    """One of several reward workers of a domain (docs/reward_domains_multi.md); a role of its own,
-    `rewards.<domain>.<name>`."""
+class RewardWorkerConfig(WorkerConfig):
+    """The settings of one reward worker: a domain's (`rewards.<domain>`) or one of its scorers'."""
 
-    name: str = field_help("", "required: the scorer's name (letters, digits, _), logged as reward/<domain>/<name>")
-    weight: float = field_help(1.0, "the domain's reward is the sum over its scorers of weight × score")
-    timeout: float = field_help(5.0, "per-sample grading time limit in seconds, as rewards.<domain>.timeout")
-    reward_args: dict[str, Any] = field_help(
-        default_factory=dict, help="free-form settings for this scorer's worker (self.worker_config.reward_args)"
-    )
-
-
-@dataclass
-class RewardConfig(WorkerConfig):
-    tag_included: list[str] = field_help(
-        default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
-    )
     timeout: float = field_help(
         5.0,
         "per-sample grading time limit in seconds, honoured by workers that grade through "
@@ -276,6 +262,22 @@ class RewardConfig(WorkerConfig):
         False,
         "code rewards: where the kernel sandbox is unavailable, run model code in a plain child process "
         "anyway (NOT a security boundary); false refuses to start and says what is missing",
+    )
+
+
+@dataclass
+class ScorerConfig(RewardWorkerConfig):
+    """One of several reward workers of a domain (docs/reward_domains_multi.md); a role of its own,
+    `rewards.<domain>.<name>`, with every reward-worker setting of a domain."""
+
+    name: str = field_help("", "required: the scorer's name (letters, digits, _), logged as reward/<domain>/<name>")
+    weight: float = field_help(1.0, "the domain's reward is the sum over its scorers of weight × score")
+
+
+@dataclass
+class RewardConfig(RewardWorkerConfig):
+    tag_included: list[str] = field_help(
+        default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
     )
     query_filter_config: RewardFilterConfig = field_help(
         default_factory=RewardFilterConfig,
