@@ -74,7 +74,7 @@ def roll_config(data_dir: str, seed: int, max_steps: int, eval_steps: int, outpu
         f"max_steps={max_steps}",
         f"eval_steps={eval_steps}",
         f"output_dir={output_dir}",
-        "track_with=none",
+        "track_with=stdout",
         *extra,
     ]
     return load_rlvr_config(compose_config(str(ROOT / "examples/tiny_rlvr"), "rlvr_tiny", overrides))

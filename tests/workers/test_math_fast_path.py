@@ -43,3 +43,21 @@ def test_everything_else_goes_to_math_verify(reply, truth):
     assert exact_integer_match(reply, truth) is None
     if not isinstance(truth, bool):
         assert grade_math(reply, truth) == math_verify_only(reply, truth)
+
+
+def test_math_worker_grades_boxed_integers_inline(monkeypatch):
+    """Only the rows the exact-match path cannot decide pay for a time-limited grading thread; scores and
+    statuses are those of grading every row with math-verify."""
+    from roll.workers.rewards import base, math_rule
+    from roll.workers.rewards.grading import GRADED
+    from tests.workers.test_reward_grading import batch_of, make_worker
+
+    threaded = []
+    real = base.grade_with_time_limit
+    monkeypatch.setattr(base, "grade_with_time_limit", lambda g, a, t: threaded.append(a) or real(g, a, t))
+    worker, _ = make_worker(math_rule.MathRuleRewardWorker, monkeypatch)
+    replies = ["\\boxed{5}", "\\boxed{4}", "so \\boxed{5}", "\\boxed{5.0}", " \\boxed{ 5 }"]
+    out = worker.compute_rewards(batch_of(replies, ["5"] * len(replies)))
+    assert out.batch["scores"].tolist() == [math_verify_only(r, "5") for r in replies] == [1, 0, 1, 1, 1]
+    assert out.batch["grading_status"].tolist() == [GRADED] * len(replies)
+    assert threaded == [("so \\boxed{5}", "5"), ("\\boxed{5.0}", "5")]

@@ -3,7 +3,7 @@
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.math_verify_grader import grade_math
+from roll.workers.rewards.math_verify_grader import exact_integer_match, grade_math
 
 
 class MathRuleRewardWorker(RewardWorker):
@@ -14,4 +14,5 @@ class MathRuleRewardWorker(RewardWorker):
         grade_math("\\boxed{1}", "1")
 
     def score(self, batch: DataProto) -> list[float]:
-        return self.grade_rows(batch, grade_math)  # rewards.<domain>.timeout per row
+        # a reply that is only a boxed integer is graded inline; others by math-verify, timeout per row
+        return self.grade_rows(batch, grade_math, fast=exact_integer_match)
