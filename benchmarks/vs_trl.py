@@ -148,6 +148,13 @@ def run_trl(args, data_dir: str) -> dict:
     # roll drops prompts longer than prompt_length: the same rows here
     lengths = [len(ids) for ids in encode_prompts(tokenizer, [r["prompt"] for r in train_rows])]
     train_rows = [r for r, n in zip(train_rows, lengths) if n <= config.prompt_length]
+    # the prompts TRL renders (its chat-template helper) are the token ids roll's data loader gives
+    from trl.data_utils import maybe_apply_chat_template
+
+    for row, ours in zip(train_rows, encode_prompts(tokenizer, [r["prompt"] for r in train_rows])):
+        text = maybe_apply_chat_template({"prompt": [{"role": "user", "content": row["prompt"]}]}, tokenizer)["prompt"]
+        if tokenizer(text, add_special_tokens=False)["input_ids"] != ours:
+            raise SystemExit(f"vs_trl: TRL's prompt for {row['prompt']!r} differs from roll's: {text!r}")
     dataset = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": r["prompt"]}], "ground_truth": r["ground_truth"]} for r in train_rows]
     )
@@ -313,17 +320,15 @@ def main(argv=None) -> None:
     from roll.demo.rlvr import prepare_demo
 
     print(f"TRL {trl.__version__}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+    threads, summaries = args.trl_threads, []
     for seed in args.seeds:
         data_dir = args.data_dir or str(Path(tempfile.gettempdir()) / f"vs_trl_demo_s{seed}")
         settings = demo_settings()
-        settings = type(settings)(**{**settings.__dict__, "seed": seed})
-        prepare_demo(data_dir, settings)
-        threads = args.trl_threads
-        if threads is None:
+        prepare_demo(data_dir, type(settings)(**{**settings.__dict__, "seed": seed}))
+        if threads is None:  # once, on the first seed
             probe = {}
             for n in (1, 2):
-                r = child("trl", seed, data_dir, args, n, args.probe_steps)
-                probe[n] = statistics.median(r["step_seconds"])
+                probe[n] = statistics.median(child("trl", seed, data_dir, args, n, args.probe_steps)["step_seconds"])
             threads = min(probe, key=probe.get)
             print(
                 f"TRL thread probe ({args.probe_steps} steps): "
@@ -332,7 +337,18 @@ def main(argv=None) -> None:
             )
         ours = child("roll", seed, data_dir, args, 1, args.max_steps)
         theirs = child("trl", seed, data_dir, args, threads, args.max_steps)
-        report(seed, ours, theirs)
+        print(f"load average {os.getloadavg()[0]:.2f}", end="")
+        summaries.append(report(seed, ours, theirs))
+    if len(summaries) > 1:
+        print("\n=== all seeds ===")
+        for name in ("roll", "TRL"):
+            per_step = [s[name]["s_per_step"] for s in summaries]
+            print(f"{name:>4}: s/step {', '.join(f'{v:.2f}' for v in per_step)}")
+            for bar in BARS:
+                print(
+                    f"      time to {bar} (training / with start-up): "
+                    + ", ".join(f"{fmt(s[name][bar][0])} / {fmt(s[name][bar][1])}" for s in summaries)
+                )
 
 
 if __name__ == "__main__":
