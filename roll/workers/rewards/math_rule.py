@@ -6,7 +6,7 @@ import functools
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.math_verify_grader import grade_math
+from roll.workers.rewards.math_verify_grader import exact_integer_match, grade_math
 
 
 class MathRuleRewardWorker(RewardWorker):
@@ -17,6 +17,8 @@ class MathRuleRewardWorker(RewardWorker):
         grade_math("\\boxed{1}", "1")
 
     def score(self, batch: DataProto) -> list[float]:
+        # a reply that is only a boxed integer is graded inline (it also passes require_boxed); others by
+        # math-verify, rewards.<domain>.timeout per row
         strict = self.worker_config.require_boxed
         grade = functools.partial(grade_math, require_boxed=True) if strict else grade_math
-        return self.grade_rows(batch, grade)  # rewards.<domain>.timeout per row
+        return self.grade_rows(batch, grade, fast=exact_integer_match)

@@ -1,6 +1,7 @@
 """Grading with math-verify; the time limit is roll's own (roll.workers.rewards.grading)."""
 
 import logging
+import re
 
 from math_verify import parse, verify
 
@@ -10,12 +11,34 @@ from roll.workers.rewards.grading import RewardDataError, grade_with_time_limit
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
+# A reply that is only a boxed integer, and an integer ground truth: math-verify's verdict is integer
+# equality, decided here in microseconds instead of its ~2 ms parse + verify (the demo's replies all look
+# like this, and grading was the largest phase of its step).
+_BOXED_INTEGER = re.compile(r"\s*\\boxed\{\s*(-?[0-9]+)\s*\}\s*")
+_INTEGER = re.compile(r"\s*(-?[0-9]+)\s*")
+
+
+def exact_integer_match(response_text: str, ground_truth) -> float | None:
+    """1.0 / 0.0 when the response is exactly `\\boxed{<integer>}` and the ground truth an integer (text or
+    int), else None: math-verify decides."""
+    if not isinstance(response_text, str) or type(ground_truth) not in (str, int):
+        return None
+    reply = _BOXED_INTEGER.fullmatch(response_text)
+    truth = _INTEGER.fullmatch(str(ground_truth))
+    if reply is None or truth is None:
+        return None
+    return 1.0 if int(reply.group(1)) == int(truth.group(1)) else 0.0
+
+
 def grade_math(response_text: str, ground_truth, require_boxed: bool = False) -> float:
     """1.0 when the response's final answer equals the ground truth, else 0.0; no time limit.
     require_boxed: only the last `\\boxed{...}` of the response is graded, and a response without one scores 0
     (math-verify alone also accepts a bare final number or expression)."""
     if ground_truth is None:
         raise RewardDataError("math rule reward: the row has no ground_truth; add a 'ground_truth' column")
+    fast = exact_integer_match(response_text, ground_truth)
+    if fast is not None:  # exactly \\boxed{int}: passes require_boxed too
+        return fast
     if require_boxed:
         boxed = last_boxed(response_text)
         if boxed is None:
