@@ -1,0 +1,1 @@
+"""ROLL's dotted paths of its reward workers, each re-exporting roll.workers.rewards."""

@@ -1,0 +1,76 @@
+"""The IFEval rule, CrossThinkQA and LLM-judge reward workers on hand-made replies; the judge through a real
+local OpenAI-compatible HTTP server serving the tiny demo model."""
+
+import json
+import threading
+
+import pytest
+
+from roll.workers.rewards.crossthinkqa_rule import length_reward, repetition_penalty
+from roll.workers.rewards.grading import RewardDataError
+from roll.workers.rewards.ifeval_rule import grade_ifeval
+from roll.workers.rewards.judge_server import make_server
+from roll.workers.rewards.llm_judge import chat_completion, parse_verdict
+
+
+def spec(*pairs):
+    return json.dumps({"instruction_id_list": [p[0] for p in pairs], "kwargs": [p[1] for p in pairs]})
+
+
+def test_ifeval_checks_follow_the_instructions():
+    no_comma = spec(("punctuation:no_comma", {}))
+    assert grade_ifeval("Fine and dandy.", no_comma) == 1.0
+    assert grade_ifeval("Fine, and dandy.", no_comma) == 0.0
+    lower = spec(("punctuation:no_comma", {}), ("keywords:existence", {"keywords": ["apple"]}))
+    assert grade_ifeval("i like apple pie", lower) == 1.0
+    assert grade_ifeval("I like pears, yes", lower) == 0.0
+    assert grade_ifeval("i like pears", lower) == 0.5
+    words = spec(("length_constraints:number_words", {"num_words": 5, "relation": "less than"}))
+    assert grade_ifeval("one two three", words) == 1.0 and grade_ifeval("one two three four five six", words) == 0.0
+    sentences = spec(("length_constraints:number_sentences", {"num_sentences": 2, "relation": "at least"}))
+    assert grade_ifeval("It rains. It pours.", sentences) == 1.0 and grade_ifeval("It rains.", sentences) == 0.0
+    caps = spec(("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": "at least"}))
+    assert grade_ifeval("WOW this is BIG", caps) == 1.0 and grade_ifeval("wow", caps) == 0.0
+    as_json = spec(("detectable_format:json_format", {}))
+    assert grade_ifeval('{"a": 1}', as_json) == 1.0 and grade_ifeval("a: 1", as_json) == 0.0
+
+
+def test_ifeval_bad_rows_name_the_problem():
+    with pytest.raises(RewardDataError, match="unknown instruction ids"):
+        grade_ifeval("x", spec(("punctuation:no_semicolon", {})))
+    with pytest.raises(RewardDataError, match="not JSON"):
+        grade_ifeval("x", "no_comma")
+    with pytest.raises(RewardDataError, match="one dict per instruction"):
+        grade_ifeval("x", json.dumps({"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}, {}]}))
+
+
+def test_crossthinkqa_length_and_repetition():
+    assert [length_reward(w) for w in (50, 99, 100, 250, 400, 401)] == [-0.5, -0.5, -0.5, -0.25, 0.0, 0.0]
+    assert repetition_penalty("a b c a b c a b c", 3, -1.0) == pytest.approx(-(1 - 3 / 7))
+    assert repetition_penalty("a b c d e", 3, -1.0) == 0.0 and repetition_penalty("a a a a", 3, 0.0) == 0.0
+
+
+def test_judge_verdict_parsing():
+    assert parse_verdict("YES, it matches", "yes_no", 10) == 1.0
+    assert parse_verdict("no.", "yes_no", 10) == 0.0
+    assert parse_verdict("I cannot tell", "yes_no", 10) is None
+    assert parse_verdict("Score: 7", "score", 10) == 0.7 and parse_verdict("12/10", "score", 10) == 1.0
+    with pytest.raises(ValueError, match="judge_verdict"):
+        parse_verdict("yes", "grade", 10)
+
+
+@pytest.fixture(scope="module")
+def judge_url(demo_dir):
+    server = make_server(str(demo_dir / "model"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_judge_over_http_serves_the_local_model(judge_url):
+    reply = chat_completion(judge_url, "judge", "What is 2+3?", max_tokens=8, timeout=60, retries=0)
+    assert isinstance(reply, str) and reply  # the model's own greedy continuation
+    again = chat_completion(judge_url, "judge", "What is 2+3?", max_tokens=8, timeout=60, retries=0)
+    assert again == reply  # greedy: deterministic
+    with pytest.raises(RuntimeError, match="failed 2 times"):
+        chat_completion(judge_url.replace("/v1", "/nope"), "judge", "x", max_tokens=4, timeout=5, retries=1)
