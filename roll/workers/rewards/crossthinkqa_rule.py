@@ -43,6 +43,7 @@ class CrossThinkQARuleRewardWorker(RewardWorker):
         total = (
             torch.tensor(correct, dtype=half)
             + torch.tensor(repeat, dtype=half)
-            + torch.tensor(self.worker_config.response_length_penalty_coef, dtype=half) * torch.tensor(length, dtype=half)
+            + torch.tensor(self.worker_config.response_length_penalty_coef, dtype=half)
+            * torch.tensor(length, dtype=half)
         )
         return total.float().tolist()

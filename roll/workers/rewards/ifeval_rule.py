@@ -39,11 +39,15 @@ def parse_instructions(ground_truth) -> tuple[list[str], list[dict]]:
     except json.JSONDecodeError as error:
         raise RewardDataError(f"ifeval reward: ground_truth is not JSON ({error}); expected e.g. {ROW_EXAMPLE}")
     if not isinstance(spec, dict) or not isinstance(spec.get("instruction_id_list"), list):
-        raise RewardDataError(f"ifeval reward: ground_truth {ground_truth!r} has no instruction_id_list; e.g. {ROW_EXAMPLE}")
+        raise RewardDataError(
+            f"ifeval reward: ground_truth {ground_truth!r} has no instruction_id_list; e.g. {ROW_EXAMPLE}"
+        )
     ids = spec["instruction_id_list"]
     kwargs = spec.get("kwargs") or [{} for _ in ids]
     if len(kwargs) != len(ids) or not all(isinstance(k, dict) for k in kwargs):
-        raise RewardDataError(f"ifeval reward: 'kwargs' must be one dict per instruction id ({len(ids)}), got {kwargs!r}")
+        raise RewardDataError(
+            f"ifeval reward: 'kwargs' must be one dict per instruction id ({len(ids)}), got {kwargs!r}"
+        )
     unknown = [i for i in ids if i not in INSTRUCTION_DICT]
     if unknown or not ids:
         raise RewardDataError(

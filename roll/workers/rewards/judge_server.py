@@ -24,7 +24,9 @@ def make_server(model_path: str, host: str = "127.0.0.1", port: int = 0) -> Thre
                 return self._reply(404, {"error": {"message": f"no route {self.path}"}})
             try:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                ids = tokenizer.apply_chat_template(request["messages"], add_generation_prompt=True, return_tensors="pt")
+                ids = tokenizer.apply_chat_template(
+                    request["messages"], add_generation_prompt=True, return_tensors="pt"
+                )
                 if not isinstance(ids, torch.Tensor):  # newer transformers return a BatchEncoding
                     ids = ids["input_ids"]
                 with lock, torch.no_grad():

@@ -132,9 +132,15 @@ class LLMJudgeRewardWorker(RewardWorker):
         config = self.worker_config
         scores = []
         for row, reply in enumerate(self.ask(self.judge_prompts(batch))):
-            verdict = None if isinstance(reply, BaseException) else parse_verdict(reply, config.judge_verdict, config.judge_score_max)
+            verdict = (
+                None
+                if isinstance(reply, BaseException)
+                else parse_verdict(reply, config.judge_verdict, config.judge_score_max)
+            )
             if verdict is None:
-                error = reply if isinstance(reply, BaseException) else ValueError(f"no verdict in judge reply {reply!r}")
+                error = (
+                    reply if isinstance(reply, BaseException) else ValueError(f"no verdict in judge reply {reply!r}")
+                )
                 if self._grading_status is not None:
                     self._grading_status[row] = ERROR
                 self._log_failure(batch, row, ERROR, error)
