@@ -37,7 +37,9 @@ def parse_instructions(ground_truth) -> tuple[list[str], list[dict]]:
     try:
         spec = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
     except json.JSONDecodeError as error:
-        raise RewardDataError(f"ifeval reward: ground_truth is not JSON ({error}); expected e.g. {ROW_EXAMPLE}")
+        raise RewardDataError(
+            f"ifeval reward: ground_truth is not JSON ({error}); expected e.g. {ROW_EXAMPLE}"
+        ) from None
     if not isinstance(spec, dict) or not isinstance(spec.get("instruction_id_list"), list):
         raise RewardDataError(
             f"ifeval reward: ground_truth {ground_truth!r} has no instruction_id_list; e.g. {ROW_EXAMPLE}"
