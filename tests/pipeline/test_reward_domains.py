@@ -1,6 +1,7 @@
 """The IFEval rule, CrossThinkQA and LLM-judge reward workers on hand-made replies; the judge through a real
 local OpenAI-compatible HTTP server serving the tiny demo model."""
 
+import contextlib
 import json
 import threading
 
@@ -59,12 +60,21 @@ def test_judge_verdict_parsing():
         parse_verdict("yes", "grade", 10)
 
 
+@contextlib.contextmanager
+def serve(model_dir):
+    """The judge server on a free local port, in a thread of this process; yields its /v1 base URL."""
+    server = make_server(str(model_dir))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+
+
 @pytest.fixture(scope="module")
 def judge_url(demo_dir):
-    server = make_server(str(demo_dir / "model"))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serve(demo_dir / "model") as url:
+        yield url
 
 
 def test_judge_over_http_serves_the_local_model(judge_url):

@@ -45,6 +45,12 @@ def parse_verdict(reply: str, kind: str, score_max: float) -> float | None:
     raise ValueError(f"judge_verdict {kind!r}: expected 'yes_no' or 'score'")
 
 
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of `messages` under the tokenizer's chat template, ready for the assistant's reply."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 def chat_completion(url: str, model: str, prompt: str, max_tokens: int, timeout: float, retries: int, key=None) -> str:
     """The assistant message of one OpenAI-style chat completion; retries with back-off, then raises."""
     body = json.dumps(
@@ -115,10 +121,7 @@ class LLMJudgeRewardWorker(RewardWorker):
         replies = []
         for start in range(0, len(prompts), max(1, self.worker_config.judge_batch_size)):
             chunk = prompts[start : start + self.worker_config.judge_batch_size]
-            ids = [
-                tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
-                for p in chunk
-            ]
+            ids = [chat_ids(tokenizer, [{"role": "user", "content": p}]) for p in chunk]
             width = max(map(len, ids))
             prompts_t = torch.tensor([[pad] * (width - len(x)) + x for x in ids])  # left-padded
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
