@@ -79,7 +79,8 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
 
 def test_every_domain_is_logged_each_step(run):
     _, history, _ = run
-    for metrics in history["steps"]:
+    assert len(history["steps"]) == STEPS
+    for metrics in history["steps"].values():
         for domain in DOMAINS:
             assert metrics[f"reward/{domain}/count"] == 8  # 2 prompts × 4 samples per step
             assert metrics[f"reward/{domain}/errors"] == 0 and metrics[f"reward/{domain}/timeouts"] == 0
