@@ -4,12 +4,15 @@ local OpenAI-compatible HTTP server serving the tiny demo model."""
 import contextlib
 import json
 import threading
+from types import SimpleNamespace
 
 import pytest
+import torch
 
-from roll.workers.rewards.crossthinkqa_rule import length_reward, repetition_penalty
+from roll.distributed.data_proto import DataProto
+from roll.workers.rewards.crossthinkqa_rule import CrossThinkQARuleRewardWorker, length_reward, repetition_penalty
 from roll.workers.rewards.grading import RewardDataError
-from roll.workers.rewards.ifeval_rule import grade_ifeval
+from roll.workers.rewards.ifeval_rule import GeneralRuleRewardWorker, grade_ifeval
 from roll.workers.rewards.judge_server import make_server
 from roll.workers.rewards.llm_judge import chat_completion, parse_verdict
 
@@ -84,3 +87,41 @@ def test_judge_over_http_serves_the_local_model(judge_url):
     assert again == reply  # greedy: deterministic
     with pytest.raises(RuntimeError, match="failed 2 times"):
         chat_completion(judge_url.replace("/v1", "/nope"), "judge", "x", max_tokens=4, timeout=5, retries=1)
+
+
+def bare_worker(cls, **config):
+    """The worker's scoring on a hand-made batch, without starting a Ray actor."""
+    worker = cls.__new__(cls)
+    worker.worker_name = "rewards.test"
+    worker.worker_config = SimpleNamespace(
+        **{"reward_args": {}, "timeout": 5.0, "response_length_penalty_coef": 0.0, **config}
+    )
+    return worker
+
+
+def test_ifeval_worker_reads_prompt_and_all_or_nothing():
+    truth = spec(("combination:repeat_prompt", {"prompt_to_repeat": "say hi"}), ("punctuation:no_comma", {}))
+    batch = DataProto.from_dict(
+        tensors={"responses": torch.zeros(3, 4)},
+        non_tensors={
+            "prompt_text": ["say hi"] * 3,
+            "response_text": ["say hi and bye", "say hi, bye", "bye, bye"],
+            "ground_truth": [truth] * 3,
+        },
+    )
+    assert bare_worker(GeneralRuleRewardWorker).score(batch) == [1.0, 0.5, 0.0]
+    assert bare_worker(GeneralRuleRewardWorker, reward_args={"all_or_nothing": True}).score(batch) == [1.0, 0.0, 0.0]
+
+
+def test_crossthinkqa_worker_sums_in_float16():
+    batch = DataProto.from_dict(
+        tensors={"responses": torch.zeros(2, 250)},  # padded width 250: length reward −0.25
+        non_tensors={"response_text": ["the answer is (B)", "Answer: C"], "ground_truth": ["B", "B"]},
+    )
+    worker = bare_worker(CrossThinkQARuleRewardWorker)
+    worker.worker_config.response_length_penalty_coef = 0.1
+    penalty = torch.tensor(0.1, dtype=torch.float16) * torch.tensor(-0.25, dtype=torch.float16)
+    assert worker.score(batch) == [float(1 + penalty), float(penalty)]
+    worker.worker_config.reward_args = {"max_penalty": 0.5}
+    with pytest.raises(ValueError, match="max_penalty"):
+        worker.score(batch)

@@ -16,6 +16,7 @@ import json
 import types
 
 import nltk
+import numpy as np
 from if_verifiable.common import evaluate_instructions
 from if_verifiable.ifeval import instructions_util
 from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
@@ -70,10 +71,23 @@ class GeneralRuleRewardWorker(RewardWorker):
 
     def score(self, batch: DataProto) -> list[float]:
         all_or_nothing = bool(self.worker_config.reward_args.get("all_or_nothing", False))
-        prompts = iter(batch.non_tensor_batch.get("prompt_text", [""] * len(batch)))
+        columns = batch.non_tensor_batch
+        prompts = columns.get("prompt_text", [""] * len(batch))
+        # each row's prompt rides on its ground truth (some checks, e.g. combination:repeat_prompt, read it)
+        truths = np.array([_Truth(t, p) for t, p in zip(columns["ground_truth"], prompts)], dtype=object)
+        rows = DataProto(batch=batch.batch, non_tensor_batch={**columns, "ground_truth": truths}, meta_info={})
 
         def grade(response, truth):
-            value = grade_ifeval(response, truth, next(prompts) or "")
+            value = grade_ifeval(response, str(truth), truth.prompt)
             return float(value == 1.0) if all_or_nothing else value
 
-        return self.grade_rows(batch, grade)
+        return self.grade_rows(rows, grade)
+
+
+class _Truth(str):
+    """A row's ground truth string that also carries the row's prompt."""
+
+    def __new__(cls, truth, prompt):
+        made = super().__new__(cls, "" if truth is None else truth)
+        made.prompt = prompt or ""
+        return made
