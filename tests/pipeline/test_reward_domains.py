@@ -3,6 +3,7 @@ local OpenAI-compatible HTTP server serving the tiny demo model."""
 
 import contextlib
 import json
+import logging
 import threading
 from types import SimpleNamespace
 
@@ -125,3 +126,28 @@ def test_crossthinkqa_worker_sums_in_float16():
     worker.worker_config.reward_args = {"max_penalty": 0.5}
     with pytest.raises(ValueError, match="max_penalty"):
         worker.score(batch)
+
+
+def test_judge_worker_over_the_api(judge_url):
+    """judge_model_type 'api': concurrent requests to the local server; a dead endpoint scores 0, counted."""
+    from roll.workers.rewards.grading import ERROR
+    from roll.workers.rewards.llm_judge import LLMJudgeRewardWorker
+
+    settings = {
+        "judge_model_type": "api", "judge_api_url": judge_url, "judge_api_model": "judge", "judge_api_key_env": None,
+        "judge_prompt": "{question} Reply: {response} Score it.", "judge_verdict": "score", "judge_score_max": 10.0,
+        "judge_max_new_tokens": 6, "judge_retries": 0, "judge_batch_size": 2, "timeout": 60.0,
+    }  # fmt: skip
+    worker = bare_worker(LLMJudgeRewardWorker, **settings)
+    batch = DataProto.from_dict(
+        tensors={"responses": torch.zeros(3, 4)},
+        non_tensors={"prompt_text": ["What is 2+3?"] * 3, "response_text": ["5", "6", "7"], "ground_truth": ["5"] * 3},
+    )
+    expected = [
+        parse_verdict(chat_completion(judge_url, "judge", f"What is 2+3? Reply: {r} Score it.", 6, 60, 0), "score", 10)
+        for r in ("5", "6", "7")
+    ]
+    assert None not in expected and worker.score(batch) == pytest.approx(expected)
+    worker.worker_config.judge_api_url = judge_url.replace("/v1", "/gone")
+    worker._grading_status, worker._failures_logged, worker.logger = torch.zeros(3, dtype=torch.int8), 0, logging
+    assert worker.score(batch) == [0.0, 0.0, 0.0] and worker._grading_status.tolist() == [ERROR] * 3
