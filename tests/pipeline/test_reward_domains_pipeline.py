@@ -107,7 +107,7 @@ def test_rule_domains_score_the_logged_responses(run):
 
 def test_judge_scores_are_the_judge_models_verdicts(run, demo_dir):
     """The same model served over HTTP, asked the same prompt greedily, gives the verdict the pipeline used."""
-    from tests.pipeline.test_reward_domains import serve
+    from tests.pipeline.test_reward_workers import serve
 
     rows = [r for r in run[2] if r["tag"] == "judge"]
     assert len(rows) == 8 * STEPS
