@@ -131,10 +131,13 @@ ROLL_REWARD_WORKERS = {
         "roll.workers.rewards.llm_judge.LLMJudgeRewardWorker"
     ),
     "roll.pipeline.rlvr.rewards.ifeval_rule_reward_worker.GeneralRuleRewardWorker": (
-        "roll.workers.rewards.ifeval.IFEvalRewardWorker"
+        "roll.workers.rewards.ifeval_rule.GeneralRuleRewardWorker"
+    ),
+    "roll.pipeline.rlvr.rewards.general_val_rule_reward_worker.GeneralValRuleRewardWorker": (
+        "roll.workers.rewards.ifeval_rule.GeneralRuleRewardWorker"
     ),
     "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": (
-        "roll.workers.rewards.crossthinkqa.CrossThinkQARewardWorker"
+        "roll.workers.rewards.crossthinkqa_rule.CrossThinkQARuleRewardWorker"
     ),
 }
 ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."

@@ -264,6 +264,38 @@ class RewardWorkerConfig(WorkerConfig):
         "anyway (NOT a security boundary); false refuses to start and says what is missing",
     )
 
+    response_length_penalty_coef: float = field_help(
+        0.0,
+        "CrossThinkQA worker only: weight of its length reward (ROLL's key; -0.5 below 100 response tokens of "
+        "padded width, 0 above 400, linear between; docs/rewards.md)",
+    )
+    judge_model_type: str = field_help(
+        "inference",
+        "LLM-judge worker: 'inference' = this role loads model_args and generates with strategy_args "
+        "(hf_infer or vllm) on its device_mapping; 'api' = POST to judge_api_url (OpenAI chat completions)",
+    )
+    judge_prompt: str = field_help(
+        "",
+        "LLM-judge worker: the prompt template; {question}, {response} and {reference} are filled in per row "
+        "(empty = the built-in yes/no template in roll/workers/rewards/llm_judge.py)",
+    )
+    judge_verdict: str = field_help(
+        "yes_no",
+        "LLM-judge worker: how the judge's reply is read: 'yes_no' (first YES/NO word: 1/0) or 'score' (last "
+        "number in the reply divided by judge_score_max, clipped to [0, 1])",
+    )
+    judge_score_max: float = field_help(10.0, "LLM-judge worker, judge_verdict 'score': the judge's top score")
+    judge_max_new_tokens: int = field_help(32, "LLM-judge worker: tokens the judge may write per verdict")
+    judge_api_url: str | None = field_help(
+        None, "LLM-judge worker, judge_model_type 'api': base URL of an OpenAI-compatible server (…/v1)"
+    )
+    judge_api_model: str = field_help("judge", "LLM-judge worker, 'api': the `model` field of each request")
+    judge_api_key_env: str | None = field_help(
+        None, "LLM-judge worker, 'api': name of the environment variable holding the bearer key (null = no key)"
+    )
+    judge_retries: int = field_help(2, "LLM-judge worker, 'api': extra attempts per request after a failure")
+    judge_batch_size: int = field_help(8, "LLM-judge worker: verdicts requested at once (concurrent API calls)")
+
 
 @dataclass
 class ScorerConfig(RewardWorkerConfig):

@@ -163,6 +163,20 @@ class RLVRPipeline(BasePipeline):
                 metrics[f"{prefix}reward/{key.removeprefix('scores/')}"] = values.mean().item()
         return metrics
 
+    def domain_scores(self, batch: DataProto) -> dict:
+        """reward/<domain>/score/{mean,max,min} and reward/<domain>/count of the step's samples, for each domain
+        that had rows this step (mixed-domain runs: each domain's grader can be followed on its own)."""
+        scores, domains = batch.batch["scores"], batch.non_tensor_batch["domain"]
+        metrics = {}
+        for domain in self.config.rewards:
+            mine = scores[torch.from_numpy(domains == domain)]
+            if len(mine):
+                metrics[f"reward/{domain}/count"] = len(mine)
+                metrics.update(
+                    {f"reward/{domain}/score/{k}": float(getattr(mine, k)()) for k in ("mean", "max", "min")}
+                )
+        return metrics
+
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
         metrics: dict = {}
@@ -173,6 +187,7 @@ class RLVRPipeline(BasePipeline):
                 graded.append(self.remax_baselines(batch, rows, step))
         metrics.update(self.reward_failures(*graded))
         metrics.update(reduce_worker_metrics(batch))
+        metrics.update(self.domain_scores(batch))
         metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
