@@ -39,7 +39,8 @@ REPLIES = {
 def make_worker(monkeypatch, **settings):
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.setenv(key, "0")
-    config = RewardConfig(name="rewards.code", worker_cls="x.Y", code_case_timeout=1.0, **settings)
+    # 3 s per case: a correct program must not time out on a loaded machine; the hanging one costs 3 s
+    config = RewardConfig(name="rewards.code", worker_cls="x.Y", code_case_timeout=3.0, **settings)
     worker = CodeSandboxRewardWorker(config, rank=0, world_size=1)
     worker.initialize()
     return worker
