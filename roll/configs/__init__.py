@@ -18,6 +18,7 @@ from roll.configs.checks import (
     BatchPlan,
     batch_plan,
     check_algorithm,
+    check_async,
     check_generation,
     check_micro_batching,
     check_roles,
@@ -111,6 +112,7 @@ def load_rlvr_config(config) -> RLVRConfig:
     rlvr = build(RLVRConfig, data)
     check_roles(rlvr)
     check_generation(rlvr)
+    check_async(rlvr)
     check_algorithm(rlvr)
     batch_plan(rlvr)  # raises on batch sizes that do not divide
     return rlvr

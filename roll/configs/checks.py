@@ -410,6 +410,40 @@ def check_generation(config) -> None:
         raise ConfigError("'actor_train.data_args.file_name' is required: the training prompt file(s)")
 
 
+def check_async(config) -> None:
+    """async_generation_ratio > 0 overlaps generation with training: actor_infer must have devices of its own
+    (a colocated engine is offloaded while another role runs, so nothing could overlap)."""
+    ratio = config.async_generation_ratio
+    if ratio == 0:
+        return
+    if ratio < 0 or ratio != int(ratio):
+        raise ConfigError(
+            f"'async_generation_ratio' = {ratio}: must be 0 (synchronous) or a whole number of steps ahead "
+            "(1, 2, ...); fractional ratios are not supported"
+        )
+    if config.async_stale_samples not in ("regenerate", "drop"):
+        raise ConfigError(f"'async_stale_samples' = {config.async_stale_samples!r}; valid: ['regenerate', 'drop']")
+    if config.async_max_lag is not None and config.async_max_lag < 0:
+        raise ConfigError(f"'async_max_lag' = {config.async_max_lag}: must be >= 0 or null")
+    if config.adv_estimator == "remax":
+        raise ConfigError("'async_generation_ratio' > 0 does not support adv_estimator: remax (greedy baselines)")
+    infer = set(config.actor_infer.device_mapping or ())
+    if not infer:
+        raise ConfigError(
+            f"'async_generation_ratio' = {ratio} needs actor_infer.device_mapping: the engine's own devices"
+        )
+    for name, worker in roles(config).items():
+        if name == "actor_infer" or name.startswith("rewards.") or worker is None:
+            continue
+        shared = infer & set(worker.device_mapping or ())
+        if shared:
+            raise ConfigError(
+                f"'async_generation_ratio' = {ratio} needs actor_infer on devices of its own, but actor_infer and "
+                f"{name} are colocated on device(s) {sorted(shared)}: colocated roles take turns and cannot "
+                f"overlap. Give actor_infer separate device_mapping or set async_generation_ratio: 0"
+            )
+
+
 def check_validation_samples(args) -> None:
     """Validation samples per prompt: null means 1; n > 1 needs sampling (n greedy answers are one answer n
     times, and HF generate refuses them) and reports pass@k besides the mean score."""

@@ -20,6 +20,22 @@ class RLVRConfig(RLAlgorithmConfig):
     rollout_batch_size: int = field_help(8, "prompts per pipeline step")
     num_return_sequences_in_group: int = field_help(1, "samples per prompt (the group for GRPO-style estimators)")
     val_batch_size: int = field_help(64, "prompts per validation generate call")
+    async_generation_ratio: float = field_help(
+        0.0,
+        "off-policy rollout: the rollout of steps t+1..t+k is generated while step t trains (k = this value, a "
+        "whole number; 0 = the synchronous loop). Needs actor_infer on devices no other model role uses "
+        "(docs/async.md)",
+    )
+    async_max_lag: int | None = field_help(
+        None,
+        "async: the largest policy-version lag a trained sample may have (null = async_generation_ratio); "
+        "older batches are handled by async_stale_samples",
+    )
+    async_stale_samples: str = field_help(
+        "regenerate",
+        "async: a batch older than async_max_lag is 'regenerate'd (same prompts, current weights) or "
+        "'drop'ped (fresh prompts, current weights); either way it is counted, never trained on",
+    )
 
     @property
     def group(self) -> tuple[str, int]:
