@@ -1,11 +1,16 @@
 """Off-policy rollout (async_generation_ratio, docs/async.md) on the demo, engine and trainer on separate
-virtual devices. Two 3-step pipelines in one Ray session (each start-up costs most of the time):
+virtual devices. Two 4-step pipelines in one Ray session (each start-up costs most of the time):
 
   sync   async_generation_ratio: 0 (the synchronous loop)
   async  ratio 2 with async_max_lag: 1: step 1 is on-policy (lag 0), step 2 trains on samples of step 1's
          policy (lag 1, allowed), step 3's batch was queued at step 1 (lag 2 > 1) so it is regenerated with
-         the current weights; a checkpoint after step 2 is taken with step 3's rollout in flight
+         the current weights; a checkpoint after step 2 is taken with steps 3-4 in flight. actor_infer is
+         SIGKILLed at the end of step 3 (max_failures: 1): step 4's generate finds it dead, the roles restart
+         and steps 3-4 are redone from the step-2 checkpoint (queue empty: lags 0 and 1)
 """
+
+import io
+import logging
 
 import pytest
 import torch
@@ -13,25 +18,49 @@ import torch
 from roll.configs import ConfigError
 from roll.pipeline.core.callbacks import read_samples
 from roll.pipeline.rlvr.async_rollout import stale_action
-from tests.pipeline.helpers import run_pipeline, trained_weights
+from tests.pipeline.helpers import trained_weights
+from tests.reliability.test_recovery import KillWorker
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-STEPS, GROUP = 3, 8 * 4  # samples per step: 8 prompts x 4
+STEPS, GROUP = 4, 8 * 4  # samples per step: 8 prompts x 4
 
 
 @pytest.fixture(scope="module")
 def runs(rlvr_config, tmp_path_factory):
+    from roll.pipeline.core.callbacks import SampleLogger
+    from roll.pipeline.rlvr.pipeline import RLVRPipeline
+
     root = tmp_path_factory.mktemp("async")
 
-    def run(name, *overrides):
+    def run(name, *overrides, kill=None):
         config = rlvr_config(root / name, [f"max_steps={STEPS}", "save_steps=2", *overrides])
-        return run_pipeline(config, sample_dir=root / f"{name}_samples", inspect=trained_weights)
+        log = io.StringIO()
+        handler = logging.StreamHandler(log)
+        logging.getLogger("roll.pipeline").addHandler(handler)
+        callbacks = [SampleLogger(str(root / f"{name}_samples"))] + ([kill] if kill else [])
+        try:
+            with RLVRPipeline(config, callbacks=callbacks) as pipeline:
+                if kill:
+                    kill.pipeline = pipeline
+                history = pipeline.run()
+                history["weights"] = trained_weights(pipeline)
+        finally:
+            logging.getLogger("roll.pipeline").removeHandler(handler)
+        history["log"] = log.getvalue()
+        return history
 
     return {
         "root": root,
         "sync": run("sync", "async_generation_ratio=0"),
-        "async": run("async", "async_generation_ratio=2", "async_max_lag=1", "async_stale_samples=regenerate"),
+        "async": run(
+            "async",
+            "async_generation_ratio=2",
+            "async_max_lag=1",
+            "async_stale_samples=regenerate",
+            "max_failures=1",
+            kill=KillWorker("actor_infer", at_step=2),
+        ),
     }
 
 
@@ -43,31 +72,33 @@ def test_ratio_zero_is_the_synchronous_loop(runs):
 def test_async_trains_off_policy_within_the_bound_on_the_same_prompts(runs):
     root, run = runs["root"], runs["async"]
     steps = [run["steps"][s] for s in range(STEPS)]
-    assert [m["async/lag"] for m in steps] == [0.0, 1.0, 0.0]  # step 3: regenerated (lag 2 > async_max_lag)
-    assert [m["async/regenerated_samples"] for m in steps] == [0, 0, GROUP]
-    assert steps[-1]["async/regenerated_samples_total"] == GROUP
+    # steps 3-4 are the redo after the recovery: a fresh queue from the step-2 checkpoint's weights
+    assert [m["async/lag"] for m in steps] == [0.0, 1.0, 0.0, 1.0]
     assert all(m["async/dropped_samples"] == 0 for m in steps)
+    # the first attempt at step 3 regenerated its batch (queued at step 1: lag 2 > async_max_lag 1)
+    assert steps[-1]["async/regenerated_samples_total"] == GROUP
     for step in range(STEPS):
         got, want = read_samples(root / "async_samples", step + 1), read_samples(root / "sync_samples", step + 1)
         assert [r["prompt"] for r in got] == [r["prompt"] for r in want], f"step {step + 1}: data order differs"
     # step 1 is on-policy and identical to the synchronous run; step 2 was sampled by the step-0 policy
     assert read_samples(root / "async_samples", 1) == read_samples(root / "sync_samples", 1)
     assert read_samples(root / "async_samples", 2) != read_samples(root / "sync_samples", 2)
-    assert run["steps"][0]["actor/pg_loss"] == runs["sync"]["steps"][0]["actor/pg_loss"]
+    assert steps[0]["actor/pg_loss"] == runs["sync"]["steps"][0]["actor/pg_loss"]
     # mismatch metrics per policy-version lag: behaviour policy (rollout log-probs) vs the current trainer
     lag1 = {k: v for k, v in steps[1].items() if k.startswith("mismatch/lag_1/")}
     assert lag1 and all(torch.isfinite(torch.tensor(v)) for v in lag1.values())
     assert any(k.startswith("mismatch/lag_0/") for k in steps[0])
     assert not any(k.startswith("mismatch/lag_2/") for m in steps for k in m)  # never trained on
-    assert not all(torch.equal(run["inspected"][n], t) for n, t in runs["sync"]["inspected"].items())
 
 
-def test_checkpoint_stores_the_data_position_before_the_queued_rollout(runs):
-    for name in ("sync", "async"):
-        path = runs["root"] / name / "checkpoints" / "step-2" / "pipeline_state.pt"
-        state = torch.load(path, weights_only=True)
-        # async: step 3's prompts were drawn (its rollout in flight) but not trained; a resume draws them again
-        assert state["completed_steps"] == 2 and state["sampler"] == {"epoch": 0, "cursor": 2 * 8}, name
+def test_killed_engine_fails_clearly_and_resumes_from_the_checkpoint(runs):
+    run = runs["async"]
+    assert run["recoveries"] == 1 and runs["sync"]["recoveries"] == 0
+    assert "recovery 1 of max_failures=1: actor_infer.generate: worker rank 0 died" in run["log"], run["log"]
+    assert "resuming from the last complete checkpoint" in run["log"]
+    # steps 1-2 ran once (checkpointed at 2), 3-4 were redone from step-2: each step's metrics once, on the
+    # prompts the synchronous run drew for that step (checked above), none skipped or repeated
+    assert sorted(run["steps"]) == list(range(STEPS)) and run["first_step"] == 0
 
 
 def test_colocated_engine_is_refused(rlvr_config, tmp_path):

@@ -83,17 +83,16 @@ class AsyncRollout:
         item, lag = head, step - head.version
         action = stale_action(lag, self.max_lag, self.policy)
         if action is not None:
-            n = self.pipeline.config.num_return_sequences_in_group
             # generate again now; the stale call is still consumed so the engine queue stays in order
             head.call.result()
             item = self._submit(step, rows=head.rows if action == "regenerate" else None)
-            key = "async/regenerated_samples" if action == "regenerate" else "async/dropped_samples"
-            metrics[key] = len(head.rows) * n
-            self.counts["dropped" if action == "drop" else "regenerated"] += len(head.rows) * n
             lag = step - item.version
-        batch = self.pipeline.finish_generation(
-            item.call.result(), item.pad, self.pipeline.config.num_return_sequences_in_group
-        )
+        n = self.pipeline.config.num_return_sequences_in_group
+        batch = self.pipeline.finish_generation(item.call.result(), item.pad, n)
+        if action is not None:  # counted once the replacement exists (a failed attempt is redone, not counted)
+            name = "dropped" if action == "drop" else "regenerated"
+            metrics[f"async/{name}_samples"] = len(head.rows) * n
+            self.counts[name] += len(head.rows) * n
         batch.non_tensor_batch["policy_version"] = np.full(len(batch), item.version, dtype=object)
         batch.non_tensor_batch["policy_lag"] = np.full(len(batch), lag, dtype=object)
         metrics.update({"async/lag": float(lag), "async/queued_steps": len(self.queue)})
