@@ -1,7 +1,7 @@
 """Synchronous vs off-policy (async_generation_ratio) RLVR on the demo, in one run and one Ray session.
 
     OMP_NUM_THREADS=1 python benchmarks/async_rollout.py --demo_dir /tmp/demo [--steps 30] [--eval_steps 10]
-        [--ratio 1] [--bar 0.3]
+        [--ratio 1] [--bar 0.3] [--async_first]
 
 Both pipelines use the shipped demo config (examples/tiny_rlvr/rlvr_tiny.yaml: actor_train + reference on
 virtual device 0, actor_infer on device 1), the same seed and data; the async one adds
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--eval_steps", type=int, default=10)
     parser.add_argument("--ratio", type=int, default=1)
     parser.add_argument("--bar", type=float, default=0.3, help="held-out greedy accuracy to reach")
+    parser.add_argument("--async_first", action="store_true", help="run the async pipeline first (load drift)")
     args = parser.parse_args()
 
     from roll.demo.rlvr import prepare_demo
@@ -83,7 +84,8 @@ def main() -> None:
     prepare_demo(demo)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, ratio in (("sync", 0), (f"async_ratio_{args.ratio}", args.ratio)):
+        modes = [("sync", 0), (f"async_ratio_{args.ratio}", args.ratio)]
+        for name, ratio in modes[::-1] if args.async_first else modes:
             history = run_mode(demo, Path(tmp) / name, args.steps, args.eval_steps, ratio)
             results[name] = summarise(history, args.bar)
             print(name, json.dumps(results[name]), flush=True)

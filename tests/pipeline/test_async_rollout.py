@@ -101,6 +101,14 @@ def test_killed_engine_fails_clearly_and_resumes_from_the_checkpoint(runs):
     assert sorted(run["steps"]) == list(range(STEPS)) and run["first_step"] == 0
 
 
+def test_checkpoint_stores_the_data_position_before_the_queued_rollout(runs):
+    for name in ("sync", "async"):
+        path = runs["root"] / name / "checkpoints" / "step-2" / "pipeline_state.pt"
+        state = torch.load(path, weights_only=True)
+        # async: steps 3-4's prompts were drawn (rollouts in flight) but not trained; a resume draws them again
+        assert state["completed_steps"] == 2 and state["sampler"] == {"epoch": 0, "cursor": 2 * 8}, name
+
+
 def test_colocated_engine_is_refused(rlvr_config, tmp_path):
     with pytest.raises(ConfigError, match="actor_infer and actor_train are colocated on device"):
         rlvr_config(tmp_path, ["async_generation_ratio=1", "actor_infer.device_mapping=[0]"])
