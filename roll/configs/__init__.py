@@ -20,6 +20,7 @@ from roll.configs.checks import (
     BatchPlan,
     batch_plan,
     check_algorithm,
+    check_async,
     check_generation,
     check_micro_batching,
     check_roles,
@@ -141,6 +142,7 @@ def load_rlvr_config(config) -> RLVRConfig:
     rlvr = _build_with_roll_keys(RLVRConfig, data)
     check_roles(rlvr)
     check_generation(rlvr)
+    check_async(rlvr)
     check_algorithm(rlvr)
     check_profiler(rlvr, roles(rlvr))
     batch_plan(rlvr)  # raises on batch sizes that do not divide

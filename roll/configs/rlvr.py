@@ -32,6 +32,23 @@ class RLVRConfig(RLAlgorithmConfig):
         "completed with dropped groups and a warning is logged",
     )
 
+    async_generation_ratio: float = field_help(
+        0.0,
+        "off-policy rollout: the rollout of steps t+1..t+k is generated while step t trains (k = this value, a "
+        "whole number; 0 = the synchronous loop). Needs actor_infer on devices no other model role uses "
+        "(docs/async.md)",
+    )
+    async_max_lag: int | None = field_help(
+        None,
+        "async: the largest policy-version lag a trained sample may have (null = async_generation_ratio); "
+        "older batches are handled by async_stale_samples",
+    )
+    async_stale_samples: str = field_help(
+        "regenerate",
+        "async: a batch older than async_max_lag is 'regenerate'd (same prompts, current weights) or "
+        "'drop'ped (fresh prompts, current weights); either way it is counted, never trained on",
+    )
+
     def __post_init__(self):
         super().__post_init__()
         if self.max_additional_running_prompts < 0:

@@ -30,7 +30,6 @@ def _pending(block: str, keys: str, reason: str) -> list[RollKey]:
 
 DYNSAMPLE = "difficulty and length masks (branch algos) have not landed"
 SHAPING = "reward shaping keys and pg_variant (branch algos) have not landed"
-ASYNC = "asynchronous generation (branch async) has not landed"
 NOT_BUILT = "not implemented in roll yet (issue 17 follow-up)"
 
 ROLL_KEYS: list[RollKey] = [
@@ -62,7 +61,6 @@ ROLL_KEYS: list[RollKey] = [
         "type: file_system only; output_dir becomes the top-level output_dir (checkpoints then go to "
         "<output_dir>/checkpoints/step-N); a different top-level output_dir is an error",
     ),
-    *_pending("", "async_generation_ratio", ASYNC),
     *_pending(
         "",
         "difficulty_mask difficulty_low_threshold difficulty_high_threshold error_max_len_clip error_max_len_threshold",

@@ -219,7 +219,11 @@ class BasePipeline:
         with timer.phase("weight_sync"):
             self.memory.use("actor_train", "actor_infer")
             metrics.update(self.weight_sync.sync_and_verify(step))
+        self._after_weight_sync()
         return metrics
+
+    def _after_weight_sync(self) -> None:
+        """Hook: the engine now serves the weights of the step just trained (async rollout's policy version)."""
 
     def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:
         """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""

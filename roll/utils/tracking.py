@@ -54,6 +54,11 @@ class Tracker:
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
+    def histogram(self, key: str, values, step: int) -> None:
+        """A distribution per step (e.g. async/lag: each trained sample's policy-version lag)."""
+        if self.writer is not None:
+            self.writer.add_histogram(key, values, step)
+
     def flush(self) -> None:
         if self.writer is not None:
             self.writer.flush()

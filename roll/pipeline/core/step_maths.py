@@ -2,6 +2,7 @@
 
 import inspect
 
+import torch
 from omegaconf import OmegaConf
 
 from roll.algorithms import (
@@ -37,6 +38,12 @@ def apply_rollout_is(batch: DataProto, config) -> dict:
         return {}
     old, rollout, mask = (batch.batch[k] for k in ("old_log_probs", "rollout_log_probs", "response_mask"))
     metrics = {f"mismatch/{k}": v for k, v in compute_mismatch_metrics(old, rollout, mask).items()}
+    if "policy_lag" in batch.non_tensor_batch:  # async rollout: the same metrics per policy-version lag
+        lags = batch.non_tensor_batch["policy_lag"].astype(int)
+        for lag in sorted(set(lags.tolist())):
+            rows = torch.from_numpy(lags == lag)
+            part = compute_mismatch_metrics(old[rows], rollout[rows], mask[rows])
+            metrics.update({f"mismatch/lag_{lag}/{k}": v for k, v in part.items()})
     if config.rollout_is_threshold is None:
         return metrics
     weights, is_metrics = compute_rollout_importance_weights(

@@ -14,6 +14,7 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
+from roll.pipeline.rlvr.async_rollout import AsyncRollout
 from roll.pipeline.rlvr.dynamic_sampling import filter_enabled, sample_filtered_batch
 from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_metrics
 from roll.pipeline.rlvr.routing import build_tag_routes, route
@@ -32,6 +33,7 @@ class RLVRPipeline(BasePipeline):
         self.routes = build_tag_routes(config.rewards)
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
         self.sampler = PromptSampler(self.train_rows, config.seed)
+        self.async_rollout = AsyncRollout(self) if config.async_generation_ratio > 0 else None
         self.val_rows = (
             self._load_rows(config.validation.data_args, "validation.data_args")
             if config.validation is not None
@@ -62,10 +64,20 @@ class RLVRPipeline(BasePipeline):
         return roles
 
     def data_state(self) -> dict:
-        return {"sampler": self.sampler.state_dict()}
+        queued = self.async_rollout.data_state() if self.async_rollout is not None else None
+        return {"sampler": queued or self.sampler.state_dict()}
 
     def load_data_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
+
+    def _run_from(self, first_step: int, history: dict) -> None:
+        if self.async_rollout is not None:  # a (re)start: nothing in flight, the engine gets version first_step
+            self.async_rollout.reset(first_step)
+        super()._run_from(first_step, history)
+
+    def _after_weight_sync(self) -> None:
+        if self.async_rollout is not None:
+            self.async_rollout.after_weight_sync()
 
     def _probe_batch(self) -> DataProto:
         rows = (self.val_rows or self.train_rows)[:1]
@@ -76,6 +88,14 @@ class RLVRPipeline(BasePipeline):
         """mode: "train" (the group's samples), "validation" (validation.generating_args) or "greedy"
         (one greedy answer per prompt, ReMax's baseline). generation_round > 0: a dynamic-sampling refill
         round of the step, with its own sampling seed."""
+        batch, pad = self.generation_request(rows, step, mode, generation_round)
+        n = batch.meta_info["generation_config"]["num_return_sequences"]
+        return self.finish_generation(self.actor_infer.generate(batch), pad, n)
+
+    def generation_request(
+        self, rows: list[dict], step: int, mode: str = "train", generation_round: int = 0
+    ) -> tuple[DataProto, int]:
+        """The padded prompt batch of one generate call (see `generate`) and its padding rows."""
         config = self.config
         batch = collate_prompts(rows, config.prompt_length, self.pad_token_id)
         batch.non_tensor_batch["domain"] = np.array([row["domain"] for row in rows], dtype=object)
@@ -93,14 +113,15 @@ class RLVRPipeline(BasePipeline):
             generation = {"num_return_sequences": 1, "do_sample": False}
         else:
             generation = {"num_return_sequences": config.num_return_sequences_in_group}
-        n = generation["num_return_sequences"]
         self.memory.use("actor_infer")
         seed = config.seed * 100003 + step
         if generation_round:  # refill rounds: seeds no plain step uses
             seed = (1 << 40) + seed * 1000 + generation_round
         batch.meta_info.update(generation_config=generation, seed=seed)
-        batch, pad = batch.pad_to_multiple(self.actor_infer.world_size)
-        out = self.actor_infer.generate(batch)
+        return batch.pad_to_multiple(self.actor_infer.world_size)
+
+    def finish_generation(self, out: DataProto, pad: int, n: int) -> DataProto:
+        """Drop the `pad` padding prompts' `n` samples each and decode the responses."""
         out = out[: len(out) - pad * n] if pad else out
         out.non_tensor_batch["response_text"] = np.array(
             self.tokenizer.batch_decode(out.batch["responses"], skip_special_tokens=True), dtype=object
@@ -198,6 +219,14 @@ class RLVRPipeline(BasePipeline):
     def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict]]:
         """The step's scored samples and their prompt rows: rollout_batch_size prompts, or with a
         rewards.<domain>.query_filter_config the groups that pass it (roll.pipeline.rlvr.dynamic_sampling)."""
+        if self.async_rollout is not None:  # off-policy: (mostly) generated while earlier steps trained
+            with timer.phase("generate"):
+                rows, batch, async_metrics = self.async_rollout.take(step)
+            metrics.update(async_metrics)
+            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step)
+            with timer.phase("reward"):
+                self.compute_rewards(batch)
+            return batch, rows
         if filter_enabled(self.config):
             with timer.phase("generate_and_reward"):
                 batch, rows, filter_metrics = sample_filtered_batch(self, step)

@@ -1,0 +1,102 @@
+"""Synchronous vs off-policy (async_generation_ratio) RLVR on the demo, in one run and one Ray session.
+
+    OMP_NUM_THREADS=1 python benchmarks/async_rollout.py --demo_dir /tmp/demo [--steps 30] [--eval_steps 10]
+        [--ratio 1] [--bar 0.3] [--async_first]
+
+Both pipelines use the shipped demo config (examples/tiny_rlvr/rlvr_tiny.yaml: actor_train + reference on
+virtual device 0, actor_infer on device 1), the same seed and data; the async one adds
+async_generation_ratio=--ratio. Reported per mode: median wall time per step (validation excluded), the
+median of each phase, and the wall time (training steps only) until held-out greedy accuracy first reaches
+--bar (absolute; checked every --eval_steps). The demo folder is prepared when missing.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "examples" / "tiny_rlvr"
+PHASES = ("generate", "reward", "old_log_probs", "ref_log_probs", "train", "weight_sync")
+
+
+def run_mode(demo: Path, out: Path, steps: int, eval_steps: int, ratio: int) -> dict:
+    from roll.configs import compose_config, load_rlvr_config
+    from roll.pipeline.rlvr.pipeline import RLVRPipeline
+
+    overrides = [
+        f"model_path={demo / 'model'}",
+        f"actor_train.data_args.file_name={demo / 'train.jsonl'}",
+        f"validation.data_args.file_name={demo / 'heldout.jsonl'}",
+        f"output_dir={out}",
+        f"max_steps={steps}",
+        f"eval_steps={eval_steps}",
+        "track_with=stdout",
+        f"async_generation_ratio={ratio}",
+    ]
+    config = load_rlvr_config(compose_config(str(CONFIG_DIR), "rlvr_tiny", overrides))
+    with RLVRPipeline(config) as pipeline:
+        return pipeline.run()
+
+
+def summarise(history: dict, bar: float) -> dict:
+    steps = [history["steps"][s] for s in sorted(history["steps"])]
+    # timing/step includes validation on eval steps: subtract nothing, report steps without validation
+    plain = [m["timing/step"] for m in steps if not any(k.startswith("val/") for k in m)]
+    elapsed, reached = 0.0, None
+    for index, metrics in enumerate(steps):
+        elapsed += sum(metrics.get(f"timing/{p}", 0.0) for p in PHASES) + _other(metrics)
+        if reached is None and metrics.get("val/score/all", -1.0) >= bar:
+            reached = {"step": index + 1, "seconds": round(elapsed, 1), "val": metrics["val/score/all"]}
+    return {
+        "median_step_s": round(statistics.median(plain), 3),
+        "phases_median_s": {p: round(statistics.median(m.get(f"timing/{p}", 0.0) for m in steps), 3) for p in PHASES},
+        "train_steps_total_s": round(elapsed, 1),
+        "val_before": history["before"].get("val/score/all"),
+        "val_curve": {i + 1: m["val/score/all"] for i, m in enumerate(steps) if "val/score/all" in m},
+        "bar_reached": reached,
+        "lag": [m.get("async/lag") for m in steps] if "async/lag" in steps[0] else None,
+    }
+
+
+def _other(metrics: dict) -> float:
+    """Phases not in PHASES (advantages, ...) of the step's timers."""
+    known = {f"timing/{p}" for p in PHASES} | {"timing/step"}
+    return sum(v for k, v in metrics.items() if k.startswith("timing/") and k not in known)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--demo_dir", default=os.path.join(tempfile.gettempdir(), "roll_demo_async"))
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--eval_steps", type=int, default=10)
+    parser.add_argument("--ratio", type=int, default=1)
+    parser.add_argument("--bar", type=float, default=0.3, help="held-out greedy accuracy to reach")
+    parser.add_argument("--async_first", action="store_true", help="run the async pipeline first (load drift)")
+    args = parser.parse_args()
+
+    from roll.demo.rlvr import prepare_demo
+
+    demo = Path(args.demo_dir)
+    prepare_demo(demo)
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        modes = [("sync", 0), (f"async_ratio_{args.ratio}", args.ratio)]
+        for name, ratio in modes[::-1] if args.async_first else modes:
+            history = run_mode(demo, Path(tmp) / name, args.steps, args.eval_steps, ratio)
+            results[name] = summarise(history, args.bar)
+            print(name, json.dumps(results[name]), flush=True)
+    sync, other = results["sync"], results[f"async_ratio_{args.ratio}"]
+    print(f"per-step speed-up (median step time): {sync['median_step_s'] / other['median_step_s']:.2f}x")
+    if sync["bar_reached"] and other["bar_reached"]:
+        speedup = sync["bar_reached"]["seconds"] / other["bar_reached"]["seconds"]
+        print(f"time-to-bar speed-up: {speedup:.2f}x")
+    else:
+        print("bar not reached by:", [n for n, r in results.items() if not r["bar_reached"]])
+
+
+if __name__ == "__main__":
+    main()
