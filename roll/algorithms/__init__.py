@@ -3,18 +3,42 @@
 The formulas, section by section: docs/algorithms.md and docs/rollout_correction.md.
 """
 
-from . import advantages, aggregation, kl, policy_losses, reductions, rollout_correction, rollout_is, value_losses
+from . import (
+    advantages,
+    aggregation,
+    kl,
+    policy_losses,
+    reductions,
+    rollout_correction,
+    roll_estimators,
+    rollout_is,
+    shaping,
+    value_losses,
+)
 from .advantages import *  # noqa: F401,F403
 from .aggregation import *  # noqa: F401,F403
 from .kl import *  # noqa: F401,F403
 from .policy_losses import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .rollout_correction import *  # noqa: F401,F403
+from .roll_estimators import *  # noqa: F401,F403
 from .rollout_is import *  # noqa: F401,F403
+from .shaping import *  # noqa: F401,F403
 from .value_losses import *  # noqa: F401,F403
 
 __all__ = [
     name
-    for module in (reductions, advantages, kl, aggregation, policy_losses, value_losses, rollout_is, rollout_correction)
+    for module in (
+        reductions,
+        advantages,
+        kl,
+        aggregation,
+        policy_losses,
+        value_losses,
+        rollout_is,
+        rollout_correction,
+        shaping,
+        roll_estimators,
+    )
     for name in module.__all__
 ]

@@ -167,10 +167,14 @@ def policy_loss_config(config: RLVRConfig):
     """ROLL-style clip keys → roll.algorithms.PolicyLossConfig (the one mapping; docs/configuration.md)."""
     from roll.algorithms import PolicyLossConfig
 
+    low = config.pg_clip if config.pg_clip_low is None else config.pg_clip_low
+    high = config.pg_clip if config.pg_clip_high is None else config.pg_clip_high
+    if config.use_pg_clip_range is False:  # ROLL: the range keys are ignored unless use_pg_clip_range
+        low = high = config.pg_clip
     return PolicyLossConfig(
         clip_ratio=config.pg_clip,
-        clip_ratio_low=config.pg_clip if config.pg_clip_low is None else config.pg_clip_low,
-        clip_ratio_high=config.pg_clip if config.pg_clip_high is None else config.pg_clip_high,
+        clip_ratio_low=low,
+        clip_ratio_high=high,
         # no dual clip = a cap that never binds
         clip_ratio_c=config.dual_clip_ratio_c if config.dual_clip_loss else float("inf"),
         clip_cov_ratio=config.clip_cov_ratio,
