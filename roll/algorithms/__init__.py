@@ -9,8 +9,8 @@ from . import (
     kl,
     policy_losses,
     reductions,
-    rollout_correction,
     roll_estimators,
+    rollout_correction,
     rollout_is,
     shaping,
     value_losses,
@@ -20,8 +20,8 @@ from .aggregation import *  # noqa: F401,F403
 from .kl import *  # noqa: F401,F403
 from .policy_losses import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
-from .rollout_correction import *  # noqa: F401,F403
 from .roll_estimators import *  # noqa: F401,F403
+from .rollout_correction import *  # noqa: F401,F403
 from .rollout_is import *  # noqa: F401,F403
 from .shaping import *  # noqa: F401,F403
 from .value_losses import *  # noqa: F401,F403
