@@ -98,4 +98,6 @@ def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_tok
         "scores": torch.tensor([row["score"] for row in rows], dtype=torch.float32),
     }
     non_tensors = {key: np.array([row[key] for row in rows], dtype=object) for key in ROW_KEYS}
+    non_tensors["state"] = np.array([row.get("state", "") for row in rows], dtype=object)  # step rows only
+    non_tensors["episode_score"] = np.array([float(row["episode_score"]) for row in rows], dtype=object)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)

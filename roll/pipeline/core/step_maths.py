@@ -53,7 +53,9 @@ def apply_reward_shaping(batch: DataProto, config) -> dict:
         metrics["shaping/samples_used"] = float(keep.sum())
         metrics["shaping/final_mask_ratio"] = float(keep.mean())
     if _shaping_on(config, *_SCORE_KEYS):
-        shaped = reward_norm(scores, index, config.norm_mean_type, config.norm_std_type)
+        # the scores as placed so far (agentic: after reward_normalization), one per row
+        placed = data["token_level_scores"].sum(-1)
+        shaped = reward_norm(placed, index, config.norm_mean_type, config.norm_std_type)
         if config.use_reward_scaling and shaped.numel() > 1:
             shaped = shaped / (shaped.std() + 1e-6)
         if config.reward_clip is not None:

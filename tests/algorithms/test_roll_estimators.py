@@ -1,0 +1,42 @@
+"""ROLL's return estimators and GiGPO's grouped rewards (docs/algorithms.md §7.6) on hand-computed tensors."""
+
+import torch
+
+from roll.algorithms import get_adv_estimator_fn, gigpo_rewards
+
+
+def test_reinforce_is_the_masked_discounted_return():
+    rewards = torch.tensor([[0.0, 1.0, 2.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the 5 sits on padding: ignored
+    for name in ("reinforce", "step_reinforce", "gigpo"):
+        adv, ret = get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, gamma=0.5)
+        torch.testing.assert_close(adv, torch.tensor([[1.0, 2.0, 2.0, 0.0]]))
+        assert torch.equal(adv, ret)
+
+
+def test_agentic_reinforce_discounts_per_turn():
+    # two turns: tokens 0-1 (reward on 1) and 3-4 (reward 4 on the last token; the 7 inside is ignored)
+    rewards = torch.tensor([[0.0, 1.0, 9.0, 7.0, 4.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0, 0.0]])
+    adv, _ = get_adv_estimator_fn("agentic_reinforce")(token_level_rewards=rewards, response_mask=mask, gamma=0.5)
+    torch.testing.assert_close(adv, torch.tensor([[3.0, 3.0, 0.0, 4.0, 4.0, 0.0]]))
+
+
+def test_gigpo_episode_and_step_groups():
+    # group g: two trajectories (episode scores 1 and 0), 2 + 1 step rows; rows 0 and 2 saw the same state S
+    # group h: one trajectory with one row in state S (same text, other group: not pooled with g)
+    episode = torch.tensor([1.0, 1.0, 0.0, 5.0])
+    step = torch.tensor([0.9, 1.0, 0.0, 3.0])
+    groups = ["g", "g", "g", "h"]
+    states = ["S", "T", "S", "S"]
+    total, ep, st = gigpo_rewards(episode, step, groups, states, episode_weight=1.0, step_weight=0.5)
+    # episode level over g's step rows: mean 2/3, unbiased std sqrt(1/3)
+    std = (1 / 3) ** 0.5
+    expected_ep = torch.tensor([(1 / 3) / (std + 1e-6), (1 / 3) / (std + 1e-6), (-2 / 3) / (std + 1e-6), 0.0])
+    torch.testing.assert_close(ep, expected_ep)
+    # step level: state S in g has rows 0, 2 (0.9, 0.0): mean 0.45, std 0.9/sqrt(2); T and h's S are singletons
+    s = 0.9 / 2**0.5
+    torch.testing.assert_close(st, torch.tensor([0.45 / (s + 1e-6), 0.0, -0.45 / (s + 1e-6), 0.0]))
+    torch.testing.assert_close(total, ep + 0.5 * st)
+    _, ep_mean_only, _ = gigpo_rewards(episode, step, groups, states, use_std=False)
+    torch.testing.assert_close(ep_mean_only, torch.tensor([1 / 3, 1 / 3, -2 / 3, 0.0]))
