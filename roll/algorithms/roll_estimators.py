@@ -1,4 +1,4 @@
-"""ROLL's return-based estimators (docs/algorithms.md §7.6): no baseline inside the estimator — the reward
+"""ROLL's return-based estimators (docs/algorithms.md §11.5): no baseline inside the estimator — the reward
 side (norm_mean_type / norm_std_type, or GiGPO's grouped rewards) supplies the baseline.
 
 GiGPO's response-level rewards: episode-level groups (the trajectories of one initial state) plus step-level

@@ -1,4 +1,4 @@
-"""ROLL's RLVR reward/advantage shaping keys as pure tensor maths (docs/algorithms.md §7).
+"""ROLL's RLVR reward/advantage shaping keys as pure tensor maths (docs/algorithms.md §11).
 
 Scores are one value per sample (B,); groups are the rows sharing an `index` value (the prompt uid), so the
 maths does not depend on the rows being consecutive blocks (ROLL's assumption).

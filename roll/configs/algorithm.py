@@ -39,7 +39,7 @@ class RLAlgorithmConfig(PipelineConfig):
     lambd: float = field_help(1.0, "GAE lambda")
     norm_adv_by_std_in_grpo: bool = field_help(True, "divide GRPO advantages by the group std (false = Dr.GRPO)")
 
-    # ROLL reward/advantage shaping (docs/algorithms.md §7; all off by default)
+    # ROLL reward/advantage shaping (docs/algorithms.md §11; all off by default)
     max_len_mask: bool = field_help(False, "drop truncated samples (length = response_length) from the loss")
     difficulty_mask: bool = field_help(
         False, "drop a prompt's samples from the loss unless low < its mean score < high (both strict)"

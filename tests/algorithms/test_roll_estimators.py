@@ -1,4 +1,4 @@
-"""ROLL's return estimators and GiGPO's grouped rewards (docs/algorithms.md §7.6) on hand-computed tensors."""
+"""ROLL's return estimators and GiGPO's grouped rewards (docs/algorithms.md §11.5) on hand-computed tensors."""
 
 import torch
 

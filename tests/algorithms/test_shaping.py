@@ -1,4 +1,4 @@
-"""ROLL's shaping keys (docs/algorithms.md §7): hand-computed tensors, and each key changes only its target."""
+"""ROLL's shaping keys (docs/algorithms.md §11): hand-computed tensors, and each key changes only its target."""
 
 import dataclasses
 

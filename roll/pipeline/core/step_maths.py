@@ -29,7 +29,7 @@ _WEIGHT_KEYS = ("difficulty_loss_weight", "length_loss_weight")
 
 
 def apply_reward_shaping(batch: DataProto, config) -> dict:
-    """ROLL's sample masks, score normalisation/clip (docs/algorithms.md §7), before the token rewards are
+    """ROLL's sample masks, score normalisation/clip (docs/algorithms.md §11), before the token rewards are
     built; with every key off the batch is untouched. Masked samples leave `response_mask` (the loss mask)."""
     data, metrics = batch.batch, {}
     if not _shaping_on(config, *_MASK_KEYS, *_SCORE_KEYS):
@@ -153,7 +153,7 @@ def compute_advantages(batch: DataProto, config) -> None:
             advantage_clip=config.advantage_clip,
         )
     if _shaping_on(config, *_WEIGHT_KEYS):
-        # a positive per-sample factor on A scales the clipped surrogate exactly (docs/algorithms.md §7.4)
+        # a positive per-sample factor on A scales the clipped surrogate exactly (docs/algorithms.md §11.3)
         weights = sample_loss_weights(
             data["response_mask"].sum(-1),
             batch.non_tensor_batch.get("difficulty"),
