@@ -60,6 +60,7 @@ __all__ = [
     "describe_reference",
     "reference_source",
     "policy_loss_config",
+    "effective_policy_loss_mode",
 ]
 
 # Top-level blocks of the shared files in examples/config/, allowed even when no key uses them.
@@ -184,7 +185,18 @@ def policy_loss_config(config: RLVRConfig):
         ppo_kl_coef=config.ppo_kl_coef,
         tau_pos=config.tau_pos,
         tau_neg=config.tau_neg,
+        tis_lower_bound=config.tis_lower_bound,
+        tis_upper_bound=config.tis_upper_bound,
+        kimi15_tau=config.kimi15_tau,
     )
+
+
+PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "cispo": "cispo", "kimi15": "kimi15"}
+
+
+def effective_policy_loss_mode(config) -> str:
+    """ROLL's `pg_variant`, when set, names the loss; else `policy_loss_mode`."""
+    return config.policy_loss_mode if config.pg_variant is None else PG_VARIANTS[config.pg_variant]
 
 
 def describe_config(config) -> str:

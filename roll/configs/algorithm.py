@@ -71,6 +71,14 @@ class RLAlgorithmConfig(PipelineConfig):
         "if pg_clip_low/high are set (ROLL); null: each of pg_clip_low/high applies when set (verl)",
     )
 
+    pg_variant: Literal["ppo", "tis", "cispo", "kimi15"] | None = field_help(
+        None,
+        "ROLL's actor loss name; when set it selects policy_loss_mode: ppo → vanilla, tis → tis, cispo → cispo, "
+        "kimi15 → kimi15 (docs/algorithms.md §11.7); null = policy_loss_mode decides",
+    )
+    tis_lower_bound: float = field_help(0.0, "pg_variant tis: lower bound of the truncated ratio weight")
+    tis_upper_bound: float = field_help(1.0, "pg_variant tis: upper bound of the truncated ratio weight")
+    kimi15_tau: float = field_help(0.1, "pg_variant kimi15: weight τ of the ½(log π − log π_old)² term")
     # --- policy loss --------------------------------------------------------------------------------
     policy_loss_mode: str = field_help(
         "vanilla",

@@ -40,3 +40,32 @@ def test_gigpo_episode_and_step_groups():
     torch.testing.assert_close(total, ep + 0.5 * st)
     _, ep_mean_only, _ = gigpo_rewards(episode, step, groups, states, use_std=False)
     torch.testing.assert_close(ep_mean_only, torch.tensor([1 / 3, 1 / 3, -2 / 3, 0.0]))
+
+
+def test_tis_and_kimi15_by_hand():
+    from roll.algorithms import PolicyLossConfig, get_policy_loss_fn
+
+    old = torch.tensor([[0.0, 0.0]])
+    lp = torch.tensor([[0.5, -0.5]], requires_grad=True)
+    adv = torch.tensor([[1.0, 2.0]])
+    mask = torch.ones(1, 2)
+    loss, _ = get_policy_loss_fn("tis")(old, lp, adv, mask, "token-mean", PolicyLossConfig())
+    (grad,) = torch.autograd.grad(loss, lp)
+    # weights clip(e^0.5, 0, 1) = 1 and e^-0.5; token-mean over 2 tokens
+    torch.testing.assert_close(grad, torch.tensor([[-1.0 / 2, -2.0 * torch.exp(torch.tensor(-0.5)) / 2]]))
+    loss, _ = get_policy_loss_fn("kimi15")(old, lp, adv, mask, "token-mean", PolicyLossConfig(kimi15_tau=0.2))
+    torch.testing.assert_close(loss, ((-0.5 + 0.1 * 0.25) + (1.0 + 0.1 * 0.25)) / 2 * torch.ones(()))
+    (grad,) = torch.autograd.grad(loss, lp)
+    torch.testing.assert_close(grad, torch.tensor([[(-1.0 + 0.2 * 0.5) / 2, (-2.0 - 0.2 * 0.5) / 2]]))
+
+
+def test_pg_variant_selects_the_loss():
+    import dataclasses
+
+    from roll.configs import effective_policy_loss_mode
+    from roll.configs.algorithm import RLAlgorithmConfig
+
+    config = RLAlgorithmConfig()
+    assert effective_policy_loss_mode(config) == "vanilla"
+    for variant, mode in (("ppo", "vanilla"), ("tis", "tis"), ("cispo", "cispo"), ("kimi15", "kimi15")):
+        assert effective_policy_loss_mode(dataclasses.replace(config, pg_variant=variant)) == mode
