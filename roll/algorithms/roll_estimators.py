@@ -23,9 +23,6 @@ def _discounted(token_level_rewards, response_mask, gamma):
     return returns
 
 
-@register_adv_est("reinforce")
-@register_adv_est("step_reinforce")
-@register_adv_est("gigpo")
 @torch.no_grad()
 def compute_reinforce_return(token_level_rewards, response_mask, gamma=1.0, **kwargs):
     """A_t = Σ_{k≥t} γ^(k−t) r_k over the masked token rewards (returns = A), masked.
@@ -34,6 +31,11 @@ def compute_reinforce_return(token_level_rewards, response_mask, gamma=1.0, **kw
     agentic pipeline places on the last token (the step's discounted return / GiGPO's grouped rewards)."""
     advantages = _discounted(token_level_rewards, response_mask, gamma) * response_mask
     return advantages, advantages
+
+
+register_adv_est("reinforce")(compute_reinforce_return)
+register_adv_est("step_reinforce", step_rows=True)(compute_reinforce_return)
+register_adv_est("gigpo", step_rows=True, anchor_state_groups=True)(compute_reinforce_return)
 
 
 @register_adv_est("agentic_reinforce")

@@ -123,8 +123,9 @@ def check_agentic(config: AgenticConfig) -> None:
             f"adv_estimator {config.adv_estimator!r} needs the reward of a greedy answer to each prompt as "
             f"baseline, which the agentic pipeline does not generate; choose another estimator (e.g. grpo)"
         )
-    if config.adv_estimator in ("gigpo", "step_reinforce"):
-        traj = sorted(tag for tag, env in config.custom_envs.items() if env.env_manager != "step")
+    if get_adv_estimator_spec(config.adv_estimator).step_rows:
+        used = config.train_env_manager.tags
+        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager != "step")
         if traj:
             raise ConfigError(
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "

@@ -16,7 +16,7 @@ import torch
 
 from roll.agentic.env_managers import ChatTokens
 from roll.agentic.envs.registry import resolve_env_class
-from roll.algorithms import gigpo_rewards
+from roll.algorithms import get_adv_estimator_spec, gigpo_rewards
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
 from roll.data.prompts import collate_prompts
@@ -131,7 +131,7 @@ class AgenticPipeline(BasePipeline):
             self.memory.use("actor_infer")
             batch, metrics = self.rollout(step)
         norm = config.reward_normalization
-        if config.adv_estimator == "gigpo":
+        if get_adv_estimator_spec(config.adv_estimator).anchor_state_groups:
             rewards, episode, state = gigpo_rewards(
                 torch.tensor(batch.non_tensor_batch["episode_score"].astype(float), dtype=torch.float32),
                 batch.batch["scores"],  # the step manager's discounted step return
