@@ -10,8 +10,10 @@ from . import (
     kl,
     policy_losses,
     reductions,
+    roll_estimators,
     rollout_correction,
     rollout_is,
+    shaping,
     value_losses,
 )
 from .advantages import *  # noqa: F401,F403
@@ -20,8 +22,10 @@ from .group_filter import *  # noqa: F401,F403
 from .kl import *  # noqa: F401,F403
 from .policy_losses import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
+from .roll_estimators import *  # noqa: F401,F403
 from .rollout_correction import *  # noqa: F401,F403
 from .rollout_is import *  # noqa: F401,F403
+from .shaping import *  # noqa: F401,F403
 from .value_losses import *  # noqa: F401,F403
 
 __all__ = [
@@ -36,6 +40,8 @@ __all__ = [
         value_losses,
         rollout_is,
         rollout_correction,
+        shaping,
+        roll_estimators,
     )
     for name in module.__all__
 ]

@@ -52,6 +52,8 @@ class EstimatorSpec:
     forward_passes: tuple[str, ...] = ()  # extra actor_train forwards, from FORWARD_PASSES
     greedy_baseline: bool = False  # reads `reward_baselines`: the reward of one greedy answer per prompt
     needs_critic: bool = False  # reads `values` from a critic role
+    step_rows: bool = False  # agentic: needs one row per turn (the step env manager)
+    anchor_state_groups: bool = False  # agentic: rewards are GiGPO's episode + same-state step groups
 
     def __post_init__(self):
         if not isinstance(self.min_group_size, int) or self.min_group_size < 1:
@@ -65,13 +67,28 @@ class EstimatorSpec:
 
 
 def register_adv_est(
-    name: str, *, min_group_size: int = 1, forward_passes=(), greedy_baseline: bool = False, needs_critic: bool = False
+    name: str,
+    *,
+    min_group_size: int = 1,
+    forward_passes=(),
+    greedy_baseline: bool = False,
+    needs_critic: bool = False,
+    step_rows: bool = False,
+    anchor_state_groups: bool = False,
 ):
     """Decorator registering an estimator under `name`, with its requirements (verl's `register_adv_est(name)`
     still works: no requirements)."""
     if isinstance(forward_passes, str):  # ("sum_pi_squared") is a str, not a tuple
         forward_passes = (forward_passes,)
-    spec = EstimatorSpec(name, min_group_size, tuple(forward_passes), bool(greedy_baseline), bool(needs_critic))
+    spec = EstimatorSpec(
+        name,
+        min_group_size,
+        tuple(forward_passes),
+        bool(greedy_baseline),
+        bool(needs_critic),
+        bool(step_rows),
+        bool(anchor_state_groups),
+    )
 
     def add(fn):
         if name in ADV_ESTIMATOR_REGISTRY and (

@@ -26,6 +26,8 @@ __all__ = [
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_cispo",
     "compute_policy_loss_sapo",
+    "compute_policy_loss_tis",
+    "compute_policy_loss_kimi15",
 ]
 
 
@@ -49,6 +51,9 @@ class PolicyLossConfig:
     ppo_kl_coef: float | None = 0.1  # None → 1.0 (verl's code fallback)
     tau_pos: float = 1.0
     tau_neg: float = 1.05
+    tis_lower_bound: float = 0.0  # tis: the ratio weight is clip(r, lower, upper), a constant
+    tis_upper_bound: float = 1.0
+    kimi15_tau: float = 0.1  # kimi15: weight of the ½(log π − log π_old)² proximity term
     # dp_size / batch_num_tokens / global_batch_size / loss_scale_factor for agg_loss; None → local formulas
     global_batch_info: dict | None = None
 
@@ -313,3 +318,34 @@ def compute_policy_loss_sapo(
     losses = _weighted(-gate * advantages, rollout_is_weights)
     pg_loss = _aggregate(losses, response_mask, "seq-mean-token-mean", config)
     return pg_loss, _metrics(ppo_kl=masked_mean(-log_ratio, response_mask).item())
+
+
+@register_policy_loss("tis")
+def compute_policy_loss_tis(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
+    """ROLL's `tis`: −sg(clip(r, tis_lower_bound, tis_upper_bound))·A·log π (truncated IS, no PPO clip)."""
+    lower, upper = _option(config, "tis_lower_bound"), _option(config, "tis_upper_bound")
+    log_ratio = _clamped_log_ratio(old_log_prob, log_prob)
+    ratio = torch.exp(log_ratio)
+    weight = torch.clamp(ratio, lower, upper).detach()
+    losses = _weighted(-weight * advantages * log_prob, rollout_is_weights)
+    clipfrac = masked_mean((ratio != weight).float(), response_mask)
+    return (
+        _aggregate(losses, response_mask, loss_agg_mode, config),
+        _metrics(clipfrac.item(), masked_mean(-log_ratio, response_mask).item()),
+    )
+
+
+@register_policy_loss("kimi15")
+def compute_policy_loss_kimi15(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
+    """ROLL's `kimi15` (Kimi k1.5): −A·log π + τ/2·(log π − log π_old)²."""
+    tau = _option(config, "kimi15_tau")
+    log_ratio = log_prob - old_log_prob
+    losses = _weighted(-advantages * log_prob + 0.5 * tau * log_ratio**2, rollout_is_weights)
+    return (
+        _aggregate(losses, response_mask, loss_agg_mode, config),
+        _metrics(0.0, masked_mean(-log_ratio, response_mask).item()),
+    )

@@ -64,6 +64,7 @@ __all__ = [
     "describe_reference",
     "reference_source",
     "policy_loss_config",
+    "effective_policy_loss_mode",
 ]
 
 # Hydra search path entry of the shipped blocks (roll/configs/blocks/); examples/config/ redirects to them.
@@ -228,10 +229,14 @@ def policy_loss_config(config: RLVRConfig):
     """ROLL-style clip keys → roll.algorithms.PolicyLossConfig (the one mapping; docs/configuration.md)."""
     from roll.algorithms import PolicyLossConfig
 
+    low = config.pg_clip if config.pg_clip_low is None else config.pg_clip_low
+    high = config.pg_clip if config.pg_clip_high is None else config.pg_clip_high
+    if config.use_pg_clip_range is False:  # ROLL: the range keys are ignored unless use_pg_clip_range
+        low = high = config.pg_clip
     return PolicyLossConfig(
         clip_ratio=config.pg_clip,
-        clip_ratio_low=config.pg_clip if config.pg_clip_low is None else config.pg_clip_low,
-        clip_ratio_high=config.pg_clip if config.pg_clip_high is None else config.pg_clip_high,
+        clip_ratio_low=low,
+        clip_ratio_high=high,
         # no dual clip = a cap that never binds
         clip_ratio_c=config.dual_clip_ratio_c if config.dual_clip_loss else float("inf"),
         clip_cov_ratio=config.clip_cov_ratio,
@@ -241,7 +246,18 @@ def policy_loss_config(config: RLVRConfig):
         ppo_kl_coef=config.ppo_kl_coef,
         tau_pos=config.tau_pos,
         tau_neg=config.tau_neg,
+        tis_lower_bound=config.tis_lower_bound,
+        tis_upper_bound=config.tis_upper_bound,
+        kimi15_tau=config.kimi15_tau,
     )
+
+
+PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "cispo": "cispo", "kimi15": "kimi15"}
+
+
+def effective_policy_loss_mode(config) -> str:
+    """ROLL's `pg_variant`, when set, names the loss; else `policy_loss_mode`."""
+    return config.policy_loss_mode if config.pg_variant is None else PG_VARIANTS[config.pg_variant]
 
 
 def describe_config(config) -> str:

@@ -100,6 +100,8 @@ class AgenticConfig(RLAlgorithmConfig):
         default_factory=RewardNormalization, help="episode-reward normalisation before advantages"
     )
     step_reward_gamma: float = field_help(1.0, "step manager: discount of later turns' rewards in each turn's return")
+    episode_reward_weight: float = field_help(1.0, "gigpo: weight of the episode-level (trajectory group) advantage")
+    step_reward_weight: float = field_help(1.0, "gigpo: weight of the step-level (same state) advantage")
     val_seed_offset: int = field_help(
         1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
     )
@@ -121,6 +123,14 @@ def check_agentic(config: AgenticConfig) -> None:
             f"adv_estimator {config.adv_estimator!r} needs the reward of a greedy answer to each prompt as "
             f"baseline, which the agentic pipeline does not generate; choose another estimator (e.g. grpo)"
         )
+    if get_adv_estimator_spec(config.adv_estimator).step_rows:
+        used = config.train_env_manager.tags
+        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager != "step")
+        if traj:
+            raise ConfigError(
+                f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
+                f"custom_envs.<tag>.env_manager: step for {traj}"
+            )
     if not config.custom_envs:
         raise ConfigError(
             "'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "

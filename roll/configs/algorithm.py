@@ -39,6 +39,46 @@ class RLAlgorithmConfig(PipelineConfig):
     lambd: float = field_help(1.0, "GAE lambda")
     norm_adv_by_std_in_grpo: bool = field_help(True, "divide GRPO advantages by the group std (false = Dr.GRPO)")
 
+    # ROLL reward/advantage shaping (docs/algorithms.md §11; all off by default)
+    max_len_mask: bool = field_help(False, "drop truncated samples (length = response_length) from the loss")
+    difficulty_mask: bool = field_help(
+        False, "drop a prompt's samples from the loss unless low < its mean score < high (both strict)"
+    )
+    difficulty_low_threshold: float = field_help(0.0, "difficulty_mask: lower bound of the group mean score")
+    difficulty_high_threshold: float = field_help(1.0, "difficulty_mask: upper bound of the group mean score")
+    error_max_len_clip: bool = field_help(
+        False, "drop samples with score ≤ 0 that are at least error_max_len_threshold tokens long"
+    )
+    error_max_len_threshold: int = field_help(9999999999, "error_max_len_clip: length limit of failed samples")
+    difficulty_loss_weight: bool = field_help(
+        False, "weight each sample's loss by 0.5 + 1.5·difficulty (dataset column 'difficulty' in [0, 1])"
+    )
+    length_loss_weight: bool = field_help(False, "weight each sample's loss by 1.5 − its min-max scaled length")
+    norm_mean_type: Literal["batch", "group"] | None = field_help(
+        None, "subtract the score mean of the batch or of the prompt group; null = no shift"
+    )
+    norm_std_type: Literal["batch", "group"] | None = field_help(
+        None, "divide scores by the (unbiased) std of the batch or the prompt group; null = no scaling"
+    )
+    use_reward_scaling: bool = field_help(False, "divide scores by their batch std (no shift), after norm_*")
+    reward_clip: float | None = field_help(None, "clamp sample scores to ±reward_clip after normalisation")
+    whiten_rewards: bool = field_help(False, "whiten token rewards over the batch's valid tokens")
+    whiten_advantages: bool = field_help(False, "whiten advantages over the batch's valid tokens")
+    advantage_clip: float | None = field_help(None, "clamp advantages to ±advantage_clip after whitening")
+    use_pg_clip_range: bool | None = field_help(
+        None,
+        "true: clip ratio to [1 − pg_clip_low, 1 + pg_clip_high] (ROLL); false: [1 − pg_clip, 1 + pg_clip] even "
+        "if pg_clip_low/high are set (ROLL); null: each of pg_clip_low/high applies when set (verl)",
+    )
+
+    pg_variant: Literal["ppo", "tis", "cispo", "kimi15"] | None = field_help(
+        None,
+        "ROLL's actor loss name; when set it selects policy_loss_mode: ppo → vanilla, tis → tis, cispo → cispo, "
+        "kimi15 → kimi15 (docs/algorithms.md §11.7); null = policy_loss_mode decides",
+    )
+    tis_lower_bound: float = field_help(0.0, "pg_variant tis: lower bound of the truncated ratio weight")
+    tis_upper_bound: float = field_help(1.0, "pg_variant tis: upper bound of the truncated ratio weight")
+    kimi15_tau: float = field_help(0.1, "pg_variant kimi15: weight τ of the ½(log π − log π_old)² term")
     # --- policy loss --------------------------------------------------------------------------------
     policy_loss_mode: str = field_help(
         "vanilla",

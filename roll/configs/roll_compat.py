@@ -263,6 +263,36 @@ DIFFERENCES = [
         "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
         "Set tracker_kwargs.mode: online to upload",
     ),
+    # ROLL defects in its algorithm keys: roll implements the evident intent (docs/algorithms.md §11)
+    (
+        "error_max_len_clip",
+        "judges only samples with score ≤ 0; ROLL drops every sample whose score is not exactly 0 or 1",
+    ),
+    (
+        "norm_std_type: group",
+        "each row is divided by its own group's std, also with a non-group mean; ROLL crashes on that mix",
+    ),
+    ("norm_mean_type / norm_std_type: group", "with one sample per prompt σ = 1; ROLL gives NaN"),
+    (
+        "adv_estimator: grpo",
+        "leaves norm_mean_type / norm_std_type as set (grpo normalises in the estimator); ROLL overwrites them",
+    ),
+    (
+        "difficulty_loss_weight",
+        "applied, or a clear error when the difficulty column is missing; ROLL silently skips it for object arrays",
+    ),
+    ("use_reward_scaling", "divides the scores by their batch std; ROLL declares the key and reads it nowhere"),
+    ("reward_clip", "applied once, at response level; ROLL applies it twice (response and token level)"),
+    (
+        "adv_estimator: gigpo",
+        "step groups are formed within each episode group (the GiGPO paper); ROLL pools equal states across groups",
+    ),
+    ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
+    ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
+    (
+        "pg_variant: topr, importance_sampling: seq",
+        "not built: refused by the config with that reason (ppo, tis, cispo, kimi15 are)",
+    ),
 ]
 
 

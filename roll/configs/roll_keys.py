@@ -28,8 +28,6 @@ def _pending(block: str, keys: str, reason: str) -> list[RollKey]:
     return [RollKey(block, key, PENDING, reason) for key in keys.split()]
 
 
-DYNSAMPLE = "difficulty and length masks (branch algos) have not landed"
-SHAPING = "reward shaping keys and pg_variant (branch algos) have not landed"
 NOT_BUILT = "not implemented in roll yet (issue 17 follow-up)"
 
 ROLL_KEYS: list[RollKey] = [
@@ -61,19 +59,8 @@ ROLL_KEYS: list[RollKey] = [
         "type: file_system only; output_dir becomes the top-level output_dir (checkpoints then go to "
         "<output_dir>/checkpoints/step-N); a different top-level output_dir is an error",
     ),
-    *_pending(
-        "",
-        "difficulty_mask difficulty_low_threshold difficulty_high_threshold error_max_len_clip error_max_len_threshold",
-        DYNSAMPLE,
-    ),
     *_pending("", "is_num_return_sequences_expand max_running_requests", NOT_BUILT),
-    *_pending(
-        "",
-        "reward_clip advantage_clip whiten_advantages whiten_rewards reward_norm reward_shift reward_scale "
-        "add_len_reward difficulty_loss_weight length_loss_weight pg_variant use_reward_scaling use_reward_norm "
-        "use_pg_clip_range use_topr_loss",
-        SHAPING,
-    ),
+    *_pending("", "reward_norm reward_shift reward_scale add_len_reward use_reward_norm use_topr_loss", NOT_BUILT),
     *[
         RollKey(
             "",

@@ -211,8 +211,9 @@ class BasePipeline:
         config, metrics = self.config, {}
         self._forward_passes(batch, timer)
         with timer.phase("advantages"):
+            metrics.update(step_maths.apply_rollout_is(batch, config))  # on the generated tokens, before masks
+            metrics.update(step_maths.apply_reward_shaping(batch, config))
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
-            metrics.update(step_maths.apply_rollout_is(batch, config))
             step_maths.compute_advantages(batch, config)
         with timer.phase("train"):
             metrics.update(self.train(batch, step))

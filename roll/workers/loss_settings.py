@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from roll.algorithms import PolicyLossConfig
-from roll.configs import policy_loss_config
+from roll.configs import effective_policy_loss_mode, policy_loss_config
 from roll.distributed.data_proto import DataProto
 
 LOSS_KEY = "loss"  # the one meta_info key a training batch carries its LossSettings under
@@ -41,7 +41,7 @@ class LossSettings:
             ppo_epochs=config.ppo_epochs,
             shuffle_seed=config.seed * 7919 + step,  # a new order every step, reproducible from the seed
             temperature=config.actor_infer.generating_args.temperature,
-            policy_loss_mode=config.policy_loss_mode,
+            policy_loss_mode=effective_policy_loss_mode(config),
             loss_agg_mode=config.loss_agg_mode,
             policy_loss_config=policy_loss_config(config),
             use_kl_loss=config.use_kl_loss,

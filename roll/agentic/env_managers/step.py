@@ -48,6 +48,14 @@ class StepEnvManager(EnvManager):
             reply = TokenTrajectory(prompt_ids=turn.prompt_ids)
             reply.add_generated(turn.reply_ids, turn.log_probs, self.chat.eos_token_id)
             rows.append(
-                self._row(turn.prompt_ids, reply.response_ids, reply.mask, reply.log_probs, future, turn_index=index)
+                self._row(
+                    turn.prompt_ids,
+                    reply.response_ids,
+                    reply.mask,
+                    reply.log_probs,
+                    future,
+                    turn_index=index,
+                    state=turn.observation,  # GiGPO's anchor state
+                )
             )
         return rows[::-1]

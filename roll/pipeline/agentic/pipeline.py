@@ -12,9 +12,11 @@ import math
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from roll.agentic.env_managers import ChatTokens
 from roll.agentic.envs.registry import resolve_env_class
+from roll.algorithms import get_adv_estimator_spec, gigpo_rewards
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
 from roll.data.prompts import collate_prompts
@@ -129,12 +131,22 @@ class AgenticPipeline(BasePipeline):
             self.memory.use("actor_infer")
             batch, metrics = self.rollout(step)
         norm = config.reward_normalization
-        batch.batch["token_level_scores"] = scores_on_last_token(
-            normalize_scores(
+        if get_adv_estimator_spec(config.adv_estimator).anchor_state_groups:
+            rewards, episode, state = gigpo_rewards(
+                torch.tensor(batch.non_tensor_batch["episode_score"].astype(float), dtype=torch.float32),
+                batch.batch["scores"],  # the step manager's discounted step return
+                batch.non_tensor_batch["traj_group_id"],
+                batch.non_tensor_batch["state"],
+                episode_weight=config.episode_reward_weight,
+                step_weight=config.step_reward_weight,
+                use_std=norm.norm_std_type is not None,
+            )
+            metrics["gigpo/step_groups_compared"] = float((state != 0).float().mean())
+        else:
+            rewards = normalize_scores(
                 batch.batch["scores"], _grouping(batch, norm.grouping), norm.norm_mean_type, norm.norm_std_type
-            ),
-            batch.batch["response_mask"],
-        )
+            )
+        batch.batch["token_level_scores"] = scores_on_last_token(rewards, batch.batch["response_mask"])
         batch.non_tensor_batch["uid"] = batch.non_tensor_batch["traj_group_id"]
         real = len(batch)
         batch, _ = batch.pad_to_multiple(self._train_multiple(), loss_free_keys=LOSS_KEYS)

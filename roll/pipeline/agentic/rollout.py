@@ -98,4 +98,7 @@ def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_tok
         "scores": torch.tensor([row["score"] for row in rows], dtype=torch.float32),
     }
     non_tensors = {key: np.array([row[key] for row in rows], dtype=object) for key in ROW_KEYS}
+    non_tensors["state"] = np.array([row.get("state", "") for row in rows], dtype=object)  # step rows only
+    if all("episode_score" in row for row in rows):  # every env manager's row has it (GiGPO reads it)
+        non_tensors["episode_score"] = np.array([float(row["episode_score"]) for row in rows], dtype=object)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)

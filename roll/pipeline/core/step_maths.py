@@ -10,8 +10,61 @@ from roll.algorithms import (
     compute_mismatch_metrics,
     compute_rollout_importance_weights,
     get_adv_estimator_fn,
+    reward_norm,
+    sample_level_mask,
+    sample_loss_weights,
+    shape_advantages,
+    whiten_token_rewards,
 )
 from roll.distributed.data_proto import DataProto
+from roll.utils.functional import scores_on_last_token
+
+
+def _shaping_on(config, *keys) -> bool:
+    return any(getattr(config, key, None) not in (None, False) for key in keys)
+
+
+_MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
+_SCORE_KEYS = ("norm_mean_type", "norm_std_type", "use_reward_scaling", "reward_clip")
+_WEIGHT_KEYS = ("difficulty_loss_weight", "length_loss_weight")
+
+
+def apply_reward_shaping(batch: DataProto, config) -> dict:
+    """ROLL's sample masks, score normalisation/clip (docs/algorithms.md §11), before the token rewards are
+    built; with every key off the batch is untouched. Masked samples leave `response_mask` (the loss mask)."""
+    data, metrics = batch.batch, {}
+    if not _shaping_on(config, *_MASK_KEYS, *_SCORE_KEYS):
+        return metrics
+    mask, scores = data["response_mask"], data["scores"]
+    lengths, index = mask.sum(-1), batch.non_tensor_batch["uid"]
+    if _shaping_on(config, *_MASK_KEYS):
+        keep = sample_level_mask(
+            scores,
+            lengths,
+            mask.shape[-1],
+            index,
+            max_len_mask=config.max_len_mask,
+            difficulty_mask=config.difficulty_mask,
+            difficulty_low_threshold=config.difficulty_low_threshold,
+            difficulty_high_threshold=config.difficulty_high_threshold,
+            error_max_len_clip=config.error_max_len_clip,
+            error_max_len_threshold=config.error_max_len_threshold,
+        )
+        data["response_mask"] = mask * keep.unsqueeze(-1).to(mask.dtype)
+        metrics["shaping/samples_used"] = float(keep.sum())
+        metrics["shaping/final_mask_ratio"] = float(keep.mean())
+    if _shaping_on(config, *_SCORE_KEYS):
+        # the scores as placed so far (agentic: after reward_normalization), one per row
+        placed = data["token_level_scores"].sum(-1)
+        shaped = reward_norm(placed, index, config.norm_mean_type, config.norm_std_type)
+        if config.use_reward_scaling and shaped.numel() > 1:
+            shaped = shaped / (shaped.std() + 1e-6)
+        if config.reward_clip is not None:
+            metrics["shaping/reward_clip_frac"] = float((shaped.abs() > config.reward_clip).float().mean())
+            shaped = shaped.clamp(-config.reward_clip, config.reward_clip)
+        # the shaped score replaces the raw one on the last response token
+        data["token_level_scores"] = scores_on_last_token(shaped, mask)
+    return metrics
 
 
 def apply_reward_kl(batch: DataProto, config, kl_ctrl) -> dict:
@@ -96,5 +149,23 @@ def compute_advantages(batch: DataProto, config) -> None:
             f"(gae needs a critic role)"
         )
     kwargs = {p: available[p] for p in params if p in available and available[p] is not None}
+    if config.whiten_rewards:
+        kwargs["token_level_rewards"] = whiten_token_rewards(kwargs["token_level_rewards"], data["response_mask"])
     advantages, returns = fn(**kwargs)
+    if config.whiten_advantages or config.advantage_clip is not None:
+        advantages = shape_advantages(
+            advantages,
+            data["response_mask"],
+            whiten_advantages=config.whiten_advantages,
+            advantage_clip=config.advantage_clip,
+        )
+    if _shaping_on(config, *_WEIGHT_KEYS):
+        # a positive per-sample factor on A scales the clipped surrogate exactly (docs/algorithms.md §11.3)
+        weights = sample_loss_weights(
+            data["response_mask"].sum(-1),
+            batch.non_tensor_batch.get("difficulty"),
+            difficulty_loss_weight=config.difficulty_loss_weight,
+            length_loss_weight=config.length_loss_weight,
+        )
+        advantages = advantages * weights.unsqueeze(-1).to(advantages.dtype)
     data["advantages"], data["returns"] = advantages, returns
