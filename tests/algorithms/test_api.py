@@ -42,7 +42,10 @@ SIGNATURES = {
     "epsilon=1e-08, config=None, **kwargs)",
     "get_adv_estimator_fn": "(name)",
     # verl's (name), extended with keyword-only requirements
-    "register_adv_est": "(name, *, min_group_size=1, forward_passes=(), greedy_baseline=False, needs_critic=False)",
+    "register_adv_est": (
+        "(name, *, min_group_size=1, forward_passes=(), greedy_baseline=False, needs_critic=False, "
+        "step_rows=False, anchor_state_groups=False)"
+    ),
     "get_adv_estimator_spec": "(name)",
     "kl_penalty": "(logprob, ref_logprob, kl_penalty)",
     "FixedKLController": "(kl_coef)",
@@ -98,6 +101,9 @@ def test_policy_loss_config_fields_and_defaults():
         "ppo_kl_coef": 0.1,
         "tau_pos": 1.0,
         "tau_neg": 1.05,
+        "tis_lower_bound": 0.0,
+        "tis_upper_bound": 1.0,
+        "kimi15_tau": 0.1,
         "global_batch_info": None,
     }
 
