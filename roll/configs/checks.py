@@ -322,12 +322,21 @@ def check_algorithm(config) -> None:
         get_adv_estimator_spec,
         get_policy_loss_fn,
     )
+    from roll.configs import effective_policy_loss_mode
 
     for key, lookup in (("adv_estimator", get_adv_estimator_fn), ("policy_loss_mode", get_policy_loss_fn)):
         try:
             lookup(getattr(config, key))
         except (KeyError, ValueError) as error:
             raise ConfigError(f"'{key}' = {getattr(config, key)!r}: {error}") from None
+    mode = effective_policy_loss_mode(config)
+    if config.importance_sampling == "seq" and mode != "vanilla":
+        # ROLL reads it only in its PPO loss; elsewhere it would be a key that silently does nothing
+        raise ConfigError(
+            f"'importance_sampling' = seq applies to the PPO loss (policy_loss_mode: vanilla / pg_variant: ppo), "
+            f"but the loss is {mode!r}; set importance_sampling: token or use the PPO loss (gspo is the "
+            "verl loss with a sequence-level ratio)"
+        )
     # what the estimator needs comes from its registration (roll.algorithms.register_adv_est), not its name
     estimator = get_adv_estimator_spec(config.adv_estimator)
     train_strategy = config.actor_train.strategy_args.strategy_name
