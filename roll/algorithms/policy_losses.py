@@ -2,7 +2,9 @@
 
 Every loss: (old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights)
 → (pg_loss, {"pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}) with Python-float metrics (0.0 for a key
-the loss does not define). IS weights multiply the per-token loss before aggregation.
+the loss does not define). IS weights multiply the per-token loss before aggregation. A loss that needs more
+of the batch declares it (`register_policy_loss(name, inputs=("scores",))`; `policy_loss_inputs(name)`) and
+gets those per-sample tensors as keyword arguments.
 """
 
 from collections.abc import Mapping
@@ -17,6 +19,7 @@ __all__ = [
     "PolicyLossConfig",
     "register_policy_loss",
     "get_policy_loss_fn",
+    "policy_loss_inputs",
     "POLICY_LOSS_REGISTRY",
     "compute_policy_loss_vanilla",
     "compute_policy_loss_gspo",
@@ -28,6 +31,7 @@ __all__ = [
     "compute_policy_loss_sapo",
     "compute_policy_loss_tis",
     "compute_policy_loss_kimi15",
+    "compute_policy_loss_topr",
 ]
 
 
@@ -54,22 +58,28 @@ class PolicyLossConfig:
     tis_lower_bound: float = 0.0  # tis: the ratio weight is clip(r, lower, upper), a constant
     tis_upper_bound: float = 1.0
     kimi15_tau: float = 0.1  # kimi15: weight of the ½(log π − log π_old)² proximity term
+    topr_positive_weight: float = 1.0  # topr: weight of the samples with score > 0
+    topr_negative_weight: float = 1.0  # topr: weight of the samples with score ≤ 0
+    # vanilla: "token" ratio per token; "seq" one ratio per sequence, exp(masked mean of log ρ) (ROLL)
+    importance_sampling: str = "token"
     # dp_size / batch_num_tokens / global_batch_size / loss_scale_factor for agg_loss; None → local formulas
     global_batch_info: dict | None = None
 
 
 POLICY_LOSS_REGISTRY: dict = {}
+_LOSS_INPUTS: dict = {}  # name → the extra batch keys the loss takes as keyword arguments
 _DEFAULTS = PolicyLossConfig()
 _MISSING = object()
 _GLOBAL_BATCH_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
 
 
-def register_policy_loss(name: str):
+def register_policy_loss(name: str, inputs: tuple = ()):
     def add(fn):
         # a second function under one name would silently change what a YAML's policy_loss_mode means
         if name in POLICY_LOSS_REGISTRY and POLICY_LOSS_REGISTRY[name] is not fn:
             raise ValueError(f"policy loss {name!r} is already registered; pick another name")
         POLICY_LOSS_REGISTRY[name] = fn
+        _LOSS_INPUTS[name] = tuple(inputs)
         return fn
 
     return add
@@ -79,6 +89,12 @@ def get_policy_loss_fn(name: str):
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(f"unknown policy_loss_mode {name!r}; valid: {sorted(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
+
+
+def policy_loss_inputs(name: str) -> tuple:
+    """The batch keys (beyond verl's arguments) the loss `name` reads, e.g. ("scores",) for topr."""
+    get_policy_loss_fn(name)
+    return _LOSS_INPUTS[name]
 
 
 def _lookup(config, key):
@@ -149,7 +165,15 @@ def compute_policy_loss_vanilla(
     if not c > 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {c}")
     log_ratio = _clamped_log_ratio(old_log_prob, log_prob)
-    _, _, clipped, clip_used = _ppo_clip(advantages, torch.exp(log_ratio), low, high)
+    level = _option(config, "importance_sampling")
+    if level == "seq":  # one ratio per row: exp of the masked mean log-ratio; gradient flows through the mean
+        row_log_ratio = masked_sum(log_ratio, response_mask, axis=-1) / response_mask.sum(-1).clamp(min=1)
+        ratio = torch.exp(row_log_ratio).unsqueeze(-1).expand_as(log_ratio)
+    elif level == "token":
+        ratio = torch.exp(log_ratio)
+    else:
+        raise ValueError(f"importance_sampling must be 'token' or 'seq', got {level!r}")
+    _, _, clipped, clip_used = _ppo_clip(advantages, ratio, low, high)
     cap = -advantages * c
     capped = torch.gt(clipped, cap) & (advantages < 0)
     losses = torch.where(advantages < 0, torch.minimum(cap, clipped), clipped)
@@ -348,4 +372,36 @@ def compute_policy_loss_kimi15(
     return (
         _aggregate(losses, response_mask, loss_agg_mode, config),
         _metrics(0.0, masked_mean(-log_ratio, response_mask).item()),
+    )
+
+
+@register_policy_loss("topr", inputs=("scores",))
+def compute_policy_loss_topr(
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="token-mean",
+    config=None,
+    rollout_is_weights=None,
+    scores=None,
+):
+    """ROLL's `topr` (tapered off-policy REINFORCE): samples with score > 0 get −w₊·A·log π (no ratio);
+    samples with score ≤ 0 get −w₋·sg(clip(r, 0, 1))·A·log π. `scores`: one raw score per row."""
+    if scores is None or scores.shape != advantages.shape[:1]:
+        shape = None if scores is None else tuple(scores.shape)
+        raise ValueError(f"topr needs one score per row (shape {tuple(advantages.shape[:1])}), got {shape}")
+    log_ratio = _clamped_log_ratio(old_log_prob, log_prob)
+    ratio = torch.exp(log_ratio)
+    positive = (scores > 0).to(log_prob.dtype).unsqueeze(-1)
+    truncated = torch.clamp(ratio, 0.0, 1.0).detach()
+    weight = (
+        positive * _option(config, "topr_positive_weight")
+        + (1 - positive) * _option(config, "topr_negative_weight") * truncated
+    )
+    losses = _weighted(-weight * advantages * log_prob, rollout_is_weights)
+    clipfrac = masked_mean(((ratio != truncated) & (positive == 0)).float(), response_mask)
+    return (
+        _aggregate(losses, response_mask, loss_agg_mode, config),
+        _metrics(clipfrac.item(), masked_mean(-log_ratio, response_mask).item()),
     )

@@ -249,10 +249,13 @@ def policy_loss_config(config: RLVRConfig):
         tis_lower_bound=config.tis_lower_bound,
         tis_upper_bound=config.tis_upper_bound,
         kimi15_tau=config.kimi15_tau,
+        topr_positive_weight=config.topr_positive_weight,
+        topr_negative_weight=config.topr_negative_weight,
+        importance_sampling=config.importance_sampling,
     )
 
 
-PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "cispo": "cispo", "kimi15": "kimi15"}
+PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "topr": "topr", "cispo": "cispo", "kimi15": "kimi15"}
 
 
 def effective_policy_loss_mode(config) -> str:

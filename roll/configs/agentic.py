@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.checks import data_parallel_size
+from roll.configs.checks import check_async, data_parallel_size
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.worker import GeneratingArgs
 
@@ -102,6 +102,12 @@ class AgenticConfig(RLAlgorithmConfig):
     step_reward_gamma: float = field_help(1.0, "step manager: discount of later turns' rewards in each turn's return")
     episode_reward_weight: float = field_help(1.0, "gigpo: weight of the episode-level (trajectory group) advantage")
     step_reward_weight: float = field_help(1.0, "gigpo: weight of the step-level (same state) advantage")
+    async_generation_ratio: float = field_help(
+        0.0,
+        "off-policy rollout: the episodes of step t+k are played while step t trains (k = this value, a whole "
+        "number; 0 = the synchronous loop), each with the weights of step max(first, t) throughout. Needs "
+        "actor_infer on devices no other model role uses (docs/async.md)",
+    )
     val_seed_offset: int = field_help(
         1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
     )
@@ -131,6 +137,7 @@ def check_agentic(config: AgenticConfig) -> None:
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
                 f"custom_envs.<tag>.env_manager: step for {traj}"
             )
+    check_async(config)
     if not config.custom_envs:
         raise ConfigError(
             "'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "

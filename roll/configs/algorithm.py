@@ -71,11 +71,19 @@ class RLAlgorithmConfig(PipelineConfig):
         "if pg_clip_low/high are set (ROLL); null: each of pg_clip_low/high applies when set (verl)",
     )
 
-    pg_variant: Literal["ppo", "tis", "cispo", "kimi15"] | None = field_help(
+    pg_variant: Literal["ppo", "tis", "topr", "cispo", "kimi15"] | None = field_help(
         None,
-        "ROLL's actor loss name; when set it selects policy_loss_mode: ppo → vanilla, tis → tis, cispo → cispo, "
-        "kimi15 → kimi15 (docs/algorithms.md §11.7); null = policy_loss_mode decides",
+        "ROLL's actor loss name; when set it selects policy_loss_mode: ppo → vanilla, tis → tis, topr → topr, "
+        "cispo → cispo, kimi15 → kimi15 (docs/algorithms.md §11.7); null = policy_loss_mode decides. ROLL's "
+        "spelling actor_train.pg_variant is taken too",
     )
+    importance_sampling: Literal["token", "seq"] = field_help(
+        "token",
+        "ratio of the PPO loss (policy_loss_mode vanilla / pg_variant ppo): token = per token; seq = one ratio "
+        "per sample, exp(mean of the token log-ratios) (ROLL; docs/algorithms.md §11.7)",
+    )
+    topr_positive_weight: float = field_help(1.0, "pg_variant topr: weight of the samples with score > 0")
+    topr_negative_weight: float = field_help(1.0, "pg_variant topr: weight of the samples with score ≤ 0")
     tis_lower_bound: float = field_help(0.0, "pg_variant tis: lower bound of the truncated ratio weight")
     tis_upper_bound: float = field_help(1.0, "pg_variant tis: upper bound of the truncated ratio weight")
     kimi15_tau: float = field_help(0.1, "pg_variant kimi15: weight τ of the ½(log π − log π_old)² term")

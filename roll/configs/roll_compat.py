@@ -10,7 +10,15 @@ import dataclasses
 import importlib.util
 import posixpath
 
-from roll.configs.roll_keys import DTYPES, PENDING, REFUSED, ROLL_KEYS, ROLL_REWARD_PREFIX, ROLL_REWARD_WORKERS
+from roll.configs.roll_keys import (
+    DTYPES,
+    PENDING,
+    REFUSED,
+    ROLL_ACTOR_WORKERS,
+    ROLL_KEYS,
+    ROLL_REWARD_PREFIX,
+    ROLL_REWARD_WORKERS,
+)
 
 SUB_BLOCKS = ("model_args", "data_args", "generating_args", "training_args")
 
@@ -22,6 +30,8 @@ def _join(path: str, key: str) -> str:
 def translate(data: dict) -> list:
     problems: list = []
     _apply_block(data, "", "", problems)
+    if isinstance(data.get("actor_train"), dict):
+        _apply_block(data["actor_train"], "actor_train", "actor_train", problems, top=data)
     _walk(data, "", problems)
     for domain, reward in (data.get("rewards") or {}).items():
         if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
@@ -39,7 +49,7 @@ def _walk(node: dict, path: str, problems: list) -> None:
             _walk(value, _join(path, key), problems)
 
 
-def _apply_block(block: dict, name: str, path: str, problems: list) -> None:
+def _apply_block(block: dict, name: str, path: str, problems: list, top: dict | None = None) -> None:
     for entry in ROLL_KEYS:
         if entry.block != name or entry.key not in block:
             continue
@@ -51,7 +61,9 @@ def _apply_block(block: dict, name: str, path: str, problems: list) -> None:
             del block[entry.key]
             problems.append((key_path, f"'{key_path}' is refused: {entry.note}"))
         else:
-            message = _ALIASES[(name, entry.key)](block, block.pop(entry.key), key_path)
+            alias = _ALIASES[(name, entry.key)]
+            value = block.pop(entry.key)
+            message = alias(block, value, key_path, top) if top is not None else alias(block, value, key_path)
             if message:
                 problems.append((key_path, message))
 
@@ -132,7 +144,28 @@ def _checkpoint_config(block, value, path):
     return "; ".join(problems) or None
 
 
+def _to_top(key):
+    def move(block, value, path, top):
+        if key in top and top[key] != value:
+            return f"'{path}' = {value!r} conflicts with top-level '{key}' = {top[key]!r}: set only one"
+        top[key] = value
+        return None
+
+    return move
+
+
+def _actor_worker_cls(block, value, path, top):
+    if value in ROLL_ACTOR_WORKERS:
+        return None  # roll's default ActorWorker runs every pg_variant
+    if isinstance(value, str) and value.startswith("roll.pipeline."):
+        return f"'{path}' = {value!r}: no roll counterpart; ROLL's actor workers map to roll's: {ROLL_ACTOR_WORKERS}"
+    block["worker_cls"] = value  # a roll class path or null: roll's own key
+    return None
+
+
 _ALIASES = {
+    **{("actor_train", key): _to_top(key) for key in ("pg_variant", "topr_positive_weight", "topr_negative_weight")},
+    ("actor_train", "worker_cls"): _actor_worker_cls,
     ("", "hydra"): _drop,
     ("", "pretrain"): _drop,
     ("", "reward_pretrain"): _drop,
@@ -290,8 +323,14 @@ DIFFERENCES = [
     ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
     ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
     (
-        "pg_variant: topr, importance_sampling: seq",
-        "not built: refused by the config with that reason (ppo, tis, cispo, kimi15 are)",
+        "pg_variant",
+        "a top-level key (ROLL's actor_train.pg_variant is taken as an alias); roll's ActorWorker runs every "
+        "variant, so ROLL's ActorPGWorker path maps to it",
+    ),
+    (
+        "importance_sampling: seq",
+        "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
+        "silently ignores it",
     ),
 ]
 

@@ -97,7 +97,24 @@ ROLL_KEYS: list[RollKey] = [
     *_pending("generating_args", "stop_strings", NOT_BUILT),
     # training_args
     *_pending("training_args", "num_train_epochs", NOT_BUILT),
+    # actor_train: ROLL keeps its actor-loss settings in the actor's block, roll at the top level
+    *[
+        RollKey("actor_train", key, ALIAS, f"= top-level {key} (the same value at both places is fine)")
+        for key in ("pg_variant", "topr_positive_weight", "topr_negative_weight")
+    ],
+    RollKey(
+        "actor_train",
+        "worker_cls",
+        ALIAS,
+        "ROLL's roll.pipeline.rlvr.actor_worker.ActorWorker and actor_pg_worker.ActorPGWorker = roll's ActorWorker "
+        "(which runs every pg_variant); another roll.pipeline.* path is refused",
+    ),
 ]
+ROLL_ACTOR_WORKERS = (
+    "roll.pipeline.rlvr.actor_worker.ActorWorker",
+    "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker",
+    "roll.pipeline.base_worker.ActorWorker",
+)
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

@@ -217,11 +217,15 @@ class BasePipeline:
             step_maths.compute_advantages(batch, config)
         with timer.phase("train"):
             metrics.update(self.train(batch, step))
+        self._before_weight_sync(timer)
         with timer.phase("weight_sync"):
             self.memory.use("actor_train", "actor_infer")
             metrics.update(self.weight_sync.sync_and_verify(step))
         self._after_weight_sync()
         return metrics
+
+    def _before_weight_sync(self, timer: StepTimer) -> None:
+        """Hook: the last moment the engine serves the weights it has (async rollout waits here for its turns)."""
 
     def _after_weight_sync(self) -> None:
         """Hook: the engine now serves the weights of the step just trained (async rollout's policy version)."""

@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 
-from roll.algorithms import agg_loss, entropy_from_logits, get_policy_loss_fn, kl_penalty
+from roll.algorithms import agg_loss, entropy_from_logits, get_policy_loss_fn, kl_penalty, policy_loss_inputs
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import CONCURRENCY_GROUPS, Dispatch, register
 from roll.distributed.worker import Worker
@@ -103,6 +103,7 @@ class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMi
             loss_agg_mode=settings.loss_agg_mode,
             config=dataclasses.replace(settings.policy_loss_config, global_batch_info=scale or None),
             rollout_is_weights=micro.batch.get("rollout_is_weights"),
+            **{key: micro.batch[key] for key in policy_loss_inputs(settings.policy_loss_mode)},
         )
         metrics = {f"actor/{key}": value for key, value in metrics.items()}
         metrics["actor/pg_loss"] = pg_loss.item()

@@ -59,7 +59,9 @@ SIGNATURES = {
         for n in ("vanilla", "gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo")
     },
     "get_policy_loss_fn": "(name)",
-    "register_policy_loss": "(name)",
+    "register_policy_loss": "(name, inputs=())",
+    "policy_loss_inputs": "(name)",
+    "compute_policy_loss_topr": POLICY_LOSS[:-1] + ", scores=None)",
     "compute_value_loss": "(vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode='token-mean')",
     "compute_entropy_loss": "(logits, response_mask, loss_agg_mode='token-mean')",
 }
@@ -104,6 +106,9 @@ def test_policy_loss_config_fields_and_defaults():
         "tis_lower_bound": 0.0,
         "tis_upper_bound": 1.0,
         "kimi15_tau": 0.1,
+        "topr_positive_weight": 1.0,
+        "topr_negative_weight": 1.0,
+        "importance_sampling": "token",
         "global_batch_info": None,
     }
 

@@ -67,5 +67,67 @@ def test_pg_variant_selects_the_loss():
 
     config = RLAlgorithmConfig()
     assert effective_policy_loss_mode(config) == "vanilla"
-    for variant, mode in (("ppo", "vanilla"), ("tis", "tis"), ("cispo", "cispo"), ("kimi15", "kimi15")):
+    for variant, mode in (
+        ("ppo", "vanilla"),
+        ("tis", "tis"),
+        ("topr", "topr"),
+        ("cispo", "cispo"),
+        ("kimi15", "kimi15"),
+    ):
         assert effective_policy_loss_mode(dataclasses.replace(config, pg_variant=variant)) == mode
+
+
+def test_topr_by_hand():
+    from roll.algorithms import PolicyLossConfig, get_policy_loss_fn, policy_loss_inputs
+
+    assert policy_loss_inputs("topr") == ("scores",) and policy_loss_inputs("vanilla") == ()
+    old = torch.zeros(3, 2)
+    lp = torch.tensor([[0.5, -0.5], [0.5, -0.5], [0.5, -0.5]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [2.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    scores = torch.tensor([1.0, 0.0, -0.5])  # row 0 positive; 0 counts as negative (ROLL)
+    config = PolicyLossConfig(topr_positive_weight=2.0, topr_negative_weight=0.5)
+    loss, metrics = get_policy_loss_fn("topr")(old, lp, adv, mask, "token-mean", config, scores=scores)
+    (grad,) = torch.autograd.grad(loss, lp)
+    # per-token weight: positive row 2 (no ratio); negative rows 0.5·clip(e^lp, 0, 1) = 0.5 and 0.5·e^-0.5
+    c = torch.exp(torch.tensor(-0.5))
+    w = torch.tensor([[2.0, 2.0], [0.5, 0.5 * c], [0.5, 0.5 * c]])
+    torch.testing.assert_close(grad, -w * adv * mask / 5)
+    torch.testing.assert_close(loss, (-w * adv * lp.detach() * mask).sum() / 5)
+    # the clip fraction counts negative-row tokens whose ratio was truncated (ratio e^0.5 > 1): 2 of 5 tokens
+    assert abs(metrics["pg_clipfrac"] - 2 / 5) < 1e-6
+    try:
+        get_policy_loss_fn("topr")(old, lp, adv, mask, "token-mean", config)
+    except ValueError as error:
+        assert "one score per row" in str(error)
+    else:
+        raise AssertionError("topr without scores must fail")
+
+
+def test_sequence_level_ratio_by_hand():
+    """importance_sampling: seq — one ratio per row, exp(masked mean log ρ), gradient through the mean."""
+    from roll.algorithms import PolicyLossConfig, get_policy_loss_fn
+
+    old = torch.zeros(2, 3)
+    lp = torch.tensor([[0.1, 0.3, 9.0], [0.0, 0.0, 0.0]], requires_grad=True)  # the 9.0 is padding
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # row 1 is empty: ratio 1, no loss
+    loss, metrics = get_policy_loss_fn("vanilla")(
+        old,
+        lp,
+        adv,
+        mask,
+        "token-mean",
+        PolicyLossConfig(clip_ratio_low=0.5, clip_ratio_high=0.5, importance_sampling="seq"),
+    )
+    rho = torch.exp(torch.tensor(0.2))  # inside the clip range [0.5, 1.5]
+    torch.testing.assert_close(loss, -rho)
+    (grad,) = torch.autograd.grad(loss, lp)
+    # d/dlp_k of mean over 2 tokens of −ρ: each token −ρ/2 from each of the 2 token losses, /2 (token-mean)
+    torch.testing.assert_close(grad, torch.tensor([[-rho / 2, -rho / 2, 0.0], [0.0, 0.0, 0.0]]))
+    assert metrics["pg_clipfrac"] == 0.0
+    # the token-level default differs on the same inputs
+    token_loss, _ = get_policy_loss_fn("vanilla")(
+        old, lp, adv, mask, "token-mean", PolicyLossConfig(clip_ratio_low=0.5, clip_ratio_high=0.5)
+    )
+    assert not torch.allclose(token_loss, loss)

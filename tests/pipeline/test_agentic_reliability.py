@@ -4,7 +4,8 @@ final weights (fp32 on CPU: exact equality, wall-clock metrics aside).
 
 Env seeds come from (seed, step, group, episode) and trajectory ids from the step, so no env-manager state
 needs saving beyond the driver's RNG. Three small FrozenLake pipelines in the session's Ray: A runs 3 steps;
-B runs 1 (checkpoint at step 1) and is resumed to 3. A smaller batch than SMALL_AGENTIC keeps it ~1 min.
+B runs 1 (checkpoint at step 1) and is resumed to 3; C is A with async_generation_ratio: 1. A smaller batch than
+SMALL_AGENTIC keeps it ~1 min.
 """
 
 import json
@@ -41,7 +42,8 @@ def runs(agentic_model, tmp_path_factory):
     full = _run(agentic_model, root / "full", f"max_steps={STEPS}")
     stopped = _run(agentic_model, root / "stopped", f"max_steps={STOP}")
     resumed = _run(agentic_model, root / "stopped", f"max_steps={STEPS}", "resume_from_checkpoint=true")
-    return {"root": root, "full": full, "stopped": stopped, "resumed": resumed}
+    async_ = _run(agentic_model, root / "async", f"max_steps={STEPS}", "async_generation_ratio=1")
+    return {"root": root, "full": full, "stopped": stopped, "resumed": resumed, "async": async_}
 
 
 def _transcripts(out, step: int) -> list[dict]:
@@ -89,3 +91,31 @@ def test_an_env_that_raises_in_reset_fails_the_step_naming_it_and_keeps_the_chec
     root = checkpoint.checkpoint_root(str(tmp_path))
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-1"]
     checkpoint.verify(checkpoint.find_checkpoint(str(tmp_path), True))
+
+
+def test_async_rollout_plays_the_next_step_while_training_with_the_previous_weights(runs):
+    """async_generation_ratio: 1 — step 0 is on-policy and equals the synchronous step; every later step trains
+    on episodes played by the weights one step older (lag 1), played while the previous step trained."""
+    full, async_ = runs["full"], runs["async"]
+    first = _deterministic(async_["steps"][0])
+    assert first.pop("async/lag") == 0.0
+    assert first["mismatch/lag_0/mismatch_kl"] == first["mismatch/mismatch_kl"]  # per-lag mismatch metrics
+    same = {k: v for k, v in first.items() if not k.startswith(("async/", "mismatch/lag_"))}
+    assert same == _deterministic(full["steps"][0])
+    for step in range(1, STEPS):
+        metrics = async_["steps"][step]
+        assert metrics["async/lag"] == 1.0, step
+        # its rollout was finished before the previous step's weight sync: the step waited less than it took
+        assert metrics["timing/rollout"] < metrics["async/rollout_seconds"], step
+        played, expected = _transcripts(runs["root"] / "async", step + 1), _transcripts(runs["root"] / "full", step + 1)
+        assert [t["turns"][0]["observation"] for t in played] == [t["turns"][0]["observation"] for t in expected]
+    assert "timing/rollout_wait" in async_["steps"][0]
+    # the rollout-vs-trainer log-prob mismatch is reported per lag (the off-policy gap the IS correction sees)
+    assert all("mismatch/lag_1/mismatch_kl" in async_["steps"][step] for step in range(1, STEPS))
+
+
+def test_async_rollout_needs_separate_engine_devices(agentic_model, tmp_path):
+    from roll.configs import ConfigError
+
+    with pytest.raises(ConfigError, match="actor_infer and actor_train are colocated"):
+        agentic_config(agentic_model, tmp_path, ["async_generation_ratio=1", "actor_infer.device_mapping=[0]"])

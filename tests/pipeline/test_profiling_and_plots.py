@@ -1,7 +1,7 @@
 """One demo run through the real entry point (roll.pipeline.rlvr.run_pipeline), two steps, profiled: the per-role
 traces name the phases, every step reports its overhead and each role's busy/idle time, the run ends with
 learning_curves.png, validation samples are saved like training samples, and the weight-sync check says it
-passed."""
+passed. The run trains with ROLL's `pg_variant: topr`, the one loss that reads each sample's score."""
 
 import contextlib
 import io
@@ -40,6 +40,7 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
             "eval_steps=1",
             "sample_log_steps=1",
             "use_kl_loss=false",  # no reference role: one start-up fewer
+            "pg_variant=topr",  # its loss needs the samples' scores inside train_step
             f"validation.data_args.file_name={root / 'val.jsonl'}",
             "profiler.tool=torch",
             "profiler.steps=[1,2]",
@@ -55,7 +56,13 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
     finally:
         for name in ("roll.weight_sync", "roll.pipeline"):
             logging.getLogger(name).removeHandler(records)
-    return {"history": history, "out": root / "out", "stdout": stdout.getvalue(), "log": records.messages}
+    return {
+        "config": config,
+        "history": history,
+        "out": root / "out",
+        "stdout": stdout.getvalue(),
+        "log": records.messages,
+    }
 
 
 def trace_names(path: Path) -> set[str]:
@@ -77,6 +84,31 @@ def test_torch_profiler_writes_traces_per_role_rank_and_step_naming_the_phases(r
     timeline = json.loads((profile / "actor_train" / "step-2" / "rank0.memory_timeline.json").read_text())
     assert timeline["events"] > 0 and len(timeline["ts_us"]) == len(timeline["allocated_bytes"]) == timeline["events"]
     assert timeline["peak_allocated_bytes"] == max(timeline["allocated_bytes"]) > 0
+
+
+def test_traces_load_in_the_tensorboard_pytorch_profiler_plugin(run):
+    """torch-tb-profiler (TensorBoard's PyTorch profiler plugin) parses each trace into its views; Perfetto reads
+    the same Chrome trace-event JSON: complete events carry a name, phase, timestamps, duration, pid and tid."""
+    from torch_tb_profiler.profiler.data import RunProfileData
+    from torch_tb_profiler.profiler.run_generator import RunGenerator
+
+    for role, views in (("actor_train", {"overall", "operator", "trace", "memory"}), ("actor_infer", {"trace"})):
+        path = run["out"] / "profile" / role / "step-2" / "rank0.pt.trace.json"
+        trace = json.loads(path.read_text())
+        complete = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        assert complete and all({"name", "ts", "dur", "pid", "tid"} <= e.keys() for e in complete)
+        data = RunProfileData.from_json("rank0", None, trace)
+        data.process()
+        data.analyze()
+        profile = RunGenerator("rank0", None, data).generate_run_profile()
+        assert views <= {view.name for view in profile.views}, (role, profile.views)
+
+
+def test_topr_trained_on_the_scores(run):
+    assert run["config"].pg_variant == "topr"
+    for metrics in run["history"]["steps"].values():
+        assert metrics["actor/pg_loss"] == metrics["actor/pg_loss"]  # finite, not NaN
+        assert 0 <= metrics["actor/pg_clipfrac"] <= 1
 
 
 def test_every_step_reports_overhead_and_role_busy_idle_time(run):

@@ -22,6 +22,7 @@ from roll.configs.agentic import group_tags, num_env_workers
 from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
+from roll.pipeline.agentic.async_rollout import AgenticAsyncRollout
 from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
@@ -47,6 +48,10 @@ class AgenticPipeline(BasePipeline):
                 self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
             except (ImportError, TypeError, ValueError) as error:
                 raise ValueError(f"custom_envs.{tag}.env_type: {error}") from None
+        if self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
+            self.async_rollout = AgenticAsyncRollout(self)
+        elif self.config.async_generation_ratio == 0:
+            self.async_rollout = None
 
     def _role_configs(self) -> dict:
         roles = super()._role_configs()
@@ -81,6 +86,25 @@ class AgenticPipeline(BasePipeline):
                 self.rollouts[key] = EnvRollout(
                     self.clusters[key], self.actor_infer, manager.num_envs, self.pad_token_id
                 )
+
+    def _run_from(self, first_step: int, history: dict) -> None:
+        if self.async_rollout is not None:  # a (re)start: nothing in flight, the engine gets version first_step
+            self.async_rollout.reset(first_step)
+        super()._run_from(first_step, history)
+
+    def _before_weight_sync(self, timer) -> None:
+        if self.async_rollout is not None:
+            with timer.phase("rollout_wait"):  # the turns of rollouts ahead still on the current weights
+                self.async_rollout.before_weight_sync()
+
+    def _after_weight_sync(self) -> None:
+        if self.async_rollout is not None:
+            self.async_rollout.after_weight_sync()
+
+    def close(self) -> None:
+        if getattr(self, "async_rollout", None) is not None:
+            self.async_rollout.close()
+        super().close()
 
     def _probe_batch(self) -> DataProto:
         """The first validation (else training) environment's first prompt."""
@@ -127,9 +151,12 @@ class AgenticPipeline(BasePipeline):
 
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
-        with timer.phase("rollout"):
-            self.memory.use("actor_infer")
-            batch, metrics = self.rollout(step)
+        with timer.phase("rollout"):  # async: the wait for the rollout played ahead
+            if self.async_rollout is not None:
+                batch, metrics = self.async_rollout.take(step)
+            else:
+                self.memory.use("actor_infer")
+                batch, metrics = self.rollout(step)
         norm = config.reward_normalization
         if get_adv_estimator_spec(config.adv_estimator).anchor_state_groups:
             rewards, episode, state = gigpo_rewards(
