@@ -23,7 +23,9 @@ from roll.configs.checks import (
     check_async,
     check_generation,
     check_micro_batching,
+    check_model_types,
     check_roles,
+    check_run_length,
     describe_reference,
     reference_source,
     roles,
@@ -141,6 +143,8 @@ def load_rlvr_config(config) -> RLVRConfig:
     for domain in list(data.get("rewards") or {}):
         _name_role(data["rewards"], domain, f"rewards.{domain}")
     rlvr = _build_with_roll_keys(RLVRConfig, data)
+    check_run_length(rlvr)
+    check_model_types(rlvr)
     check_roles(rlvr)
     check_generation(rlvr)
     check_async(rlvr)
@@ -157,6 +161,8 @@ def load_agentic_config(config) -> AgenticConfig:
     for role in ROLE_KEYS:
         _name_role(data, role, role)
     agentic = _build_with_roll_keys(AgenticConfig, data)
+    check_run_length(agentic)
+    check_model_types(agentic)
     check_roles(agentic)
     check_algorithm(agentic)
     check_agentic(agentic)

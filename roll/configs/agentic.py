@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.checks import check_async, data_parallel_size
+from roll.configs.checks import check_async, check_stop_strings, data_parallel_size
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.worker import GeneratingArgs
 
@@ -138,6 +138,15 @@ def check_agentic(config: AgenticConfig) -> None:
                 f"custom_envs.<tag>.env_manager: step for {traj}"
             )
     check_async(config)
+    check_stop_strings(config, "actor_infer.generating_args", config.actor_infer.generating_args)
+    for key in ("train_env_manager", "val_env_manager"):
+        manager = getattr(config, key)
+        if manager is not None and manager.generating_args is not None and manager.generating_args.stop_strings:
+            # an env manager's sampling overrides carry do_sample/temperature/top_p/top_k only
+            raise ConfigError(
+                f"'{key}.generating_args.stop_strings': set stop strings on actor_infer.generating_args (they "
+                "apply to every environment's turns)"
+            )
     if not config.custom_envs:
         raise ConfigError(
             "'custom_envs' is empty: add at least one environment, e.g. custom_envs.FrozenLake with "
@@ -191,7 +200,7 @@ def check_agentic(config: AgenticConfig) -> None:
             f"turn's budget is custom_envs.<tag>.max_tokens_per_step (largest: {budget}); remove "
             f"max_new_tokens"
         )
-    for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs", "max_steps"):
+    for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs"):
         if getattr(config, key) < 1:
             raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
 

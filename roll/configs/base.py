@@ -41,7 +41,11 @@ class PipelineConfig:
     placement_timeout: float = field_help(
         120.0, "seconds to wait for Ray to reserve every device of num_nodes × num_gpus_per_node before failing"
     )
-    max_steps: int = field_help(1, "pipeline steps (rollout + update) to run")
+    max_steps: int | None = field_help(
+        None,
+        "pipeline steps (rollout + update) to run; null = from actor_train.training_args.num_train_epochs "
+        "(RLVR, once the prompts are loaded), else 1",
+    )
     save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
     max_ckpt_to_keep: int = field_help(
         0,

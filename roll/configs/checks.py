@@ -90,6 +90,36 @@ def data_parallel_size(worker) -> int:
         raise ConfigError(f"{worker.name}: {error}") from None
 
 
+def check_run_length(config) -> None:
+    """max_steps, or (RLVR) actor_train's num_train_epochs; only actor_train's epochs mean anything."""
+    for name, worker in roles(config).items():
+        if name != "actor_train" and worker.training_args.num_train_epochs is not None:
+            raise ConfigError(f"'{name}.training_args.num_train_epochs': only actor_train's sets the run length")
+    epochs = config.actor_train.training_args.num_train_epochs
+    if epochs is not None:
+        if not hasattr(config, "rewards"):
+            raise ConfigError(
+                "'actor_train.training_args.num_train_epochs': an agentic run has no prompt dataset to count "
+                "epochs over; set max_steps"
+            )
+        if not epochs > 0:
+            raise ConfigError(f"'actor_train.training_args.num_train_epochs' = {epochs}: must be > 0")
+    if config.max_steps is None and epochs is None:
+        config.max_steps = 1  # the documented default when neither is set
+    if config.max_steps is not None and config.max_steps < 1:
+        raise ConfigError(f"'max_steps' = {config.max_steps}: must be ≥ 1")
+
+
+def check_model_types(config) -> None:
+    for name, worker in roles(config).items():
+        args = worker.model_args
+        if args is not None and args.model_type is not None and name != "critic":
+            raise ConfigError(
+                f"'{name}.model_args.model_type' = {args.model_type!r}: only the critic builds a token-classification "
+                "(value) model; model roles are causal LMs (model_type: null) and roll has no classifier reward model"
+            )
+
+
 def check_roles(config) -> None:
     if config.actor_train is None or config.actor_infer is None:
         raise ConfigError(
@@ -388,6 +418,15 @@ def check_algorithm(config) -> None:
             )
 
 
+def check_stop_strings(config, path: str, args) -> None:
+    engine = config.actor_infer.strategy_args.strategy_name
+    if args.stop_strings and engine not in strategies_with("stop_strings"):
+        raise ConfigError(
+            f"'{path}.stop_strings' is set but actor_infer's engine {engine!r} does not apply stop strings "
+            f"(ROLL's HF strategy ignores them too); use one of {strategies_with('stop_strings')} or remove them"
+        )
+
+
 def check_generation(config) -> None:
     """Responses are `response_length` wide everywhere; sampling counts come from the group size."""
     blocks = [("actor_infer.generating_args", config.actor_infer.generating_args, config.num_return_sequences_in_group)]
@@ -395,6 +434,7 @@ def check_generation(config) -> None:
         blocks.append(("validation.generating_args", config.validation.generating_args, None))
         check_validation_samples(config.validation.generating_args)
     for path, args, group in blocks:
+        check_stop_strings(config, path, args)
         if args.max_new_tokens is None:
             args.max_new_tokens = config.response_length
         elif args.max_new_tokens != config.response_length:
@@ -418,6 +458,31 @@ def check_generation(config) -> None:
         )
     if config.actor_train.data_args.file_name is None:
         raise ConfigError("'actor_train.data_args.file_name' is required: the training prompt file(s)")
+    check_data_mixing(config)
+
+
+def check_data_mixing(config) -> None:
+    """The mixing keys are the training prompts' (actor_train.data_args); domain keys name reward domains."""
+    for name, worker in roles(config).items():
+        args = worker.data_args
+        for key in ("interleave_probs", "domain_interleave_probs"):
+            if name != "actor_train" and getattr(args, key) is not None:
+                raise ConfigError(f"'{name}.data_args.{key}': only actor_train's training prompts are mixed")
+    validation = getattr(config, "validation", None)
+    if validation is not None and (
+        validation.data_args.interleave_probs is not None or validation.data_args.domain_interleave_probs is not None
+    ):
+        raise ConfigError(
+            "'validation.data_args': interleave_probs / domain_interleave_probs mix training prompts only"
+        )
+    probs = config.actor_train.data_args.domain_interleave_probs
+    if probs is not None:
+        unknown = sorted(set(probs) - set(config.rewards))
+        if unknown:
+            raise ConfigError(
+                f"'actor_train.data_args.domain_interleave_probs' names {unknown}, which are not reward domains; "
+                f"valid: {sorted(config.rewards)}"
+            )
 
 
 def check_async(config) -> None:
@@ -510,7 +575,6 @@ def batch_plan(config) -> BatchPlan:
         "prompt_length",
         "response_length",
         "ppo_epochs",
-        "max_steps",
         "val_batch_size",
     ):
         if getattr(config, key) < 1:

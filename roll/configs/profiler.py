@@ -68,7 +68,8 @@ def check_profiler(config, roles: dict) -> None:
                 f"'{key}.tool' = {settings['tool']!r} profiles role {name}, but no steps are given: set "
                 f"profiler.steps (or {name}.profiler.steps) to the 1-based steps to profile, e.g. [1, 2]"
             )
-        bad = [s for s in settings["steps"] if not 1 <= s <= config.max_steps]
+        last = config.max_steps or float("inf")  # null: set from num_train_epochs once the prompts are loaded
+        bad = [s for s in settings["steps"] if not 1 <= s <= last]
         if bad:
             raise ConfigError(
                 f"'{name}' profiler steps {bad}: steps are 1-based and must lie in 1..max_steps={config.max_steps}"

@@ -1,7 +1,7 @@
 """ROLL spellings → roll's, applied to the resolved plain dict before strict loading.
 
 `translate(data)` rewrites every alias of roll.configs.roll_keys in place and returns the problems
-(refused and pending keys, bad alias values) as (key path, message) pairs, so the loader reports them
+(refused keys, bad alias values) as (key path, message) pairs, so the loader reports them
 together with its own unknown keys and wrong types. `python -m roll.configs.roll_compat` prints
 docs/roll_compatibility.md.
 """
@@ -12,7 +12,6 @@ import posixpath
 
 from roll.configs.roll_keys import (
     DTYPES,
-    PENDING,
     REFUSED,
     ROLL_ACTOR_WORKERS,
     ROLL_KEYS,
@@ -54,10 +53,7 @@ def _apply_block(block: dict, name: str, path: str, problems: list, top: dict | 
         if entry.block != name or entry.key not in block:
             continue
         key_path = _join(path, entry.key)
-        if entry.status == PENDING:
-            del block[entry.key]
-            problems.append((key_path, f"'{key_path}' is a ROLL key not supported yet: {entry.note}"))
-        elif entry.status == REFUSED:
+        if entry.status == REFUSED:
             del block[entry.key]
             problems.append((key_path, f"'{key_path}' is refused: {entry.note}"))
         else:
@@ -85,15 +81,23 @@ def _column(ours):
     return rename
 
 
+ROLL_TEMPLATES = {"native": None, "qwen2_5": None, "qwen3": "qwen3", "chatml": "chatml"}
+
+
 def _template(block, value, path):
-    if value != "native":
+    if value not in ROLL_TEMPLATES:
         return (
-            f"'{path}' = {value!r}: named chat templates are not supported yet; use 'native' (the tokenizer's "
-            f"chat template)"
+            f"'{path}' = {value!r} is not offered: valid {sorted(ROLL_TEMPLATES)} (ROLL's base, empty, "
+            "longCOT_qwen2.5 and longcot_V3 rewrite the prompt text; put that text in the data instead)"
         )
     if block.get("apply_chat_template") is False:
-        return f"'{path}' = 'native' conflicts with 'apply_chat_template' = false"
+        return f"'{path}' = {value!r} conflicts with 'apply_chat_template' = false"
+    name = ROLL_TEMPLATES[value]
+    if "chat_template" in block and block["chat_template"] != name:
+        return f"'{path}' = {value!r} conflicts with 'chat_template' = {block['chat_template']!r}: set only one"
     block["apply_chat_template"] = True
+    if name is not None:
+        block["chat_template"] = name
     return None
 
 
@@ -144,6 +148,43 @@ def _checkpoint_config(block, value, path):
     return "; ".join(problems) or None
 
 
+def _inert(allowed):
+    """A key ROLL's YAMLs carry but ROLL never reads: its no-op value is dropped, any other value refused."""
+
+    def check(block, value, path):
+        if any(value is a or (value == a and type(value) is type(a)) for a in allowed):
+            return None
+        return f"'{path}' = {value!r} is refused: {_note('', path)}"
+
+    return check
+
+
+def _num_return_sequences_expand(block, value, path):
+    return None if isinstance(value, bool) else f"'{path}' = {value!r}: expected true or false"
+
+
+ENGINE_CONCURRENCY = {"vllm": "max_num_seqs", "sglang": "max_running_requests"}
+
+
+def _max_running_requests(block, value, path):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"'{path}' = {value!r}: expected a positive integer"
+    infer = block.get("actor_infer")
+    args = infer.get("strategy_args") if isinstance(infer, dict) else None
+    name = args.get("strategy_name") if isinstance(args, dict) else None
+    if name not in ENGINE_CONCURRENCY:
+        return f"'{path}' is refused for actor_infer strategy {name!r}: {_note('', path)}"
+    engine = args["strategy_config"] = args.get("strategy_config") or {}
+    key = ENGINE_CONCURRENCY[name]
+    if key in engine and engine[key] != value:
+        return (
+            f"'{path}' = {value} conflicts with actor_infer.strategy_args.strategy_config.{key} = {engine[key]!r}: "
+            "set only one"
+        )
+    engine[key] = value
+    return None
+
+
 def _to_top(key):
     def move(block, value, path, top):
         if key in top and top[key] != value:
@@ -172,6 +213,13 @@ _ALIASES = {
     ("", "sequence_length"): _checked_later("sequence_length"),
     ("", "val_prompt_length"): _checked_later("val_prompt_length"),
     ("", "checkpoint_config"): _checkpoint_config,
+    ("", "is_num_return_sequences_expand"): _num_return_sequences_expand,
+    ("", "max_running_requests"): _max_running_requests,
+    **{("", key): _inert((None, "None")) for key in ("reward_norm",)},
+    **{
+        ("", key): _inert((False,))
+        for key in ("reward_shift", "reward_scale", "use_reward_norm", "add_len_reward", "use_topr_loss")
+    },
     ("model_args", "dtype"): _dtype,
     ("data_args", "prompt"): _column("prompt_key"),
     ("data_args", "messages"): _column("messages_key"),
@@ -348,10 +396,10 @@ def compatibility_page() -> str:
         "",
         "A ROLL YAML loads here unedited when every key it uses is *supported* (same name, same meaning) or an",
         "*alias* (ROLL's spelling, rewritten to roll's before the strict loader). A *refused* key or value fails",
-        'with the reason; a *pending* key fails with "not supported yet" and the reason until its feature lands.',
+        "with the reason, and says what to set instead.",
         "All problems of a file are reported together, grouped by block.",
         "",
-        "## Keys under other names, refused or pending",
+        "## Keys under other names, and refused keys",
         "",
         "| block | ROLL key | status | meaning here / reason |",
         "|---|---|---|---|",

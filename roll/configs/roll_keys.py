@@ -4,8 +4,6 @@ A key ROLL spells like roll (same name, same meaning) is simply a dataclass fiel
 Each entry here is one of:
   alias    ROLL's spelling, rewritten to roll's by `roll.configs.roll_compat` before strict loading
   refused  a key or value roll will not take, with the reason
-  pending  a feature another issue builds; fails with "not supported yet" and the reason until it lands
-           (when it lands: delete its entry here and declare the field)
 `block` is where the key sits: "" = top level, "<role>" = any role block (actor_train, rewards.math, ...),
 or a sub-block name (model_args, data_args, generating_args, training_args) inside any role.
 docs/roll_compatibility.md is generated from this table (python -m roll.configs.roll_compat).
@@ -13,7 +11,7 @@ docs/roll_compatibility.md is generated from this table (python -m roll.configs.
 
 from dataclasses import dataclass
 
-ALIAS, REFUSED, PENDING = "alias", "refused", "pending"
+ALIAS, REFUSED = "alias", "refused"
 
 
 @dataclass(frozen=True)
@@ -24,11 +22,7 @@ class RollKey:
     note: str
 
 
-def _pending(block: str, keys: str, reason: str) -> list[RollKey]:
-    return [RollKey(block, key, PENDING, reason) for key in keys.split()]
-
-
-NOT_BUILT = "not implemented in roll yet (issue 17 follow-up)"
+_UNREAD = "ROLL's example YAMLs set this key but ROLL's code never reads it, so another value would mislead"
 
 ROLL_KEYS: list[RollKey] = [
     # top level
@@ -59,8 +53,31 @@ ROLL_KEYS: list[RollKey] = [
         "type: file_system only; output_dir becomes the top-level output_dir (checkpoints then go to "
         "<output_dir>/checkpoints/step-N); a different top-level output_dir is an error",
     ),
-    *_pending("", "is_num_return_sequences_expand max_running_requests", NOT_BUILT),
-    *_pending("", "reward_norm reward_shift reward_scale add_len_reward use_reward_norm use_topr_loss", NOT_BUILT),
+    RollKey(
+        "",
+        "is_num_return_sequences_expand",
+        ALIAS,
+        "true | false: how ROLL's scheduler splits a prompt's num_return_sequences into engine requests; roll asks "
+        "the engine for all of them in one request, and the samples are the same either way",
+    ),
+    RollKey(
+        "",
+        "max_running_requests",
+        ALIAS,
+        "requests in flight per inference worker = actor_infer's engine limit: vllm strategy_config.max_num_seqs, "
+        "sglang strategy_config.max_running_requests (hf_infer has no request queue: refused)",
+    ),
+    *[
+        RollKey("", key, ALIAS, f"{inert}: {why}")
+        for key, inert, why in (
+            ("reward_norm", "null only", _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
+            ("reward_shift", "false only", _UNREAD + "; subtract a mean with norm_mean_type"),
+            ("reward_scale", "false only", _UNREAD + "; divide by a std with norm_std_type"),
+            ("use_reward_norm", "false only", _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
+            ("add_len_reward", "false only", _UNREAD + "; shape by length with max_len_mask or the length masks"),
+            ("use_topr_loss", "false only", _UNREAD + "; select the TOPR loss with pg_variant: topr"),
+        )
+    ],
     *[
         RollKey(
             "",
@@ -73,7 +90,6 @@ ROLL_KEYS: list[RollKey] = [
     ],
     # model_args
     RollKey("model_args", "dtype", ALIAS, "fp32 | bf16 | fp16 = float32 | bfloat16 | float16 (both spellings taken)"),
-    *_pending("model_args", "model_type", NOT_BUILT),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
     RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),
@@ -82,10 +98,11 @@ ROLL_KEYS: list[RollKey] = [
         "data_args",
         "template",
         ALIAS,
-        "native = apply_chat_template: true (the tokenizer's chat template); named templates are not built yet",
+        "native, qwen2_5 = apply_chat_template: true (the tokenizer's chat template); qwen3 = the same with "
+        "enable_thinking (chat_template: qwen3); chatml = chat_template: chatml; ROLL's base, empty, "
+        "longCOT_qwen2.5, longcot_V3 (prompt rewrites) are refused",
     ),
     RollKey("data_args", "dataset_dir", ALIAS, "directory that relative file_name entries are resolved against"),
-    *_pending("data_args", "interleave_probs domain_interleave_probs preprocessing_num_workers", NOT_BUILT),
     # generating_args
     RollKey(
         "generating_args",
@@ -94,9 +111,7 @@ ROLL_KEYS: list[RollKey] = [
         "1 only (sampling); beam search is refused: its samples have "
         "no per-token sampling probability, which every policy-gradient estimator here needs",
     ),
-    *_pending("generating_args", "stop_strings", NOT_BUILT),
     # training_args
-    *_pending("training_args", "num_train_epochs", NOT_BUILT),
     # actor_train: ROLL keeps its actor-loss settings in the actor's block, roll at the top level
     *[
         RollKey("actor_train", key, ALIAS, f"= top-level {key} (the same value at both places is fine)")

@@ -21,6 +21,12 @@ Dtype = Literal["float32", "bfloat16", "float16"]
 class ModelArgs:
     model_name_or_path: str = field_help(help="HF model directory (config, weights, tokenizer) this role loads")
     dtype: Dtype = field_help("float32", "parameter dtype; bfloat16 on GPUs, float32 on CPU (bf16 is ~5x slower there)")
+    model_type: Literal["auto_token_classification"] | None = field_help(
+        None,
+        "ROLL's model class key: null = a causal LM (the model roles) or the critic's value model; "
+        "auto_token_classification = the critic's value model (AutoModelForTokenClassification, 1 label), the only "
+        "value taken, and only on the critic (roll has no classifier reward-model worker)",
+    )
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "fa2"] | None = field_help(
         None,
         "attention kernel of HF-module strategies (transformers' attn_implementation; fa2 = flash_attention_2, "
@@ -59,6 +65,11 @@ class ModelArgs:
 
 @dataclass
 class TrainingArgs:
+    num_train_epochs: float | None = field_help(
+        None,
+        "actor_train (RLVR): with max_steps null, the run is ceil(epochs × training prompts / rollout_batch_size) "
+        "steps, computed when the prompts are loaded; a set max_steps overrides it (HF TrainingArguments)",
+    )
     learning_rate: float = field_help(1e-6, "AdamW learning rate")
     weight_decay: float = field_help(0.0, "AdamW weight decay")
     adam_beta1: float = field_help(0.9, "AdamW beta1")
@@ -81,9 +92,55 @@ class DataArgs:
     ground_truth_key: str = field_help("ground_truth", "column holding the reference answer for reward workers")
     tag_key: str = field_help("tag", "column whose value selects the reward domain (rewards.<domain>.tag_included)")
     apply_chat_template: bool = field_help(True, "wrap prompts with the tokenizer's chat template")
+    chat_template: Literal["chatml", "qwen3"] | None = field_help(
+        None,
+        "with apply_chat_template: null = the tokenizer's own template; chatml = the ChatML format "
+        "(<|im_start|>role ... <|im_end|>) whatever the tokenizer has; qwen3 = the tokenizer's template with "
+        "enable_thinking (ROLL's template names, see data_args.template in docs/roll_compatibility.md)",
+    )
     on_long_prompt: Literal["drop", "error"] = field_help(
         "drop", "prompts longer than prompt_length: drop them (count logged) or stop with an error"
     )
+    domain_interleave_probs: dict[str, float] | None = field_help(
+        None,
+        "actor_train: share of each reward domain in every step's prompts (ROLL): domain d gets "
+        "int(p_d × rollout_batch_size) prompts, the last listed domain the rest; each domain's rows are drawn "
+        "in their own shuffled order. Probabilities ≥ 0 summing to 1; every domain of the data listed (0 = unused)",
+    )
+    interleave_probs: str | list[float] | None = field_help(
+        None,
+        "actor_train: with several file_name entries, each prompt comes from file i with probability p_i "
+        "(a list, or ROLL's comma-separated string '0.7,0.3'); each file's rows in their own shuffled order",
+    )
+    preprocessing_num_workers: int | None = field_help(
+        None, "processes `datasets` uses to read and prepare the data files (null = one)"
+    )
+
+    def __post_init__(self):
+        if self.chat_template is not None and not self.apply_chat_template:
+            raise ConfigError(f"'chat_template' = {self.chat_template!r} needs apply_chat_template: true")
+        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
+            raise ConfigError(f"'preprocessing_num_workers' = {self.preprocessing_num_workers}: must be ≥ 1 or null")
+        if isinstance(self.interleave_probs, str):
+            try:
+                self.interleave_probs = [float(p) for p in self.interleave_probs.split(",")]
+            except ValueError:
+                raise ConfigError(
+                    f"'interleave_probs' = {self.interleave_probs!r}: comma-separated numbers, e.g. '0.7,0.3'"
+                ) from None
+        for key in ("interleave_probs", "domain_interleave_probs"):
+            probs = getattr(self, key)
+            values = list(probs.values()) if isinstance(probs, dict) else probs
+            if values is not None and (any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-6):
+                raise ConfigError(f"'{key}' = {probs}: probabilities must be ≥ 0 and sum to 1 (sum {sum(values)})")
+        files = [self.file_name] if isinstance(self.file_name, str) else self.file_name
+        if self.interleave_probs is not None and files is not None and len(self.interleave_probs) != len(files):
+            raise ConfigError(
+                f"'interleave_probs' has {len(self.interleave_probs)} entries for {len(files)} file_name entries: "
+                "give one probability per file"
+            )
+        if self.interleave_probs is not None and self.domain_interleave_probs is not None:
+            raise ConfigError("set one of 'interleave_probs' (by file) and 'domain_interleave_probs' (by domain)")
 
 
 @dataclass
@@ -101,8 +158,17 @@ class GeneratingArgs:
         "divide the logits of tokens already in the sequence by this (> 0; 1 = off, ROLL/HF meaning); "
         "≠ 1 makes rollout log-probs differ from the trainer's",
     )
+    stop_strings: list[str] | None = field_help(
+        None,
+        "end a sample once its text contains one of these strings (kept in the response); vllm and sglang "
+        "(ROLL passes them to those engines only; hf_infer refuses them)",
+    )
 
     def __post_init__(self):
+        if self.stop_strings is not None and (
+            not self.stop_strings or not all(isinstance(s, str) and s for s in self.stop_strings)
+        ):
+            raise ConfigError(f"'stop_strings' = {self.stop_strings!r}: a non-empty list of non-empty strings, or null")
         if not self.temperature > 0:
             raise ConfigError(
                 f"'temperature' = {self.temperature}: must be > 0 (log-probs divide by it; "

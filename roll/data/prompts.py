@@ -102,6 +102,13 @@ def _ground_truth(row: dict, data_args, where: str):
     )
 
 
+# ChatML, the format of data_args.chat_template: chatml (role headers between <|im_start|> and <|im_end|>)
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
 def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
     messages = row.get(data_args.messages_key)
     prompt = row.get(data_args.prompt_key)
@@ -118,7 +125,8 @@ def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
         messages = [{"role": "user", "content": prompt}]
     if not data_args.apply_chat_template:
         raise ValueError(f"{where}: '{data_args.messages_key}' needs data_args.apply_chat_template: true")
-    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+    extra = {"chatml": {"chat_template": CHATML}, "qwen3": {"enable_thinking": True}}.get(data_args.chat_template, {})
+    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **extra)
 
 
 def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
@@ -129,42 +137,47 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
     kind = _builder_for(files)
     for name in files:
         _check_text_file(name, kind)
-    try:
-        table = datasets.load_dataset(kind, data_files=files, split="train")
-    except Exception as error:  # datasets' own message rarely names the file
-        raise ValueError(
-            f"data_args.file_name: {files} could not be read as {kind} ({type(error).__name__}: {error}); "
-            f"rows look like {ROW_EXAMPLE}"
-        ) from error
-    rows, too_long = [], []
-    for index, row in enumerate(table):
-        where = f"{files[0] if len(files) == 1 else files} row {index}"
-        text = _prompt_text(row, data_args, tokenizer, where)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > prompt_length:
-            too_long.append(index)
-            continue
-        truth = _ground_truth(row, data_args, where)
-        rows.append(
-            {
-                "prompt_ids": ids,
-                "prompt_text": text,
-                "ground_truth": truth,
-                "tag": row.get(data_args.tag_key),
-            }
-        )
+    rows, too_long, total = [], [], 0
+    for source, name in enumerate(files):  # file by file: rows know their file (data_args.interleave_probs)
+        try:
+            table = datasets.load_dataset(
+                kind, data_files=[name], split="train", num_proc=data_args.preprocessing_num_workers
+            )
+        except Exception as error:  # datasets' own message rarely names the file
+            raise ValueError(
+                f"data_args.file_name: {name} could not be read as {kind} ({type(error).__name__}: {error}); "
+                f"rows look like {ROW_EXAMPLE}"
+            ) from error
+        total += len(table)
+        for index, row in enumerate(table):
+            where = f"{name} row {index}"
+            text = _prompt_text(row, data_args, tokenizer, where)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) > prompt_length:
+                too_long.append(where)
+                continue
+            truth = _ground_truth(row, data_args, where)
+            rows.append(
+                {
+                    "prompt_ids": ids,
+                    "prompt_text": text,
+                    "ground_truth": truth,
+                    "tag": row.get(data_args.tag_key),
+                    "source": source,
+                }
+            )
     if too_long:
         if data_args.on_long_prompt == "error":
             raise ValueError(
                 f"{files}: {len(too_long)} prompts are longer than prompt_length={prompt_length} "
-                f"tokens (first rows: {too_long[:5]}); raise prompt_length or set "
+                f"tokens (first: {too_long[:5]}); raise prompt_length or set "
                 f"data_args.on_long_prompt: drop"
             )
         logger.warning(
             "%s: dropped %d of %d prompts longer than prompt_length=%d tokens",
             files,
             len(too_long),
-            len(table),
+            total,
             prompt_length,
         )
     if not rows:
@@ -208,3 +221,71 @@ class PromptSampler:
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.cursor = state["epoch"], state["cursor"]
         self._order = self._permutation()
+
+
+class MixedPromptSampler:
+    """Prompts from several pools (data files or reward domains), each pool a PromptSampler of its own.
+
+    quota: a fixed number of prompts per pool in every batch — pool i gets int(p_i × count), the last pool
+    with p > 0 the rest (ROLL's domain_interleave_probs; ROLL gives the rest to the last pool even at p = 0);
+    draw: every prompt's pool is drawn with probabilities p (data_args.interleave_probs), from a generator
+    seeded by (seed, batch number) so a resume redraws the same."""
+
+    def __init__(self, pools: dict, probs: dict, seed: int, mode: str):
+        if mode not in ("quota", "draw"):
+            raise ValueError(f"mode must be 'quota' or 'draw', got {mode!r}")
+        self.names = list(probs)
+        self.probs = np.array([probs[name] for name in self.names], dtype=float)
+        self.samplers = {name: PromptSampler(pools[name], seed + 7919 * (i + 1)) for i, name in enumerate(self.names)}
+        self.seed, self.mode, self.batches = seed, mode, 0
+
+    def _counts(self, count: int) -> list[int]:
+        if self.mode == "draw":
+            rng = np.random.default_rng([self.seed, self.batches])
+            return np.bincount(
+                rng.choice(len(self.names), size=count, p=self.probs), minlength=len(self.names)
+            ).tolist()
+        counts = [int(p * count) for p in self.probs]
+        last = max(i for i, p in enumerate(self.probs) if p > 0)  # the rest goes to the last pool in use
+        counts[last] += count - sum(counts)
+        return counts
+
+    def next_rows(self, count: int) -> list[dict]:
+        picked = []
+        for name, n in zip(self.names, self._counts(count)):
+            if n:
+                picked += self.samplers[name].next_rows(n)
+        self.batches += 1
+        return picked
+
+    def state_dict(self) -> dict:
+        return {"batches": self.batches, "pools": {name: s.state_dict() for name, s in self.samplers.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches = state["batches"]
+        for name, sampler in self.samplers.items():
+            sampler.load_state_dict(state["pools"][name])
+
+
+def prompt_sampler(rows: list[dict], data_args, seed: int):
+    """The training prompts' sampler: plain shuffled epochs, or mixed by domain / by file (data_args)."""
+    if data_args.domain_interleave_probs is not None:
+        probs, key, what = data_args.domain_interleave_probs, "domain", "domain_interleave_probs"
+        mode = "quota"
+    elif data_args.interleave_probs is not None:
+        probs, key, what = dict(enumerate(data_args.interleave_probs)), "source", "interleave_probs"
+        mode = "draw"
+    else:
+        return PromptSampler(rows, seed)
+    pools = {name: [row for row in rows if row[key] == name] for name in probs}
+    present = sorted({str(row[key]) for row in rows})
+    unlisted = sorted({row[key] for row in rows} - set(probs), key=str)
+    if unlisted:  # their rows would never be drawn: say so instead of dropping them
+        raise ValueError(
+            f"actor_train.data_args.{what}: the data has rows of {unlisted} but no probability for them; "
+            f"list every one (0 = leave it out); present: {present}"
+        )
+    empty = [name for name, pool in pools.items() if probs[name] > 0 and not pool]
+    if empty:
+        raise ValueError(f"actor_train.data_args.{what}: no rows for {empty} (present: {present})")
+    return MixedPromptSampler(pools, probs, seed, mode)

@@ -36,7 +36,10 @@ def attention_kwargs(model_args) -> dict:
     return {"attn_implementation": "flash_attention_2" if name == "fa2" else name}
 
 
-BATCH_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences")
+BATCH_SAMPLING_KEYS = (
+    *("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "num_return_sequences"),
+    *("repetition_penalty", "stop_strings"),
+)
 # ... and a single request these (one sample per request; `seed` makes it reproducible)
 REQUEST_SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "do_sample", "seed")
 # What a strategy can serve (its `roles`), by the pipeline role that needs it:
@@ -67,6 +70,7 @@ class InferenceStrategy:
     dynamic_batching_infer = False  # the scoring forwards honour use_dynamic_batching_in_infer
     sequence_packing = False  # training and scoring forwards honour use_sequence_packing
     lora = False  # model_args.lora_* (peft LoRA adapters): only adapters train, the weight sync sends merged weights
+    stop_strings = False  # generating_args.stop_strings end a sample
     lora_adapters = False  # load_adapter(named_tensors, adapter_config): serves a LoRA adapter (adapter-only sync)
     lora_limit: str | None = None  # why `lora` is False, where there is a reason to tell (the config checks show it)
 
@@ -255,6 +259,7 @@ class InferenceStrategy:
             "top_k": args.top_k,
             "do_sample": args.do_sample,
             "repetition_penalty": args.repetition_penalty,
+            "stop_strings": args.stop_strings,
             "num_return_sequences": 1 if request else args.num_return_sequences,
         }
         if request:

@@ -38,7 +38,8 @@ class HFInferStrategy(InferenceStrategy):
     @staticmethod
     def _generate_kwargs(settings: dict) -> dict:
         """`generate` keyword arguments from sampling_settings (greedy: no sampling knobs, as HF expects)."""
-        kwargs = {key: value for key, value in settings.items() if key != "seed"}
+        # stop_strings: refused for hf_infer by the config checks (StrategyCapability stop_strings)
+        kwargs = {key: value for key, value in settings.items() if key not in ("seed", "stop_strings")}
         if not kwargs["do_sample"]:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if kwargs.get("repetition_penalty") == 1.0:

@@ -135,6 +135,8 @@ def sampling_params(settings: dict, stop_token_ids: list[int], seed: int | None)
         "ignore_eos": False,
         "no_stop_trim": True,
     }
+    if settings.get("stop_strings"):
+        params["stop"] = list(settings["stop_strings"])
     if seed is not None:
         params["sampling_seed"] = int(seed)
     return params
@@ -219,6 +221,7 @@ def _check_update(result, what: str) -> None:
 class SGLangInferStrategy(InferenceStrategy):
     roles = frozenset({"generate"})  # compute_log_probs works at temperature 1.0 only: not a reference role
     rollout_log_probs = True
+    stop_strings = True
 
     def initialize(self, total_steps: int = 0) -> None:
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig

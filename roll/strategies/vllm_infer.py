@@ -219,6 +219,7 @@ def install_reload_warning_filter(worker) -> list[str]:
 class VLLMInferStrategy(InferenceStrategy):
     roles = frozenset({"generate"})  # compute_log_probs works at temperature 1.0 only: not a reference role
     rollout_log_probs = True
+    stop_strings = True
     lora_adapters = True  # load_adapter: vLLM's LoRA support (strategy_config enable_lora: true)
 
     def initialize(self, total_steps: int = 0) -> None:
@@ -299,7 +300,11 @@ class VLLMInferStrategy(InferenceStrategy):
             logprobs=0,
             seed=seed,
             stop_token_ids=self.stop_token_ids,
-            detokenize=False,
+            # stop strings are matched on text: vLLM needs detokenizing for them; the response keeps the tokens
+            # up to the one completing the string (the text is only used for that check)
+            stop=settings.get("stop_strings") or None,
+            include_stop_str_in_output=True,
+            detokenize=bool(settings.get("stop_strings")),
         )
 
     def _check_ready(self) -> None:

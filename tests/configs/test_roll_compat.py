@@ -1,4 +1,4 @@
-"""ROLL's vocabulary loads here: the migration corpus in tests/configs/roll_corpus, aliases, pending and
+"""ROLL's vocabulary loads here: the migration corpus in tests/configs/roll_corpus, aliases and
 refused keys, every problem of a file at once, and docs/roll_compatibility.md kept current."""
 
 import re
@@ -10,7 +10,7 @@ import pytest
 from roll.cli import launch
 from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
 from roll.configs.roll_compat import compatibility_page
-from roll.configs.roll_keys import PENDING, ROLL_KEYS
+from roll.configs.roll_keys import ROLL_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "roll_corpus"
@@ -57,13 +57,14 @@ def test_five_mistakes_are_reported_in_one_run(capsys):
     assert "[actor_train.model_args]" in err and "[top level]" in err  # grouped by block
 
 
-def test_pending_keys_fail_all_at_once_with_their_reasons(capsys):
-    code, _, err = dry_run(CORPUS, "rlvr_five_domains", capsys)
-    assert code == 2
-    # all five reward domains (ROLL's worker paths) and async_generation_ratio resolve; what is still pending
-    # is refused with its reason
-    assert "domain_interleave_probs' is a ROLL key not supported yet" in err
-    assert "worker_cls" not in err and "async_generation_ratio" not in err
+def test_five_domains_with_mixing_and_roll_top_level_keys(capsys):
+    code, out, err = dry_run(CORPUS, "rlvr_five_domains", capsys)
+    assert code == 0, err
+    assert "domain_interleave_probs:" in out and "num_train_epochs: 2" in out and "max_steps: null" in out
+    assert "max_num_seqs: 256" in out  # max_running_requests -> the vllm engine's limit
+    assert "stop_strings:" in out and "preprocessing_num_workers: 2" in out
+    for domain in ("math_rule", "code_sandbox", "llm_judge", "ifeval_rule", "crossthinkqa_rule"):
+        assert f"roll.workers.rewards.{domain}." in out
 
 
 def rlvr_dict(**extra) -> dict:
@@ -97,14 +98,21 @@ def test_dtype_both_spellings(roll_name, ours):
     assert load_rlvr_config(data).actor_train.model_args.dtype == ours
 
 
-def test_column_alias_conflict_and_named_template_are_errors():
+def test_column_alias_conflict_and_prompt_rewriting_template_are_errors():
     data = rlvr_dict()
-    data["actor_train"]["data_args"].update(prompt="a", prompt_key="b", template="qwen2_5")
+    data["actor_train"]["data_args"].update(prompt="a", prompt_key="b", template="longCOT_qwen2.5")
     with pytest.raises(ConfigError) as error:
         load_rlvr_config(data)
-    assert "conflicts with 'prompt_key'" in str(error.value) and "named chat templates are not supported yet" in str(
-        error.value
-    )
+    assert "conflicts with 'prompt_key'" in str(error.value)
+    assert "template' = 'longCOT_qwen2.5' is not offered" in str(error.value)
+
+
+@pytest.mark.parametrize("template,chat_template", [("native", None), ("qwen2_5", None), ("qwen3", "qwen3")])
+def test_named_templates(template, chat_template):
+    data = rlvr_dict()
+    data["actor_train"]["data_args"]["template"] = template
+    args = load_rlvr_config(data).actor_train.data_args
+    assert args.apply_chat_template and args.chat_template == chat_template
 
 
 def test_length_aliases_are_checked():
@@ -169,17 +177,48 @@ def test_agentic_yaml_with_roll_spellings(name):
     assert agentic.actor_train.model_args.dtype == "float32"
 
 
-def test_pending_entries_name_their_reason():
+def test_refused_entries_name_their_reason():
     for entry in ROLL_KEYS:
         assert entry.note, entry
-        if entry.status == PENDING:
+        if entry.status == "refused":
             data = rlvr_dict()
             if entry.block:
                 data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
             else:
                 data[entry.key] = 1
-            with pytest.raises(ConfigError, match=re.escape("not supported yet: " + entry.note)):
+            with pytest.raises(ConfigError, match=re.escape("is refused: " + entry.note)):
                 load_rlvr_config(data)
+
+
+@pytest.mark.parametrize(
+    "key,inert,other",
+    [
+        ("reward_norm", None, "batch"),
+        ("reward_shift", False, True),
+        ("reward_scale", False, True),
+        ("use_reward_norm", False, True),
+        ("add_len_reward", False, True),
+        ("use_topr_loss", False, True),
+    ],
+)
+def test_keys_roll_never_reads_take_only_their_no_op_value(key, inert, other):
+    load_rlvr_config(rlvr_dict(**{key: inert}))
+    with pytest.raises(ConfigError, match=f"'{key}' = {other!r} is refused: .*never reads it"):
+        load_rlvr_config(rlvr_dict(**{key: other}))
+
+
+def test_max_running_requests_sets_the_engine_limit():
+    data = rlvr_dict(max_running_requests=8)
+    data["actor_infer"]["strategy_args"] = {"strategy_name": "vllm"}
+    assert load_rlvr_config(data).actor_infer.strategy_args.strategy_config == {"max_num_seqs": 8}
+    data = rlvr_dict(max_running_requests=8)
+    data["actor_infer"]["strategy_args"] = {"strategy_name": "sglang", "strategy_config": {"max_running_requests": 4}}
+    with pytest.raises(ConfigError, match="conflicts with actor_infer.strategy_args.strategy_config"):
+        load_rlvr_config(data)
+    with pytest.raises(ConfigError, match="refused for actor_infer strategy 'hf_infer'"):
+        load_rlvr_config(rlvr_dict(max_running_requests=8))
+    with pytest.raises(ConfigError, match="expected true or false"):
+        load_rlvr_config(rlvr_dict(is_num_return_sequences_expand="yes"))
 
 
 def test_roll_compatibility_page_is_current():
@@ -203,6 +242,8 @@ def test_repetition_penalty_reaches_every_engine():
     assert HFInferStrategy._generate_kwargs(settings)["repetition_penalty"] == 1.3
     assert "repetition_penalty" not in HFInferStrategy._generate_kwargs({**settings, "repetition_penalty": 1.0})
     assert sampling_params(settings, [0], None)["repetition_penalty"] == 1.3
+    assert sampling_params({**settings, "stop_strings": ["</answer>"]}, [0], None)["stop"] == ["</answer>"]
+    assert "stop" not in sampling_params(settings, [0], None)
     data = rlvr_dict()
     data["actor_infer"]["generating_args"] = {"repetition_penalty": 0}
     with pytest.raises(ConfigError, match="'actor_infer.generating_args.repetition_penalty' = 0"):
@@ -231,3 +272,41 @@ def test_attn_implementation_reaches_from_pretrained(tmp_path):
         "attn_implementation": "flash_attention_2"
     }
     assert attention_kwargs(ModelArgs(model_name_or_path="m")) == {}
+
+
+def test_stop_strings_need_an_engine_that_applies_them():
+    data = rlvr_dict()  # actor_infer: hf_infer
+    data["actor_infer"]["generating_args"] = {"stop_strings": ["</answer>"]}
+    with pytest.raises(ConfigError, match="actor_infer.generating_args.stop_strings' is set but .* 'hf_infer'"):
+        load_rlvr_config(data)
+    data["actor_infer"]["strategy_args"] = {"strategy_name": "vllm"}
+    assert load_rlvr_config(data).actor_infer.generating_args.stop_strings == ["</answer>"]
+
+
+def test_num_train_epochs_sets_the_run_length_when_max_steps_is_unset():
+    from types import SimpleNamespace
+
+    from roll.pipeline.rlvr.pipeline import RLVRPipeline
+
+    data = rlvr_dict()
+    data["actor_train"]["training_args"] = {"num_train_epochs": 2.5}
+    config = load_rlvr_config(data)
+    assert config.max_steps is None
+    pipeline = SimpleNamespace(config=config, train_rows=[{}] * 10)  # 2.5 epochs × 10 prompts / 4 per step
+    RLVRPipeline._run_length(pipeline)
+    assert config.max_steps == 7
+    assert load_rlvr_config(rlvr_dict()).max_steps == 1  # neither set: one step, the documented default
+    data["actor_train"]["training_args"] = {"num_train_epochs": 0}
+    with pytest.raises(ConfigError, match=r"num_train_epochs' = 0(\.0)?: must be > 0"):
+        load_rlvr_config(data)
+    data = rlvr_dict()
+    data["actor_infer"]["training_args"] = {"num_train_epochs": 1}
+    with pytest.raises(ConfigError, match="only actor_train's sets the run length"):
+        load_rlvr_config(data)
+
+
+def test_model_type_is_the_critics_only():
+    data = rlvr_dict()
+    data["actor_train"]["model_args"]["model_type"] = "auto_token_classification"
+    with pytest.raises(ConfigError, match="only the critic builds a token-classification"):
+        load_rlvr_config(data)

@@ -46,7 +46,9 @@ def test_every_format_loads_and_long_prompts_are_dropped(tmp_path, tokenizer, ki
 
 def test_long_prompts_can_be_an_error(tmp_path, tokenizer):
     args = DataArgs(file_name=write(tmp_path, "jsonl"), on_long_prompt="error")
-    with pytest.raises(ValueError, match=r"1 prompts are longer than prompt_length=20 tokens \(first rows: \[2\]\)"):
+    with pytest.raises(
+        ValueError, match=r"1 prompts are longer than prompt_length=20 tokens \(first: \[.*prompts.jsonl row 2.\]\)"
+    ):
         load_prompt_rows(args, tokenizer, prompt_length=20)
 
 

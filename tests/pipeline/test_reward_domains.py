@@ -3,7 +3,8 @@
 path. Each domain's samples are graded by its own worker (checked by re-grading the logged responses), and
 reward/<domain>/... metrics are logged every step. The tiny demo model writes `\\boxed{n}`, never a
 program, so every code sample must count as `no_code` and score 0 — what the code worker decides on real
-programs is tested in tests/workers/test_code_reward.py."""
+programs is tested in tests/workers/test_code_reward.py. The prompts are mixed by ROLL's
+domain_interleave_probs: each step draws a fixed number of prompts per domain (QUOTA)."""
 
 import json
 
@@ -21,6 +22,8 @@ from tests.pipeline.helpers import run_pipeline
 pytestmark = pytest.mark.usefixtures("ray_session")
 STEPS = 2
 DOMAINS = ("math", "code", "judge", "ifeval", "ctqa")
+PROBS = {"math": 0.3, "code": 0.2, "judge": 0.2, "ifeval": 0.1, "ctqa": 0.2}
+QUOTA = {"math": 3, "code": 2, "judge": 2, "ifeval": 1, "ctqa": 2}  # prompts per step: int(p × 10)
 CODE_CASES = [{"stdin": "2 3\n", "expected_stdout": "5\n"}]
 JUDGE_PROMPT = "{question} Reply: {response} Score it."
 IFEVAL = json.dumps(
@@ -89,7 +92,12 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
     train = root / "mixed.jsonl"
     train.write_text("".join(json.dumps(row) + "\n" for row in rows))
     overrides = [f"max_steps={STEPS}", f"actor_train.data_args.file_name={train}", "validation=null"]
-    overrides += ["rollout_batch_size=10", "actor_train.infer_batch_size=40"]  # every row, every step
+    mix = ",".join(f"{domain}:{p}" for domain, p in PROBS.items())
+    overrides += [
+        "rollout_batch_size=10",
+        "actor_train.infer_batch_size=40",
+        f"actor_train.data_args.domain_interleave_probs={{{mix}}}",
+    ]
     overrides += ["use_kl_loss=false", "~reference"]  # one role fewer to start: the rewards are under test
     config = rlvr_config(root / "out", overrides, blocks=rewards_block(demo_dir))
     history = run_pipeline(config, sample_dir=root / "samples")
@@ -101,17 +109,18 @@ def test_every_domain_is_logged_each_step(run):
     assert len(history["steps"]) == STEPS
     for metrics in history["steps"].values():
         for domain in DOMAINS:
-            assert metrics[f"reward/{domain}/count"] == 8  # 2 prompts × 4 samples per step
+            assert metrics[f"reward/{domain}/count"] == QUOTA[domain] * 4  # 4 samples per prompt
             assert metrics[f"reward/{domain}/errors"] == 0 and metrics[f"reward/{domain}/timeouts"] == 0
             assert metrics[f"reward/{domain}/score/min"] <= metrics[f"reward/{domain}/score/mean"]
-        assert metrics["reward/code/no_code"] == 8 and metrics["reward/code/pass_rate"] == 0.0
+        assert metrics["reward/code/no_code"] == QUOTA["code"] * 4 and metrics["reward/code/pass_rate"] == 0.0
         assert metrics["reward/code/sandbox_failures"] == 0 and metrics["reward/code/score/max"] == 0.0
 
 
 def test_rule_domains_score_the_logged_responses(run):
     _, _, samples = run
     by_tag = {tag: [r for r in samples if r["tag"] == tag] for tag in ("math", "ifeval", "crossthinkqa")}
-    assert all(len(rows) == 8 * STEPS for rows in by_tag.values())
+    quota = {"math": QUOTA["math"], "ifeval": QUOTA["ifeval"], "crossthinkqa": QUOTA["ctqa"]}
+    assert {tag: len(rows) for tag, rows in by_tag.items()} == {tag: q * 4 * STEPS for tag, q in quota.items()}
     for r in by_tag["math"]:
         assert r["score"] == grade(r["response"], r["ground_truth"])
     for r in by_tag["ifeval"]:
@@ -130,7 +139,7 @@ def test_judge_scores_are_the_judge_models_verdicts(run, demo_dir):
     from tests.pipeline.test_reward_workers import serve
 
     rows = [r for r in run[2] if r["tag"] == "judge"]
-    assert len(rows) == 8 * STEPS
+    assert len(rows) == QUOTA["judge"] * 4 * STEPS
     with serve(demo_dir / "model") as url:
         for r in rows:
             prompt = JUDGE_PROMPT.format(question=r["prompt"], response=r["response"], reference=r["ground_truth"])

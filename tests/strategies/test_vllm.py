@@ -81,6 +81,12 @@ def test_greedy_after_sync_is_token_identical_to_hf_infer(results):
     assert untied["greedy_lp_diff_vs_hf_infer"] <= FP32_TOLERANCE
 
 
+def test_stop_strings_end_replies_where_the_string_completes(results):
+    stop = results["untied"]["stop_strings"]
+    assert stop["shortened"] >= 1, stop  # the string occurs in some reply before its end
+    assert stop["identical"], stop
+
+
 @pytest.mark.parametrize("temperature", ["1.0", "0.5"])
 def test_rollout_log_probs_match_hf_forward(results, temperature):
     diff = results["untied"][f"rollout_vs_hf_forward_T{temperature}"]

@@ -193,6 +193,8 @@ def untied(workdir: Path) -> dict:
         v_greedy.batch["rollout_log_probs"], h_greedy.batch["rollout_log_probs"]
     )
 
+    out["stop_strings"] = stop_strings_check(engine, base, batch, v_greedy, greedy)
+
     for temperature in (1.0, 0.5):
         batch.meta_info["seed"] = 11
         sampled = engine.generate(batch, {"temperature": temperature})
@@ -221,6 +223,29 @@ def untied(workdir: Path) -> dict:
     out["seed_repeat_identical"] = bool(torch.equal(other.batch["responses"], first.batch["responses"]))
     out["seed_change_differs"] = not torch.equal(again.batch["responses"], other.batch["responses"])
     return out
+
+
+def stop_strings_check(engine, model_dir: Path, batch, greedy_out, greedy: dict) -> dict:
+    """generating_args.stop_strings: each greedy reply ends at the token whose text completes the string."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    lengths = greedy_out.batch["response_mask"].sum(1).long().tolist()
+    replies = [greedy_out.batch["responses"][i, :n].tolist() for i, n in enumerate(lengths)]
+    longest = max(range(len(replies)), key=lambda i: len(replies[i]))
+    word = tokenizer.decode(replies[longest][2:3], skip_special_tokens=True).strip()
+    text = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    expected = [ids[: next((k for k in range(1, len(ids) + 1) if word in text(ids[:k])), len(ids))] for ids in replies]
+    stopped = engine.generate(batch, {**greedy, "stop_strings": [word]})
+    got_lengths = stopped.batch["response_mask"].sum(1).long().tolist()
+    got = [stopped.batch["responses"][i, :n].tolist() for i, n in enumerate(got_lengths)]
+    return {
+        "word": word,
+        "identical": got == expected,
+        "shortened": sum(len(e) < len(r) for e, r in zip(expected, replies)),
+        "got": got,
+        "expected": expected,
+    }
 
 
 def layout_checks(batch, sampled, pad: int, eos: int) -> dict:

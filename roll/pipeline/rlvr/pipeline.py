@@ -5,11 +5,13 @@ Ray workers. One pipeline step is a sequence of small methods, each one phase, t
 phases shared with the agentic pipeline live in `roll.pipeline.base`.
 """
 
+import math
+
 import numpy as np
 import torch
 
 from roll.algorithms import get_adv_estimator_spec
-from roll.data.prompts import PromptSampler, collate_prompts, load_prompt_rows
+from roll.data.prompts import collate_prompts, load_prompt_rows, prompt_sampler
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
@@ -20,8 +22,11 @@ from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
+from roll.utils.logging import get_logger
 from roll.utils.progress import StepTimer
 from roll.workers.rewards.grading import ERROR, TIMEOUT
+
+logger = get_logger("roll.pipeline")
 
 
 class RLVRPipeline(BasePipeline):
@@ -32,13 +37,31 @@ class RLVRPipeline(BasePipeline):
         config = self.config
         self.routes = build_tag_routes(config.rewards)
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
-        self.sampler = PromptSampler(self.train_rows, config.seed)
+        self.sampler = prompt_sampler(self.train_rows, config.actor_train.data_args, config.seed)
+        self._run_length()
         self.async_rollout = AsyncRollout(self) if config.async_generation_ratio > 0 else None
         self.val_rows = (
             self._load_rows(config.validation.data_args, "validation.data_args")
             if config.validation is not None
             else []
         )
+
+    def _run_length(self) -> None:
+        config, epochs = self.config, self.config.actor_train.training_args.num_train_epochs
+        if epochs is None or getattr(self, "_steps_from_epochs", False):  # a recovery re-runs _setup_data
+            return
+        if config.max_steps is None:
+            self._steps_from_epochs = True
+            config.max_steps = math.ceil(epochs * len(self.train_rows) / config.rollout_batch_size)
+            logger.info(
+                "max_steps = %d: num_train_epochs %g × %d prompts / rollout_batch_size %d",
+                config.max_steps,
+                epochs,
+                len(self.train_rows),
+                config.rollout_batch_size,
+            )
+        else:
+            logger.info("max_steps = %d is set, so num_train_epochs (%g) is not used", config.max_steps, epochs)
 
     def _load_rows(self, data_args, key: str) -> list[dict]:
         rows = load_prompt_rows(data_args, self.tokenizer, self.config.prompt_length)
@@ -108,6 +131,8 @@ class RLVRPipeline(BasePipeline):
                 "temperature": args.temperature,
                 "top_p": args.top_p,
                 "top_k": args.top_k,
+                "repetition_penalty": args.repetition_penalty,
+                "stop_strings": args.stop_strings,
             }
         elif mode == "greedy":
             generation = {"num_return_sequences": 1, "do_sample": False}
