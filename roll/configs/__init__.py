@@ -20,8 +20,6 @@ from roll.configs.checks import (
     BatchPlan,
     batch_plan,
     check_algorithm,
-    check_async,
-    check_generation,
     check_micro_batching,
     check_model_types,
     check_roles,
@@ -30,6 +28,7 @@ from roll.configs.checks import (
     reference_source,
     roles,
 )
+from roll.configs.generation_checks import check_async, check_generation
 from roll.configs.loader import ConfigError, build, collected
 from roll.configs.profiler import check_profiler
 from roll.configs.rlvr import RLVRConfig
@@ -214,6 +213,7 @@ def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     referenced = set(_INTERPOLATION.findall(repr(raw)))
     fields = {f.name for f in dataclasses.fields(cls)}
     shared = [key for key in raw if key not in fields and (key in referenced or key in SHIPPED_BLOCKS)]
+    shared = [key for key in shared if key not in ("pretrain", "reward_pretrain")]  # roll_compat fills model paths
     try:
         data = OmegaConf.to_container(config, resolve=True)
     except OmegaConfBaseException as error:

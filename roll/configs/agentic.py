@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.checks import check_async, check_stop_strings, data_parallel_size
+from roll.configs.checks import data_parallel_size
+from roll.configs.generation_checks import check_async, check_stop_strings
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.worker import GeneratingArgs
 
@@ -36,6 +37,31 @@ class EnvConfig:
     max_turns: int = field_help(5, "model replies per episode at most (the environment may end it earlier)")
     max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn")
     history_length: int = field_help(2, "step manager: earlier (observation, action) turns shown in each prompt")
+    action_pattern: str | None = field_help(
+        None,
+        "ROLL's reply parser: a regex searched in the reply; its last matching group is the action the environment "
+        "gets (no match = an invalid action). null = the whole reply (the shipped envs take 'Right' or "
+        "'<answer>Right</answer>'). ROLL puts it in env_config; both places are read",
+    )
+    format_penalty: float | None = field_help(
+        None,
+        "this environment's penalty for an invalid action (ROLL's env_config.format_penalty); null = the env "
+        "manager's format_penalty",
+    )
+    env_instruction: str | None = field_help(
+        None,
+        "the task description shown before the first observation (ROLL's env_config.env_instruction); null = the "
+        "environment's own instructions",
+    )
+    agent_system_template: str | None = field_help(
+        None, "a system message before the first turn (ROLL's key); null = none"
+    )
+    agent_template: str | None = field_help(
+        None,
+        "traj manager: each turn's user message, ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
+        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step); the environment's instructions "
+        "precede the first one. null = the observation itself",
+    )
 
 
 @dataclass
@@ -111,6 +137,11 @@ class AgenticConfig(RLAlgorithmConfig):
     val_seed_offset: int = field_help(
         1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
     )
+    val_batch_size: int | None = field_help(
+        None,
+        "ROLL's validation trajectories per evaluation: roll plays one episode per val_env_manager environment, "
+        "so it must equal val_env_manager.num_env_groups × group_size (null = that number)",
+    )
 
     @property
     def group(self) -> tuple[str, int]:
@@ -164,6 +195,8 @@ def check_agentic(config: AgenticConfig) -> None:
             )
         if env.history_length < 0:
             raise ConfigError(f"'custom_envs.{tag}.history_length' = {env.history_length}: must be ≥ 0")
+        _check_env_config(tag, env)
+        _check_env_templates(tag, env)
     managers = [("train_env_manager", config.train_env_manager)]
     if config.val_env_manager is not None:
         managers.append(("val_env_manager", config.val_env_manager))
@@ -173,6 +206,13 @@ def check_agentic(config: AgenticConfig) -> None:
         )
     for key, manager in managers:
         _check_manager(key, manager, config)
+    if config.val_batch_size is not None:
+        episodes = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
+        if config.val_batch_size != episodes:
+            raise ConfigError(
+                f"'val_batch_size' = {config.val_batch_size}, but validation plays one episode per val_env_manager "
+                f"environment: num_env_groups × group_size = {episodes}; set them equal or remove val_batch_size"
+            )
     train = config.train_env_manager
     if config.rollout_batch_size % train.group_size:
         raise ConfigError(
@@ -194,12 +234,9 @@ def check_agentic(config: AgenticConfig) -> None:
     args, budget = config.actor_infer.generating_args, max(e.max_tokens_per_step for e in config.custom_envs.values())
     if args.max_new_tokens is None:  # each turn passes its env's max_tokens_per_step; this is the default
         args.max_new_tokens = budget
-    elif args.max_new_tokens != budget:
-        raise ConfigError(
-            f"'actor_infer.generating_args.max_new_tokens' = {args.max_new_tokens}, but an agentic "
-            f"turn's budget is custom_envs.<tag>.max_tokens_per_step (largest: {budget}); remove "
-            f"max_new_tokens"
-        )
+    elif args.max_new_tokens < 1:
+        raise ConfigError(f"'actor_infer.generating_args.max_new_tokens' = {args.max_new_tokens}: must be ≥ 1")
+    # else (ROLL's rule): a turn generates at most min(custom_envs.<tag>.max_tokens_per_step, max_new_tokens)
     for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs"):
         if getattr(config, key) < 1:
             raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
@@ -259,3 +296,48 @@ def agentic_optimizer_steps(config: AgenticConfig) -> dict:
         size = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel_size(worker)
         out[name] = config.ppo_epochs * math.ceil(config.rollout_batch_size * turns / size)
     return out
+
+
+def _check_env_config(tag: str, env: EnvConfig) -> None:
+    """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
+    class is only imported by the pipeline)."""
+    from roll.agentic.envs.registry import list_envs, make_env
+
+    if env.env_type not in list_envs():
+        return
+    try:
+        make_env(env.env_type, dict(env.env_config))
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
+
+
+TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length")
+
+
+def _check_env_templates(tag: str, env: EnvConfig) -> None:
+    import re
+
+    where = f"custom_envs.{tag}"
+    if env.action_pattern is not None:
+        try:
+            re.compile(env.action_pattern)
+        except re.error as error:
+            raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
+    if env.format_penalty is not None and env.format_penalty > 0:
+        raise ConfigError(f"'{where}.format_penalty' = {env.format_penalty}: a penalty must be ≤ 0")
+    if env.agent_template is None:
+        return
+    if env.env_manager != "traj":
+        raise ConfigError(
+            f"'{where}.agent_template' is read by the traj manager only; the step manager builds each prompt from "
+            "the history window (history_length)"
+        )
+    try:
+        env.agent_template.format(**{name: 0 for name in TEMPLATE_FIELDS})
+    except (KeyError, IndexError, ValueError) as error:
+        raise ConfigError(
+            f"'{where}.agent_template': placeholders may be {['{' + n + '}' for n in TEMPLATE_FIELDS]} ({error!r}); "
+            "write literal braces as {{ }}"
+        ) from None
+    if "{observation}" not in env.agent_template:
+        raise ConfigError(f"'{where}.agent_template' has no {{observation}}: the model would never see the board")

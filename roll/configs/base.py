@@ -7,6 +7,8 @@ from typing import Any, Literal
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import ProfilerConfig
 
+SUMMARY_WRITER_KEYS = ("log_dir", "comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
+
 
 @dataclass
 class PipelineConfig:
@@ -20,7 +22,14 @@ class PipelineConfig:
         "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
         "(roll.utils.seeding.worker_seed)",
     )
-    output_dir: str = field_help("./output", "checkpoints go to <output_dir>/checkpoints/step-N")
+    output_dir: str = field_help(
+        "./output", "samples, learning curves and (without checkpoint_dir) checkpoints: <output_dir>/checkpoints/step-N"
+    )
+    checkpoint_dir: str | None = field_help(
+        None,
+        "checkpoints go to <checkpoint_dir>/checkpoints/step-N (ROLL's checkpoint_config.output_dir); null = "
+        "output_dir. Every node must see it (a shared filesystem)",
+    )
     logging_dir: str | None = field_help(
         None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"
     )
@@ -31,10 +40,15 @@ class PipelineConfig:
     )
     tracker_kwargs: dict[str, Any] = field_help(
         default_factory=dict,
-        help="extra arguments of wandb.init / swanlab.init (project, mode, tags, ...), passed unchanged; "
-        "only with track_with wandb or swanlab",
+        help="extra arguments of wandb.init / swanlab.init (project, mode, tags, ...), passed unchanged; with "
+        "tensorboard, SummaryWriter's: log_dir (ROLL's key: the events go there instead of "
+        "<logging_dir>/<exp_name>), comment, purge_step, max_queue, flush_secs, filename_suffix",
     )
-    num_nodes: int = field_help(1, "machines in the Ray cluster")
+    num_nodes: int | None = field_help(
+        None,
+        "machines in the Ray cluster; null = as many as the largest device id needs (ROLL derives it the same way: "
+        "ceil((max device id + 1) / num_gpus_per_node))",
+    )
     num_gpus_per_node: int = field_help(
         1, "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)"
     )
@@ -66,7 +80,7 @@ class PipelineConfig:
     )
     resume_from_checkpoint: bool | str = field_help(
         False,
-        "true: continue from the newest checkpoint in output_dir (fresh start if none); "
+        "true: continue from the newest checkpoint in checkpoint_dir / output_dir (fresh start if none); "
         "a path: continue from that step directory",
     )
     system_envs: dict[str, str] = field_help(
@@ -102,10 +116,13 @@ class PipelineConfig:
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
             )
-        if self.tracker_kwargs and self.track_with not in ("wandb", "swanlab"):
+        if self.tracker_kwargs and self.track_with == "stdout":
+            raise ConfigError("'tracker_kwargs' is set but track_with = 'stdout' reads none: remove tracker_kwargs")
+        unknown = sorted(set(self.tracker_kwargs) - set(SUMMARY_WRITER_KEYS))
+        if self.track_with == "tensorboard" and unknown:
             raise ConfigError(
-                f"'tracker_kwargs' is set but track_with = {self.track_with!r} reads none: use wandb or swanlab, "
-                f"or remove tracker_kwargs"
+                f"'tracker_kwargs' has {unknown}, which TensorBoard's SummaryWriter does not take; valid: "
+                f"{list(SUMMARY_WRITER_KEYS)}"
             )
         if self.placement_timeout <= 0:
             raise ConfigError(f"'placement_timeout' = {self.placement_timeout}: must be > 0 seconds")

@@ -95,7 +95,7 @@ def check_run_length(config) -> None:
     for name, worker in roles(config).items():
         if name != "actor_train" and worker.training_args.num_train_epochs is not None:
             raise ConfigError(f"'{name}.training_args.num_train_epochs': only actor_train's sets the run length")
-    epochs = config.actor_train.training_args.num_train_epochs
+    epochs = config.actor_train.training_args.num_train_epochs if config.actor_train is not None else None
     if epochs is not None:
         if not hasattr(config, "rewards"):
             raise ConfigError(
@@ -110,13 +110,22 @@ def check_run_length(config) -> None:
         raise ConfigError(f"'max_steps' = {config.max_steps}: must be ≥ 1")
 
 
+LLM_JUDGE_WORKER = "roll.workers.rewards.llm_judge.LLMJudgeRewardWorker"
+
+
 def check_model_types(config) -> None:
     for name, worker in roles(config).items():
-        args = worker.model_args
-        if args is not None and args.model_type is not None and name != "critic":
+        kind = worker.model_args.model_type if worker.model_args is not None else None
+        where = f"'{name}.model_args.model_type' = {kind!r}"
+        if kind == "auto_sequence_classification":
+            raise ConfigError(f"{where}: roll has no classifier reward-model worker; score with a rule or an LLM judge")
+        if kind == "auto_token_classification" and name != "critic":
+            raise ConfigError(f"{where}: only the critic builds a token-classification (value) model")
+        judge = getattr(worker, "worker_cls", None) == LLM_JUDGE_WORKER
+        if kind == "trl" and not (judge and getattr(worker, "judge_model_type", None) == "inference"):
             raise ConfigError(
-                f"'{name}.model_args.model_type' = {args.model_type!r}: only the critic builds a token-classification "
-                "(value) model; model roles are causal LMs (model_type: null) and roll has no classifier reward model"
+                f"{where}: only an LLM judge that generates (rewards.<domain> with the LLM-judge worker, "
+                "judge_model_type: inference) takes trl; model roles are causal LMs (model_type: null)"
             )
 
 
@@ -130,6 +139,13 @@ def check_roles(config) -> None:
             "'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
             "roll.workers.rewards.math_rule.MathRuleRewardWorker"
         )
+    if config.num_gpus_per_node < 1:
+        raise ConfigError(f"'num_gpus_per_node' = {config.num_gpus_per_node}: must be ≥ 1")
+    if config.num_nodes is None:  # derived from the mappings, as ROLL does
+        ids = [d for worker in roles(config).values() for d in worker.device_mapping or []]
+        config.num_nodes = max(1, -(-(max(ids, default=0) + 1) // config.num_gpus_per_node))
+    elif config.num_nodes < 1:
+        raise ConfigError(f"'num_nodes' = {config.num_nodes}: must be ≥ 1 (or null: derived from device_mapping)")
     for name, worker in roles(config).items():
         _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
     check_lora_weight_sync(config)
@@ -416,137 +432,6 @@ def check_algorithm(config) -> None:
                 f"per-token log-probs of the sampled tokens; use one of {rollout_log_probs} or "
                 f"set rollout_is_threshold: null"
             )
-
-
-def check_stop_strings(config, path: str, args) -> None:
-    engine = config.actor_infer.strategy_args.strategy_name
-    if args.stop_strings and engine not in strategies_with("stop_strings"):
-        raise ConfigError(
-            f"'{path}.stop_strings' is set but actor_infer's engine {engine!r} does not apply stop strings "
-            f"(ROLL's HF strategy ignores them too); use one of {strategies_with('stop_strings')} or remove them"
-        )
-
-
-def check_generation(config) -> None:
-    """Responses are `response_length` wide everywhere; sampling counts come from the group size."""
-    blocks = [("actor_infer.generating_args", config.actor_infer.generating_args, config.num_return_sequences_in_group)]
-    if config.validation is not None:
-        blocks.append(("validation.generating_args", config.validation.generating_args, None))
-        check_validation_samples(config.validation.generating_args)
-    for path, args, group in blocks:
-        check_stop_strings(config, path, args)
-        if args.max_new_tokens is None:
-            args.max_new_tokens = config.response_length
-        elif args.max_new_tokens != config.response_length:
-            raise ConfigError(
-                f"'{path}.max_new_tokens' = {args.max_new_tokens} differs from response_length = "
-                f"{config.response_length}; set it to ${{response_length}} or null"
-            )
-        if group is not None:
-            if args.num_return_sequences is None:
-                args.num_return_sequences = group
-            elif args.num_return_sequences != group:
-                raise ConfigError(
-                    f"'{path}.num_return_sequences' = {args.num_return_sequences} differs from "
-                    f"num_return_sequences_in_group = {group}; set it to "
-                    f"${{num_return_sequences_in_group}} or null"
-                )
-    if config.eval_steps and config.validation is None:
-        raise ConfigError(
-            f"eval_steps = {config.eval_steps} but there is no 'validation' block; add "
-            f"validation.data_args.file_name or set eval_steps: 0"
-        )
-    if config.actor_train.data_args.file_name is None:
-        raise ConfigError("'actor_train.data_args.file_name' is required: the training prompt file(s)")
-    check_data_mixing(config)
-
-
-def check_data_mixing(config) -> None:
-    """The mixing keys are the training prompts' (actor_train.data_args); domain keys name reward domains."""
-    for name, worker in roles(config).items():
-        args = worker.data_args
-        for key in ("interleave_probs", "domain_interleave_probs"):
-            if name != "actor_train" and getattr(args, key) is not None:
-                raise ConfigError(f"'{name}.data_args.{key}': only actor_train's training prompts are mixed")
-    validation = getattr(config, "validation", None)
-    if validation is not None and (
-        validation.data_args.interleave_probs is not None or validation.data_args.domain_interleave_probs is not None
-    ):
-        raise ConfigError(
-            "'validation.data_args': interleave_probs / domain_interleave_probs mix training prompts only"
-        )
-    probs = config.actor_train.data_args.domain_interleave_probs
-    if probs is not None:
-        unknown = sorted(set(probs) - set(config.rewards))
-        if unknown:
-            raise ConfigError(
-                f"'actor_train.data_args.domain_interleave_probs' names {unknown}, which are not reward domains; "
-                f"valid: {sorted(config.rewards)}"
-            )
-
-
-def check_async(config) -> None:
-    """async_generation_ratio > 0 overlaps generation with training: actor_infer must have devices of its own
-    (a colocated engine is offloaded while another role runs, so nothing could overlap)."""
-    ratio = config.async_generation_ratio
-    if ratio == 0:
-        return
-    if ratio < 0 or ratio != int(ratio):
-        raise ConfigError(
-            f"'async_generation_ratio' = {ratio}: must be 0 (synchronous) or a whole number of steps ahead "
-            "(1, 2, ...); fractional ratios are not supported"
-        )
-    stale = getattr(config, "async_stale_samples", "regenerate")  # RLVR only (agentic: lag = k by schedule)
-    if stale not in ("regenerate", "drop"):
-        raise ConfigError(f"'async_stale_samples' = {stale!r}; valid: ['regenerate', 'drop']")
-    max_lag = getattr(config, "async_max_lag", None)
-    if max_lag is not None and max_lag < 0:
-        raise ConfigError(f"'async_max_lag' = {max_lag}: must be >= 0 or null")
-    from roll.algorithms import get_adv_estimator_spec
-
-    if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:
-        raise ConfigError(
-            f"'async_generation_ratio' > 0 does not support adv_estimator: {config.adv_estimator} (its greedy "
-            "baselines would be generated by a different policy version)"
-        )
-    rewards = getattr(config, "rewards", {})
-    filtered = [d for d, reward in rewards.items() if reward.query_filter_config.type != "no_filter"]
-    if filtered:
-        raise ConfigError(
-            f"'async_generation_ratio' = {ratio} with dynamic sampling (rewards.{filtered[0]}.query_filter_config) "
-            "is not supported: refill rounds would need prompts of steps already generated ahead; set one of them off"
-        )
-    infer = set(config.actor_infer.device_mapping or ())
-    if not infer:
-        raise ConfigError(
-            f"'async_generation_ratio' = {ratio} needs actor_infer.device_mapping: the engine's own devices"
-        )
-    for name, worker in roles(config).items():
-        if name == "actor_infer" or name.startswith("rewards.") or worker is None:
-            continue
-        shared = infer & set(worker.device_mapping or ())
-        if shared:
-            raise ConfigError(
-                f"'async_generation_ratio' = {ratio} needs actor_infer on devices of its own, but actor_infer and "
-                f"{name} are colocated on device(s) {sorted(shared)}: colocated roles take turns and cannot "
-                f"overlap. Give actor_infer separate device_mapping or set async_generation_ratio: 0"
-            )
-
-
-def check_validation_samples(args) -> None:
-    """Validation samples per prompt: null means 1; n > 1 needs sampling (n greedy answers are one answer n
-    times, and HF generate refuses them) and reports pass@k besides the mean score."""
-    if args.num_return_sequences is None:
-        args.num_return_sequences = 1
-    n = args.num_return_sequences
-    if n < 1:
-        raise ConfigError(f"'validation.generating_args.num_return_sequences' = {n}: must be ≥ 1")
-    if n > 1 and not args.do_sample:
-        raise ConfigError(
-            f"'validation.generating_args.num_return_sequences' = {n} with do_sample: false gives {n} copies of "
-            f"the greedy answer; set validation.generating_args.do_sample: true (for pass@k) or "
-            f"num_return_sequences: 1"
-        )
 
 
 def batch_plan(config) -> BatchPlan:

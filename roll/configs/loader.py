@@ -170,21 +170,34 @@ def describe(hint) -> str:
 
 
 _RANGE = re.compile(r"^\s*list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)\s*$")
+_LIST = re.compile(r"^list\(\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\]\)$")
 
 
 def parse_device_mapping(value, path: str):
-    """A YAML list of ints, or the string 'list(range(a, b[, step]))' parsed without eval()."""
+    """A YAML list of ints, or a string of ROLL's forms parsed without eval(): 'list(range(a, b[, step]))',
+    'list([0, 1, 8, 9])', or such parts joined by '+'."""
     if value is None or isinstance(value, list):
         return value
     if isinstance(value, str):
-        match = _RANGE.match(value)
-        if match:
-            numbers = [int(g) for g in match.groups() if g is not None]
-            if len(numbers) == 3 and numbers[2] == 0:
-                raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
-            return list(range(*numbers))
+        ids = []
+        for part in value.split("+"):
+            part = part.strip()
+            match = _RANGE.match(part)
+            literal = _LIST.match(part)
+            if match:
+                numbers = [int(g) for g in match.groups() if g is not None]
+                if len(numbers) == 3 and numbers[2] == 0:
+                    raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
+                ids += list(range(*numbers))
+            elif literal:
+                ids += [int(n) for n in re.findall(r"\d+", literal.group(1))]
+            else:
+                break
+        else:
+            return ids
     raise ConfigError(
-        f"'{path}' = {value!r}: expected a list of device ids such as [0, 1, 2, 3] or the string 'list(range(0, 4))'"
+        f"'{path}' = {value!r}: expected a list of device ids such as [0, 1, 2, 3] or a string such as "
+        f"'list(range(0, 4))', 'list([0, 1, 8, 9])' or 'list(range(0, 4)) + list(range(8, 12))'"
     )
 
 

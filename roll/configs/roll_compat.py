@@ -31,11 +31,55 @@ def translate(data: dict) -> list:
     _apply_block(data, "", "", problems)
     if isinstance(data.get("actor_train"), dict):
         _apply_block(data["actor_train"], "actor_train", "actor_train", problems, top=data)
+    for role in ("actor_train", "actor_infer", "reference", "critic"):
+        if isinstance(data.get(role), dict):
+            _apply_block(data[role], "<role>", role, problems)
+    _drop_lora_copies(data)
+    for tag, env in (data.get("custom_envs") or {}).items():
+        if isinstance(env, dict):
+            _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
+            _lift_env_settings(env, f"custom_envs.{tag}", problems)
+    if isinstance(data.get("reward_normalization"), dict):
+        _apply_block(data["reward_normalization"], "reward_normalization", "reward_normalization", problems)
     _walk(data, "", problems)
     for domain, reward in (data.get("rewards") or {}).items():
         if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
             _reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
     return problems
+
+
+LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha", "lora_dropout")
+
+
+def _drop_lora_copies(data: dict) -> None:
+    """ROLL repeats actor_train's lora keys on actor_infer / reference (${lora_rank}); equal copies are dropped,
+    different ones are left for the LoRA check to refuse."""
+    train = data.get("actor_train")
+    train = (train.get("model_args") or {}) if isinstance(train, dict) else {}
+    for role in ("actor_infer", "reference"):
+        block = data.get(role)
+        args = block.get("model_args") if isinstance(block, dict) else None
+        given = [key for key in LORA_KEYS if isinstance(args, dict) and key in args]
+        if given and all(args[key] == train.get(key) for key in given):
+            for key in given:
+                del args[key]
+
+
+ENV_SETTINGS = ("action_pattern", "format_penalty", "env_instruction")
+
+
+def _lift_env_settings(env: dict, path: str, problems: list) -> None:
+    """ROLL's env_config.action_pattern / format_penalty / env_instruction: roll's env manager reads them, one
+    level up."""
+    settings = env.get("env_config")
+    if not isinstance(settings, dict):
+        return
+    for key in ENV_SETTINGS:
+        if key in settings:
+            value = settings.pop(key)
+            if env.setdefault(key, value) != value:
+                problems.append((f"{path}.env_config.{key}", f"'{path}.env_config.{key}' = {value!r} conflicts "
+                                 f"with '{path}.{key}' = {env[key]!r}: set only one"))  # fmt: skip
 
 
 def _walk(node: dict, path: str, problems: list) -> None:
@@ -139,22 +183,22 @@ def _checkpoint_config(block, value, path):
         problems.append(f"'{path}.type' = {value['type']!r}: only 'file_system' is supported")
     out = value.get("output_dir")
     if out is not None:
-        if "output_dir" in block and block["output_dir"] != out:
+        if block.get("checkpoint_dir", out) != out:
             problems.append(
-                f"'{path}.output_dir' = {out!r} differs from 'output_dir' = {block['output_dir']!r}: roll keeps "
-                f"checkpoints under <output_dir>/checkpoints; set one of them"
+                f"'{path}.output_dir' = {out!r} differs from 'checkpoint_dir' = {block['checkpoint_dir']!r}: set one"
             )
-        block["output_dir"] = out
+        block["checkpoint_dir"] = out
     return "; ".join(problems) or None
 
 
-def _inert(allowed):
-    """A key ROLL's YAMLs carry but ROLL never reads: its no-op value is dropped, any other value refused."""
+def _inert(allowed, block_name=""):
+    """A key whose only value roll can honour is a no-op (ROLL never reads it, or it is ROLL's default): that
+    value is dropped, any other refused."""
 
     def check(block, value, path):
         if any(value is a or (value == a and type(value) is type(a)) for a in allowed):
             return None
-        return f"'{path}' = {value!r} is refused: {_note('', path)}"
+        return f"'{path}' = {value!r} is refused: {_note(block_name, path.rpartition('.')[2])}"
 
     return check
 
@@ -185,6 +229,85 @@ def _max_running_requests(block, value, path):
     return None
 
 
+def _model_path(roles):
+    def fill(block, value, path):
+        for role in roles:  # ROLL overwrites all three when one is unset; roll fills only the unset ones
+            if isinstance(block.get(role), dict):
+                args = block[role]["model_args"] = block[role].get("model_args") or {}
+                args.setdefault("model_name_or_path", value)
+        return None
+
+    return fill
+
+
+def _global_template(block, value, path):
+    problems = []
+    for role in ("actor_train", "validation"):
+        if isinstance(block.get(role), dict):
+            args = block[role]["data_args"] = block[role].get("data_args") or {}
+            if args.setdefault("template", value) != value:
+                problems.append(
+                    f"'{path}' = {value!r} conflicts with '{role}.data_args.template' = {args['template']!r}"
+                )
+    return "; ".join(problems) or None
+
+
+TRAIN_ROLES = ("actor_train", "critic")
+
+
+def _max_grad_norm(block, value, path):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return f"'{path}' = {value!r}: expected a positive number"
+    problems = []
+    for role in TRAIN_ROLES:
+        if not isinstance(block.get(role), dict):
+            continue
+        args = block[role].setdefault("training_args", {}) or {}
+        block[role]["training_args"] = args
+        if args.setdefault("max_grad_norm", value) != value:
+            problems.append(
+                f"'{path}' = {value} conflicts with '{role}.training_args.max_grad_norm' = {args['max_grad_norm']}: "
+                "set only one"
+            )
+    return "; ".join(problems) or None
+
+
+ROLL_ENV_MANAGERS = {
+    "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
+    "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
+}
+
+
+def _env_manager_cls(block, value, path):
+    ours = ROLL_ENV_MANAGERS.get(value)
+    if ours is None:
+        return f"'{path}' = {value!r} is refused: {_note('custom_envs', 'env_manager_cls')}"
+    if block.setdefault("env_manager", ours) != ours:
+        return f"'{path}' = {value!r} conflicts with 'env_manager' = {block['env_manager']!r}: set only one"
+    return None
+
+
+def _positive_int_no_effect(block, value, path):
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return None if ok else f"'{path}' = {value!r}: expected a positive integer"
+
+
+def _thread_lock(block, value, path):
+    return None if isinstance(value, bool) else f"'{path}' = {value!r}: expected true or false"
+
+
+def _normalization_method(block, value, path):
+    scope = "batch" if block.get("grouping") == "batch" else "group"
+    derived = {"identity": (None, None), "mean": (scope, None), "mean_std": (scope, scope), "asym_clip": (scope, scope)}
+    if value not in derived:
+        return f"'{path}' = {value!r}: valid {sorted(derived)} (or set norm_mean_type / norm_std_type)"
+    problems = []
+    for key, wanted in zip(("norm_mean_type", "norm_std_type"), derived[value]):
+        if block.setdefault(key, wanted) != wanted:
+            problems.append(f"'{path}' = {value!r} means {key}: {wanted}, but {key} is {block[key]!r}")
+    return "; ".join(problems) or None
+
+
 def _to_top(key):
     def move(block, value, path, top):
         if key in top and top[key] != value:
@@ -208,11 +331,29 @@ _ALIASES = {
     **{("actor_train", key): _to_top(key) for key in ("pg_variant", "topr_positive_weight", "topr_negative_weight")},
     ("actor_train", "worker_cls"): _actor_worker_cls,
     ("", "hydra"): _drop,
-    ("", "pretrain"): _drop,
-    ("", "reward_pretrain"): _drop,
+    ("", "pretrain"): _model_path(("actor_train", "actor_infer", "reference")),
+    ("", "reward_pretrain"): _model_path(("critic",)),
     ("", "sequence_length"): _checked_later("sequence_length"),
     ("", "val_prompt_length"): _checked_later("val_prompt_length"),
     ("", "checkpoint_config"): _checkpoint_config,
+    ("", "max_grad_norm"): _max_grad_norm,
+    ("", "global_template"): _global_template,
+    ("model_args", "ulysses_size"): _inert((1, None), "model_args"),
+    **{
+        ("<role>", key): _positive_int_no_effect
+        for key in ("sequence_length_round_in_train", "sequence_length_round_in_infer")
+    },
+    ("", "render_save_dir"): _drop,
+    ("", "batch_adjust_mode"): _inert(("copy", "auto")),
+    **{
+        ("", key): _drop
+        for key in ("all_response_pattern", "single_prompt_agent_system_template", "single_prompt_agent_template")
+    },
+    ("custom_envs", "max_steps"): _column("max_turns"),
+    ("custom_envs", "env_manager_cls"): _env_manager_cls,
+    ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),
+    ("custom_envs", "use_thread_lock"): _thread_lock,
+    ("reward_normalization", "method"): _normalization_method,
     ("", "is_num_return_sequences_expand"): _num_return_sequences_expand,
     ("", "max_running_requests"): _max_running_requests,
     **{("", key): _inert((None, "None")) for key in ("reward_norm",)},
@@ -295,6 +436,8 @@ def check_strategy_configs(config) -> list:
 
 def _validate_engine(name: str, strategy_config, worker) -> None:
     dtype = worker.model_args.dtype if worker.model_args else "float32"
+    mapping = worker.device_mapping
+    world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
     if name == "vllm":
         from roll.strategies.vllm_infer import validate_strategy_config
 
@@ -306,13 +449,11 @@ def _validate_engine(name: str, strategy_config, worker) -> None:
     elif name in ("megatron_train", "megatron_infer"):
         from roll.strategies.megatron_train import resolve_megatron_config
 
-        mapping = worker.device_mapping
-        world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
-        resolve_megatron_config(strategy_config, world)
+        resolve_megatron_config(strategy_config, world, dtype)
     elif name in ("fsdp2_train", "fsdp2_infer"):
         from roll.strategies.fsdp2_train import resolve_fsdp2_config
 
-        resolve_fsdp2_config(strategy_config, dtype)
+        resolve_fsdp2_config(strategy_config, dtype, world)
 
 
 def reward_mapping(config) -> list[str]:
@@ -336,8 +477,8 @@ DIFFERENCES = [
     ),
     (
         "output_dir",
-        "checkpoints go to <output_dir>/checkpoints/step-N; ROLL's checkpoint_config.output_dir is accepted and "
-        "becomes output_dir",
+        "samples and learning curves; checkpoints go to <checkpoint_dir>/checkpoints/step-N, where ROLL's "
+        "checkpoint_config.output_dir becomes checkpoint_dir (null: output_dir)",
     ),
     (
         "track_with",

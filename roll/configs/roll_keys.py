@@ -27,12 +27,19 @@ _UNREAD = "ROLL's example YAMLs set this key but ROLL's code never reads it, so 
 ROLL_KEYS: list[RollKey] = [
     # top level
     RollKey("", "hydra", ALIAS, "Hydra's own run settings (run dir, job name); removed before loading"),
-    RollKey("", "pretrain", ALIAS, "ROLL's model-path variable for `${pretrain}`; removed after interpolation"),
+    RollKey(
+        "",
+        "pretrain",
+        ALIAS,
+        "the model directory of actor_train, actor_infer and reference where their model_args.model_name_or_path "
+        "is unset (ROLL then overwrites all three; roll never overwrites a set path); also usable as ${pretrain}",
+    ),
     RollKey(
         "",
         "reward_pretrain",
         ALIAS,
-        "ROLL's reward-model variable for `${reward_pretrain}`; removed after interpolation",
+        "the critic's model directory where critic.model_args.model_name_or_path is unset; also usable as "
+        "${reward_pretrain}",
     ),
     RollKey(
         "",
@@ -50,8 +57,8 @@ ROLL_KEYS: list[RollKey] = [
         "",
         "checkpoint_config",
         ALIAS,
-        "type: file_system only; output_dir becomes the top-level output_dir (checkpoints then go to "
-        "<output_dir>/checkpoints/step-N); a different top-level output_dir is an error",
+        "type: file_system only; output_dir becomes the top-level checkpoint_dir (checkpoints then go to "
+        "<checkpoint_dir>/checkpoints/step-N)",
     ),
     RollKey(
         "",
@@ -78,6 +85,30 @@ ROLL_KEYS: list[RollKey] = [
             ("use_topr_loss", "false only", _UNREAD + "; select the TOPR loss with pg_variant: topr"),
         )
     ],
+    RollKey(
+        "",
+        "max_grad_norm",
+        ALIAS,
+        "= training_args.max_grad_norm of every training role (actor_train, critic) that does not set its own; "
+        "a different value there is an error",
+    ),
+    RollKey(
+        "",
+        "render_save_dir",
+        ALIAS,
+        "accepted and unused: ROLL only adds a timestamp to this path and never writes frames there; roll writes "
+        "each step's episode transcripts to <output_dir>/samples",
+    ),
+    *[
+        RollKey(
+            "",
+            key,
+            ALIAS,
+            "accepted and unused: a variable of ROLL's env YAMLs that ROLL's code never reads (templates are set per "
+            "environment: custom_envs.<tag>.agent_template, agent_system_template, action_pattern)",
+        )
+        for key in ("all_response_pattern", "single_prompt_agent_system_template", "single_prompt_agent_template")
+    ],
     *[
         RollKey(
             "",
@@ -88,8 +119,81 @@ ROLL_KEYS: list[RollKey] = [
         )
         for key in ("profiler_timeline", "profiler_output_dir", "profiler_memory")
     ],
+    RollKey(
+        "",
+        "global_template",
+        ALIAS,
+        "= data_args.template of actor_train and validation (where they set none; a different one is an error)",
+    ),
+    # any model role (actor_train, actor_infer, reference, critic)
+    *[
+        RollKey(
+            "<role>",
+            key,
+            ALIAS,
+            "a positive integer, no effect: ROLL trims each dynamic micro-batch to its longest row rounded up to "
+            "this; roll's micro-batches keep the batch's padded width (one shape for the whole run)",
+        )
+        for key in ("sequence_length_round_in_train", "sequence_length_round_in_infer")
+    ],
+    RollKey(
+        "<role>",
+        "sequence_packing_args",
+        REFUSED,
+        "roll packs each micro-batch whole (use_sequence_packing); its size comes from per_device_train_batch_size / "
+        "infer_batch_size or, with use_dynamic_batching_in_train/_infer, max_tokens_per_microbatch_in_train/_infer. "
+        "ROLL's packing algorithms and per-pack lengths have no counterpart",
+    ),
+    RollKey(
+        "",
+        "batch_adjust_mode",
+        ALIAS,
+        "copy | auto: roll fills a step's rows up to a multiple of the global batch with padding rows that carry no "
+        "loss (ROLL's copy repeats real rows); delete and random_sample (drop trajectories) are refused",
+    ),
+    # agentic: custom_envs.<tag> and reward_normalization
+    RollKey("custom_envs", "max_steps", ALIAS, "= max_turns (the model's moves per episode at most)"),
+    RollKey(
+        "custom_envs",
+        "env_manager_cls",
+        ALIAS,
+        "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step; other classes are refused",
+    ),
+    RollKey("custom_envs", "agent_runner_cls", ALIAS, "null only (ROLL's default: the env manager plays the episode)"),
+    RollKey(
+        "custom_envs",
+        "use_thread_lock",
+        ALIAS,
+        "true | false, no effect: ROLL serialises CPU-heavy env steps with it; roll's env steps run one at a time "
+        "per environment worker",
+    ),
+    *[
+        RollKey(
+            "custom_envs",
+            f"env_config.{key}",
+            ALIAS,
+            f"= custom_envs.<tag>.{key} (ROLL keeps it among the environment's settings; roll's env manager "
+            "applies it)",
+        )
+        for key in ("action_pattern", "format_penalty", "env_instruction")
+    ],
+    RollKey(
+        "reward_normalization",
+        "method",
+        ALIAS,
+        "ROLL's older spelling: identity = norm_mean_type/norm_std_type null; mean = the grouping's mean; mean_std "
+        "and asym_clip = mean and std (scope: batch if grouping is batch, else group); an explicit "
+        "norm_mean_type/norm_std_type must agree",
+    ),
     # model_args
     RollKey("model_args", "dtype", ALIAS, "fp32 | bf16 | fp16 = float32 | bfloat16 | float16 (both spellings taken)"),
+    RollKey(
+        "model_args",
+        "ulysses_size",
+        ALIAS,
+        "1 or null only: Ulysses sequence parallelism is not built in roll; long sequences are split by "
+        "megatron_train's tensor/pipeline parallelism instead",
+    ),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
     RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),
@@ -129,6 +233,8 @@ ROLL_ACTOR_WORKERS = (
     "roll.pipeline.rlvr.actor_worker.ActorWorker",
     "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker",
     "roll.pipeline.base_worker.ActorWorker",
+    "roll.pipeline.agentic.agentic_actor_worker.ActorWorker",
+    "roll.pipeline.agentic.agentic_actor_pg_worker.ActorWorker",
 )
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -13,19 +13,24 @@ from typing import Any, Literal
 
 from roll.configs.loader import ConfigError, field_help, parse_device_mapping
 from roll.configs.profiler import RoleProfilerConfig
+from roll.utils.logging import get_logger
 
+logger = get_logger("roll.config")
 Dtype = Literal["float32", "bfloat16", "float16"]
+CROSSTHINKQA_WORKER = "roll.workers.rewards.crossthinkqa_rule.CrossThinkQARuleRewardWorker"
 
 
 @dataclass
 class ModelArgs:
     model_name_or_path: str = field_help(help="HF model directory (config, weights, tokenizer) this role loads")
     dtype: Dtype = field_help("float32", "parameter dtype; bfloat16 on GPUs, float32 on CPU (bf16 is ~5x slower there)")
-    model_type: Literal["auto_token_classification"] | None = field_help(
+    model_type: Literal["auto_token_classification", "trl", "auto_sequence_classification"] | None = field_help(
         None,
         "ROLL's model class key: null = a causal LM (the model roles) or the critic's value model; "
-        "auto_token_classification = the critic's value model (AutoModelForTokenClassification, 1 label), the only "
-        "value taken, and only on the critic (roll has no classifier reward-model worker)",
+        "auto_token_classification = the critic's value model (AutoModelForTokenClassification, 1 label), critic "
+        "only; trl = an LLM judge that generates (ROLL adds a value head a generating judge never uses), "
+        "rewards.<domain> with the LLM-judge worker only; auto_sequence_classification is refused (roll has no "
+        "classifier reward-model worker)",
     )
     attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "fa2"] | None = field_help(
         None,
@@ -110,7 +115,8 @@ class DataArgs:
     interleave_probs: str | list[float] | None = field_help(
         None,
         "actor_train: with several file_name entries, each prompt comes from file i with probability p_i "
-        "(a list, or ROLL's comma-separated string '0.7,0.3'); each file's rows in their own shuffled order",
+        "(a list, or ROLL's comma-separated string '0.7,0.3'); each file's rows in their own shuffled order. "
+        "A single 1.0 (ROLL's default '1.0') = all files as one pool",
     )
     preprocessing_num_workers: int | None = field_help(
         None, "processes `datasets` uses to read and prepare the data files (null = one)"
@@ -134,6 +140,8 @@ class DataArgs:
             if values is not None and (any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-6):
                 raise ConfigError(f"'{key}' = {probs}: probabilities must be ≥ 0 and sum to 1 (sum {sum(values)})")
         files = [self.file_name] if isinstance(self.file_name, str) else self.file_name
+        if self.interleave_probs == [1.0]:
+            self.interleave_probs = None  # one probability for the whole data (ROLL's "1.0"): the files as one pool
         if self.interleave_probs is not None and files is not None and len(self.interleave_probs) != len(files):
             raise ConfigError(
                 f"'interleave_probs' has {len(self.interleave_probs)} entries for {len(files)} file_name entries: "
@@ -145,7 +153,11 @@ class DataArgs:
 
 @dataclass
 class GeneratingArgs:
-    max_new_tokens: int | None = field_help(None, "tokens generated per sample; null means response_length")
+    max_new_tokens: int | None = field_help(
+        None,
+        "tokens generated per sample; null means response_length. Agentic actor_infer: a cap on each turn's "
+        "custom_envs.<tag>.max_tokens_per_step (null = no cap)",
+    )
     temperature: float = field_help(1.0, "sampling temperature (log-probs everywhere use the same temperature)")
     top_p: float = field_help(1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's")
     top_k: int = field_help(0, "top-k sampling (0 = off); > 0 makes rollout log-probs differ from the trainer's")
@@ -289,6 +301,24 @@ class RewardFilterConfig:
 
 
 _SCORER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+ROLL_JUDGE_PROMPTS = ("Qwen2.5-7B-Instruct-RLVR-prompt",)  # ROLL's named judge prompts = roll's YES/NO prompt
+
+
+def _check_judge_prompt(where: str, template: str) -> None:
+    if not template or template in ROLL_JUDGE_PROMPTS:
+        return
+    try:
+        template.format(question="", response="", reference="")
+    except (KeyError, IndexError, ValueError) as error:
+        raise ConfigError(
+            f"'{where}.judge_prompt': not a template of {{question}}, {{response}}, {{reference}} ({error!r}); "
+            f"write literal braces as {{{{ }}}}, or name one of {list(ROLL_JUDGE_PROMPTS)}"
+        ) from None
+    if "{response}" not in template:
+        raise ConfigError(
+            f"'{where}.judge_prompt' has no {{response}}: the judge would never see the reply; add it, or name one "
+            f"of {list(ROLL_JUDGE_PROMPTS)}"
+        )
 
 
 @dataclass
@@ -335,6 +365,12 @@ class RewardWorkerConfig(WorkerConfig):
         "CrossThinkQA worker only: weight of its length reward (ROLL's key; -0.5 below 100 response tokens of "
         "padded width, 0 above 400, linear between; docs/rewards.md)",
     )
+    reward_type: Literal["loose", "soft", "strict"] | None = field_help(
+        None,
+        "CrossThinkQA worker: ROLL's grading table (docs/rewards.md): loose/soft/strict score a right or wrong letter "
+        "with or without a \\boxed{} answer; null = roll's 1/0 letter match. Other workers do not read it (as in "
+        "ROLL; a warning says so)",
+    )
     judge_model_type: str = field_help(
         "inference",
         "LLM-judge worker: 'inference' = this role loads model_args and generates with strategy_args "
@@ -343,7 +379,8 @@ class RewardWorkerConfig(WorkerConfig):
     judge_prompt: str = field_help(
         "",
         "LLM-judge worker: the prompt template; {question}, {response} and {reference} are filled in per row "
-        "(empty = the built-in yes/no template in roll/workers/rewards/llm_judge.py)",
+        "(empty, or ROLL's name Qwen2.5-7B-Instruct-RLVR-prompt = the built-in yes/no template in "
+        "roll/workers/rewards/llm_judge.py)",
     )
     judge_verdict: str = field_help(
         "yes_no",
@@ -423,6 +460,16 @@ class RewardConfig(RewardWorkerConfig):
             if not scorer.timeout > 0:
                 raise ConfigError(f"'{where}.scorers[{index}].timeout' = {scorer.timeout}: must be > 0 seconds")
         self.query_filter_config.check(f"{self.name or 'rewards.<domain>'}.query_filter_config")
+        for index, worker in [(None, self), *enumerate(self.scorers)]:
+            _check_judge_prompt(where if index is None else f"{where}.scorers[{index}]", worker.judge_prompt)
+        if self.reward_type is not None and self.worker_cls != CROSSTHINKQA_WORKER:
+            logger.warning(
+                "'%s.reward_type' = %r is read only by the CrossThinkQA worker (%s); this domain's worker ignores it, "
+                "as ROLL's does",
+                where,
+                self.reward_type,
+                CROSSTHINKQA_WORKER,
+            )
         if self.response_filter_config.type != "no_filter" or self.response_filter_config.filter_args:
             raise ConfigError(
                 f"'{self.name or 'rewards.<domain>'}.response_filter_config': only type no_filter without "

@@ -18,7 +18,7 @@ from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager, check_placements, describe_workers
 from roll.pipeline.core import preflight, step_maths
-from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir
+from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir, checkpoint_base
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
@@ -136,7 +136,7 @@ class BasePipeline:
         self.placements = describe_workers(self.clusters, timeout=start_timeout)
         logger.info("%s", check_placements(self.placements, self.resource_manager))
         if config.save_steps or config.resume_from_checkpoint:
-            check_output_dir(config.output_dir, self.clusters)
+            check_output_dir(checkpoint_base(config), self.clusters)
         self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}

@@ -66,18 +66,30 @@ FSDP2_DEFAULTS = {
     "reduce_dtype": "float32",
     "wrap_modules": None,
 }
+# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (roll shards over all the role's ranks)
+ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size")
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
 
 
-def resolve_fsdp2_config(strategy_config, model_dtype: str) -> dict:
+def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | None = None) -> dict:
     """strategy_config with defaults filled in; unknown keys and bad values are errors."""
     given = dict(strategy_config or {})
-    unknown = sorted(set(given) - set(FSDP2_DEFAULTS))
+    unknown = sorted(set(given) - set(FSDP2_DEFAULTS) - set(ROLL_FSDP2_KEYS))
     if unknown:
         raise ValueError(
             f"fsdp2 strategy_config has unknown keys {unknown}; valid: {sorted(FSDP2_DEFAULTS)} "
-            f"(a DeepSpeed config such as ${{deepspeed_zero2}} does not apply to fsdp2: set "
-            f"strategy_config to null or to these keys)"
+            f"(ROLL's {list(ROLL_FSDP2_KEYS)} too; a DeepSpeed config such as ${{deepspeed_zero2}} does not apply "
+            f"to fsdp2: set strategy_config to null or to these keys)"
+        )
+    policy = given.pop("offload_policy", None)
+    if policy is not None:
+        if given.setdefault("cpu_offload", policy) != policy:
+            raise ValueError(f"fsdp2 strategy_config.offload_policy={policy!r} conflicts with cpu_offload: set one")
+    size = given.pop("fsdp_size", None)
+    if size is not None and size != -1 and (not isinstance(size, int) or size < 1 or size < (world_size or 1)):
+        raise ValueError(
+            f"fsdp2 strategy_config.fsdp_size={size!r}: roll shards each role over all its {world_size or '?'} "
+            "ranks (no hybrid sharding groups); set null, -1, or at least the role's world size"
         )
     config = {**FSDP2_DEFAULTS, **given}
     for key in ("reshard_after_forward", "cpu_offload"):
@@ -85,6 +97,8 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str) -> dict:
             raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}: expected true or false")
     if config["param_dtype"] == "auto":
         config["param_dtype"] = model_dtype
+    for key in ("param_dtype", "reduce_dtype"):  # ROLL's spellings (bf16, fp16, fp32) too
+        config[key] = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(config[key], config[key])
     for key in ("param_dtype", "reduce_dtype"):
         if config[key] not in DTYPES:
             raise ValueError(
@@ -188,7 +202,9 @@ class FSDP2InferStrategy(InferenceStrategy):
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
         self.device = _device()
-        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config, self.config.model_args.dtype)
+        self.fsdp_config = resolve_fsdp2_config(
+            self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
+        )
         # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
         self.model = shard_model(
             self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config, self.device, self.logger
@@ -284,7 +300,9 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         init_process_group()
         self.device = _device()
         args = self.config.training_args
-        self.fsdp_config = resolve_fsdp2_config(self.config.strategy_args.strategy_config, self.config.model_args.dtype)
+        self.fsdp_config = resolve_fsdp2_config(
+            self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
+        )
         model = self.load_model(dtype=self._stored_dtype())
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

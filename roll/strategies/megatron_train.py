@@ -20,6 +20,8 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     moe_router_load_balancing_type   accepted for config compatibility; only their defaults (MoE off) are
                                      allowed, since the supported model families are dense
     seed                             1234  the model-parallel RNG seed (dropout is 0 in the converted model)
+    bf16, fp16                       null  ROLL's precision flags: must agree with model_args.dtype
+    apply_rope_fusion, bias_activation_fusion  false  TE/Apex fused kernels: false only
 
 Data: the worker dispatch gives each rank its own rows; the ranks of one model-parallel group (same
 data-parallel rank) pool their rows in rank order, so a train_step sees its data-parallel rank's
@@ -69,7 +71,14 @@ MEGATRON_DEFAULTS = {
     "moe_token_dispatcher_type": "allgather",
     "moe_aux_loss_coeff": 0.0,
     "moe_router_load_balancing_type": "aux_loss",
+    # ROLL's precision flags: checked against model_args.dtype (which sets the precision here)
+    "bf16": None,
+    "fp16": None,
+    # kernel fusions of TransformerEngine/Apex, which the local spec does not use: false only
+    "apply_rope_fusion": False,
+    "bias_activation_fusion": False,
 }
+PRECISION_FLAGS = {"bf16": "bfloat16", "fp16": "float16"}
 _MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
 # Model-parallel degrees that divide a role's workers before data parallelism.
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
@@ -84,8 +93,21 @@ def _has_apex() -> bool:
     return True
 
 
-def resolve_megatron_config(strategy_config, world_size: int) -> dict:
+def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None = None) -> dict:
     given = dict(strategy_config or {})
+    for flag, name in PRECISION_FLAGS.items():
+        value = given.get(flag)
+        if value is not None and (not isinstance(value, bool) or (dtype is not None and value != (dtype == name))):
+            raise ValueError(
+                f"megatron strategy_config.{flag}={value!r} disagrees with model_args.dtype={dtype!r}: the dtype sets "
+                f"the precision; drop {flag} or make it {dtype == name}"
+            )
+    for fusion in ("apply_rope_fusion", "bias_activation_fusion"):
+        if given.get(fusion, False) is not False:
+            raise ValueError(
+                f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
+                "which roll's megatron strategy does not use (local spec); set it to false"
+            )
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
@@ -200,7 +222,9 @@ class MegatronInferStrategy(InferenceStrategy):
 
         from roll.strategies.megatron import model as mm
 
-        self.parallel = resolve_megatron_config(self.config.strategy_args.strategy_config, self.world_size)
+        self.parallel = resolve_megatron_config(
+            self.config.strategy_args.strategy_config, self.world_size, self.config.model_args.dtype
+        )
         check_micro_batching(self.config, self.parallel)
         init_megatron(self.parallel)
         self.device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

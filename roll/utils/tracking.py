@@ -38,8 +38,9 @@ class Tracker:
         elif track_with == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(log_dir=self.run_dir)
-            logger.info("TensorBoard logs: %s (tensorboard --logdir %s)", self.run_dir, logging_dir)
+            self.run_dir = kwargs.pop("log_dir", self.run_dir)  # ROLL's tracker_kwargs.log_dir: the run's own folder
+            self.writer = SummaryWriter(log_dir=self.run_dir, **kwargs)
+            logger.info("TensorBoard logs: %s (tensorboard --logdir %s)", self.run_dir, os.path.dirname(self.run_dir))
 
     @classmethod
     def from_config(cls, config) -> "Tracker":

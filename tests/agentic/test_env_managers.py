@@ -115,6 +115,46 @@ def test_step_manager_one_sample_per_turn_with_discounted_returns(chat):
     assert third.count("Earlier state:") == 1 and "Your action: Right" in third
 
 
+def test_roll_env_keys_shape_prompts_and_parse_replies(chat):
+    """ROLL's per-environment keys: system and turn templates, env_instruction, action_pattern (its last group is
+    the action) and the environment's own format_penalty."""
+    import copy
+
+    from roll.demo.tiny_model import CHAT_TEMPLATE
+
+    tokenizer = copy.deepcopy(chat.tokenizer)
+    system = "{% for m in messages %}{% if m['role'] == 'system' %}[{{ m['content'] }}]{% endif %}{% endfor %}"
+    tokenizer.chat_template = system + CHAT_TEMPLATE
+    with_system = ChatTokens(tokenizer)
+    env = EnvConfig(
+        env_type="frozen_lake",
+        max_turns=3,
+        max_tokens_per_step=8,
+        agent_system_template="Play well.",
+        agent_template="Turn {turn_idx}: {observation} ({actions_left} left, {max_response_length} tokens)",
+        env_instruction="Reach G.",
+        action_pattern=r"<think>(.*?)</think>\s*<answer>(.*?)</answer>",
+        format_penalty=-0.5,
+    )
+    manager = TrajEnvManager(0, "FrozenLake", env, with_system, -0.1, prompt_length=256, response_length=512)
+    replies = [
+        chat.encode(text) + [chat.eos_token_id] for text in ("<think>go</think> <answer>Right</answer>", "Right")
+    ]
+    play(manager, replies)
+    row = manager.samples()[0]
+    first = with_system.decode(row["prompt_ids"])
+    assert first.startswith("[Play well.]") and "Reach G.\nTurn 1: " in first and "(3 left, 8 tokens)" in first
+    assert "frozen lake" not in first  # env_instruction replaces the environment's own instructions
+    assert "Turn 2: " in with_system.decode(row["response_ids"]) and "(2 left, 8 tokens)" in with_system.decode(
+        row["response_ids"]
+    )
+    turns = manager.episode.turns
+    assert [t.valid for t in turns] == [True, False]  # the bare reply misses the <think> pattern
+    assert turns[1].reward == -0.5  # the environment's format_penalty, not the manager's -0.1
+    with pytest.raises(ValueError, match="drops system messages"):
+        play(TrajEnvManager(0, "FrozenLake", env, chat, 0.0, prompt_length=256, response_length=512), replies)
+
+
 def test_user_env_by_dotted_path(chat):
     env = EnvConfig(env_type="tests.agentic.user_env_module.CountdownEnv", max_turns=5, max_tokens_per_step=8)
     manager = TrajEnvManager(0, "Countdown", env, chat, 0.0, prompt_length=128, response_length=128)

@@ -82,9 +82,12 @@ def test_wrong_types_and_values_list_what_is_allowed():
 
 
 def test_device_mapping_longer_than_the_devices():
-    message = error_of("actor_train.device_mapping='list(range(0, 4))'")
+    message = error_of("actor_train.device_mapping='list(range(0, 4))'")  # the example sets num_nodes: 1
     assert "'actor_train.device_mapping' uses device ids [2, 3]" in message
     assert "num_nodes × num_gpus_per_node = 2 devices" in message and "raise num_gpus_per_node" in message
+    # num_nodes unset: as many nodes as the largest device id needs (ROLL's rule)
+    assert tiny("actor_train.device_mapping='list(range(0, 4))'", "num_nodes=null").num_nodes == 2
+    assert tiny("num_nodes=null").num_nodes == 1
 
 
 def test_batch_sizes_that_do_not_divide():

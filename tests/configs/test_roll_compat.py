@@ -35,7 +35,7 @@ def test_guide_rlvr_fragment_passes_dry_run_unedited(capsys):
     code, out, err = dry_run(CORPUS, "rlvr_guide", capsys)
     assert code == 0, err
     assert "dtype: bfloat16" in out and "prompt_key: instruction" in out and "apply_chat_template: true" in out
-    assert "output_dir: ./output/guide_rlvr" in out  # checkpoint_config.output_dir
+    assert "checkpoint_dir: ./output/guide_rlvr" in out  # checkpoint_config.output_dir
     assert (
         "rewards.math: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker -> "
         "roll.workers.rewards.math_rule.MathRuleRewardWorker" in out
@@ -65,6 +65,69 @@ def test_five_domains_with_mixing_and_roll_top_level_keys(capsys):
     assert "stop_strings:" in out and "preprocessing_num_workers: 2" in out
     for domain in ("math_rule", "code_sandbox", "llm_judge", "ifeval_rule", "crossthinkqa_rule"):
         assert f"roll.workers.rewards.{domain}." in out
+
+
+def test_roll_megatron_recipe_passes_dry_run_unedited(capsys):
+    code, out, err = dry_run(CORPUS, "rlvr_roll_megatron", capsys)
+    assert code == 0, err
+    for fragment in (
+        "checkpoint_dir: /ckpt/roll_megatron",  # checkpoint_config.output_dir, apart from output_dir
+        "num_nodes: 2",  # derived from device id 15 with 8 per node
+        "log_dir: /tensorboard/roll_megatron",
+        "model_name_or_path: /models/policy",  # pretrain fills the unset model paths
+        "model_name_or_path: /models/judge",
+        "interleave_probs: null",  # ROLL's "1.0": the files as one pool
+        "reward_type: soft",
+        "judge_prompt: Qwen2.5-7B-Instruct-RLVR-prompt",
+        "model_type: trl",
+    ):
+        assert fragment in out, fragment
+    assert out.count("apply_chat_template: true") >= 1 and out.count("max_grad_norm: 1.0") >= 1
+
+
+def test_roll_agentic_recipe_passes_dry_run_unedited(capsys):
+    code, out, err = dry_run(CORPUS, "agentic_roll_frozen_lake", capsys, script="agentic")
+    assert code == 0, err
+    for fragment in (
+        "max_turns: 5",  # custom_envs.<tag>.max_steps
+        "env_manager: traj",  # ROLL's TrajEnvManager
+        "action_pattern: <think>(.*?)</think>",  # lifted from env_config
+        "format_penalty: -0.01",
+        "env_instruction: Walk to the goal",
+        "agent_system_template: You play games well",
+        "norm_std_type: group",  # reward_normalization.method: mean_std with grouping traj_group_id
+        "val_batch_size: 64",
+        "checkpoint_dir: /ckpt/agentic",
+        "grid_lookup:",
+    ):
+        assert fragment in out, fragment
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["+actor_train.sequence_packing_args={algorithm:load_balance}"], "sequence_packing_args' is refused"),
+        (["batch_adjust_mode=delete"], "batch_adjust_mode' = 'delete' is refused"),
+        (["+actor_train.model_args.ulysses_size=2"], "ulysses_size' = 2 is refused"),
+        (["val_batch_size=32"], "'val_batch_size' = 32, but validation plays one episode per"),
+        (
+            ["reward_normalization.method=mean", "+reward_normalization.norm_std_type=group"],
+            "means norm_std_type: None",
+        ),
+        (
+            ["custom_envs.FrozenLake.env_manager_cls=roll.pipeline.agentic.env_manager.x.VLTrajEnvManager"],
+            "env_manager_cls' = 'roll.pipeline.agentic.env_manager.x.VLTrajEnvManager' is refused",
+        ),
+        (["custom_envs.FrozenLake.agent_template='{history} {observation}'"], "placeholders may be"),
+        (
+            ["+actor_train.strategy_args.strategy_config.apply_rope_fusion=true"],
+            "apply_rope_fusion=True: fused kernels come from TransformerEngine",
+        ),
+    ],
+)
+def test_roll_keys_roll_cannot_honour_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", overrides))
 
 
 def rlvr_dict(**extra) -> dict:
@@ -182,7 +245,9 @@ def test_refused_entries_name_their_reason():
         assert entry.note, entry
         if entry.status == "refused":
             data = rlvr_dict()
-            if entry.block:
+            if entry.block == "<role>":
+                data["actor_train"][entry.key] = 1
+            elif entry.block:
                 data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
             else:
                 data[entry.key] = 1

@@ -47,7 +47,10 @@ def test_interleave_probs_take_roll_string_form_and_are_validated():
     with pytest.raises(ConfigError, match="2 entries for 3 file_name entries"):
         DataArgs(file_name=["a.jsonl", "b.jsonl", "c.jsonl"], interleave_probs=[0.5, 0.5])
     with pytest.raises(ConfigError, match="set one of 'interleave_probs'"):
-        DataArgs(file_name=["a.jsonl"], interleave_probs=[1.0], domain_interleave_probs={"math": 1.0})
+        DataArgs(file_name=["a.jsonl", "b.jsonl"], interleave_probs=[0.5, 0.5], domain_interleave_probs={"math": 1.0})
+    # ROLL's "1.0" for any number of files: one pool, so it combines with domain mixing
+    one_pool = DataArgs(file_name=["a.jsonl", "b.jsonl"], interleave_probs="1.0", domain_interleave_probs={"m": 1.0})
+    assert one_pool.interleave_probs is None
 
 
 def test_rows_know_their_file_and_files_mix_by_probability(tmp_path):

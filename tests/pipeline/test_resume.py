@@ -3,7 +3,8 @@ at the next step with the same data order — and, in fp32 on CPU, with bit-iden
 and weights (tolerance: exact equality; every random draw is seeded per step and restored on resume).
 
 Three pipelines in one Ray session: A runs 4 steps uninterrupted; B runs 2 steps (checkpoint at step 2),
-then a new pipeline resumes B's output_dir with max_steps=4.
+then a new pipeline resumes B's run with max_steps=4. B keeps its checkpoints in a checkpoint_dir of their own
+(ROLL's checkpoint_config.output_dir), apart from its output_dir.
 """
 
 import json
@@ -31,8 +32,9 @@ def runs(rlvr_config, tmp_path_factory):
         return run_pipeline(config, sample_dir=root / samples, inspect=trained_weights)
 
     full = run("full", "full_samples", f"max_steps={STEPS}")
-    stopped = run("stopped", "stopped_samples", f"max_steps={STOP}")
-    resumed = run("stopped", "resumed_samples", f"max_steps={STEPS}", "resume_from_checkpoint=true")
+    apart = f"checkpoint_dir={root / 'stopped_checkpoints'}"
+    stopped = run("stopped", "stopped_samples", f"max_steps={STOP}", apart)
+    resumed = run("stopped", "resumed_samples", f"max_steps={STEPS}", "resume_from_checkpoint=true", apart)
     return {"root": root, "full": full, "stopped": stopped, "resumed": resumed}
 
 
@@ -71,7 +73,8 @@ def test_metrics_and_weights_match_the_uninterrupted_run_exactly(runs):
 
 
 def test_checkpoints_are_complete_atomic_step_directories(runs):
-    root = runs["root"] / "stopped" / "checkpoints"
+    root = runs["root"] / "stopped_checkpoints" / "checkpoints"
+    assert not (runs["root"] / "stopped" / "checkpoints").exists()  # checkpoint_dir, not output_dir
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2", "step-4"]  # no *.tmp left behind
     assert (root / "latest").read_text().strip() == "step-4"
     step2 = root / "step-2"

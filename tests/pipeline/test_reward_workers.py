@@ -95,7 +95,7 @@ def bare_worker(cls, **config):
     worker = cls.__new__(cls)
     worker.worker_name = "rewards.test"
     worker.worker_config = SimpleNamespace(
-        **{"reward_args": {}, "timeout": 5.0, "response_length_penalty_coef": 0.0, **config}
+        **{"reward_args": {}, "timeout": 5.0, "response_length_penalty_coef": 0.0, "reward_type": None, **config}
     )
     return worker
 
@@ -126,6 +126,36 @@ def test_crossthinkqa_worker_sums_in_float16():
     worker.worker_config.reward_args = {"max_penalty": 0.5}
     with pytest.raises(ValueError, match="max_penalty"):
         worker.score(batch)
+
+
+@pytest.mark.parametrize(
+    "reward_type,expected",  # rows: right+boxed, right unboxed ("answer is"), wrong+boxed, wrong unboxed
+    [("loose", [1.0, 1.0, -1.0, -1.0]), ("soft", [1.0, 0.5, -0.5, -1.0]), ("strict", [1.0, -1.0, -1.0, -1.0])],
+)
+def test_crossthinkqa_reward_type_follows_roll_s_table(reward_type, expected):
+    replies = ["so \\boxed{B}", "the answer is B, I think", "\\boxed{(C) maybe}", "no idea"]
+    batch = DataProto.from_dict(
+        tensors={"responses": torch.zeros(4, 500)},  # width > 400: no length reward
+        non_tensors={"response_text": replies, "ground_truth": ["B"] * 4},
+    )
+    assert bare_worker(CrossThinkQARuleRewardWorker, reward_type=reward_type).score(batch) == expected
+
+
+def test_judge_prompt_names_and_templates_are_checked():
+    from roll.configs import ConfigError
+    from roll.configs.worker import RewardConfig
+    from roll.workers.rewards.llm_judge import DEFAULT_PROMPT, LLMJudgeRewardWorker
+
+    worker = bare_worker(LLMJudgeRewardWorker, judge_prompt="Qwen2.5-7B-Instruct-RLVR-prompt")
+    batch = DataProto.from_dict(
+        tensors={"responses": torch.zeros(1, 4)},
+        non_tensors={"prompt_text": ["Q?"], "response_text": ["5"], "ground_truth": ["5"]},
+    )
+    assert worker.judge_prompts(batch) == [DEFAULT_PROMPT.format(question="Q?", response="5", reference="5")]
+    with pytest.raises(ConfigError, match="judge_prompt' has no {response}"):
+        RewardConfig(name="rewards.judge", judge_prompt="Qwen2.5-72B-prompt")
+    with pytest.raises(ConfigError, match="not a template of {question}"):
+        RewardConfig(name="rewards.judge", judge_prompt="{question} {answer} {response}")
 
 
 def test_judge_worker_over_the_api(judge_url):

@@ -5,7 +5,8 @@ CPU: exact equality). The recovery is logged and counted in `system/recoveries`.
 
 actor_infer is killed at the end of step 2 (step 2 is saved without it; step 3's generate finds it dead:
 redo step 3 from step-2). actor_train is killed at the end of step 2, before step 2's save (the save fails
-half-way, leaving step-2.tmp: redo steps 2 and 3 from step-1).
+half-way, leaving step-2.tmp: redo steps 2 and 3 from step-1). A reward call that hangs in a run without
+checkpoints times out and the run starts over.
 """
 
 import io
@@ -65,37 +66,30 @@ def runs(small_demo, tmp_path_factory):
     full = _run(small_demo, root / "full")
     infer = _run(small_demo, root / "infer", "max_failures=1", kill=KillWorker("actor_infer", at_step=1))
     train = _run(small_demo, root / "train", "max_failures=1", kill=KillWorker("actor_train", at_step=1))
-    # the reward hangs once, in step 2: its call times out after rpc_timeout and step 2 is redone from step-1
+    # the reward hangs once, in step 2, of a run that saves nothing (save_steps=0): the call times out after
+    # rpc_timeout and the recovery starts over from step 1 with the driver state reset
     hang = {"fault": "hang", "at_call": 2, "marker": str(root / "hung_once")}
-    timeout = _run(
+    scratch = _run(
         small_demo,
-        root / "timeout",
+        root / "scratch",
+        "save_steps=0",
         "max_failures=1",
         "rewards.math.rpc_timeout=10",
         blocks={
             "rewards": {"math": {"worker_cls": "tests.reliability.faulty.FaultyRewardWorker", "reward_args": hang}}
         },
     )
-    # no checkpoint at all (save_steps=0): the recovery starts over from step 1 with the driver state reset
-    scratch = _run(small_demo, root / "scratch", "save_steps=0", "max_failures=1", kill=KillWorker("actor_infer", 0))
-    return {
-        "root": root,
-        "full": full,
-        "actor_infer": infer,
-        "actor_train": train,
-        "timeout": timeout,
-        "no_checkpoint": scratch,
-    }
+    return {"root": root, "full": full, "actor_infer": infer, "actor_train": train, "timeout_no_checkpoint": scratch}
 
 
 def _deterministic(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.startswith(NONDETERMINISTIC)}
 
 
-@pytest.mark.parametrize("role", ["actor_infer", "actor_train", "timeout", "no_checkpoint"])
+@pytest.mark.parametrize("role", ["actor_infer", "actor_train", "timeout_no_checkpoint"])
 def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(runs, role):
-    """("timeout": a reward call that hangs, recovered the same way; "no_checkpoint": actor_infer killed in
-    step 1 of a run that saves nothing, which starts over.)"""
+    """("timeout_no_checkpoint": a reward call that hangs in step 2 of a run that saves nothing, which starts
+    over.)"""
     full, recovered = runs["full"], runs[role]
     assert recovered["recoveries"] == 1 and full["recoveries"] == 0
     assert sorted(recovered["steps"]) == list(range(STEPS))
@@ -105,18 +99,17 @@ def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(
     weights, expected = recovered["weights"], full["weights"]
     assert weights.keys() == expected.keys()
     assert all(torch.equal(weights[name], expected[name]) for name in expected)
-    if role == "no_checkpoint":
+    if role == "timeout_no_checkpoint":
         assert not (runs["root"] / "scratch" / "checkpoints").exists()
         assert "recovery: no checkpoint saved yet: starting over from step 1" in recovered["log"]
-    if role == "timeout":
         assert (
             "recovery 1 of max_failures=1: rewards.math.compute_rewards did not answer within 10.0 s"
             in recovered["log"]
         )
     else:
-        assert f"recovery 1 of max_failures=1: {role.replace('no_checkpoint', 'actor_infer')}." in recovered["log"]
+        assert f"recovery 1 of max_failures=1: {role}." in recovered["log"]
         assert "died" in recovered["log"]
-    assert "resuming from the last complete checkpoint" in recovered["log"]
+        assert "resuming from the last complete checkpoint" in recovered["log"]
     assert "recovery: roles restarted in" in recovered["log"]
 
 

@@ -224,6 +224,7 @@ def test_sampling_settings_merge_generating_args_with_one_calls_overrides():
         "top_k": 3,
         "do_sample": True,
         "repetition_penalty": 1.0,
+        "stop_strings": None,
     }
     assert strategy.sampling_settings(None) == {**defaults, "num_return_sequences": 4}
     assert strategy.sampling_settings({"num_return_sequences": 1, "do_sample": False}) == {

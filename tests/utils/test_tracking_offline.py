@@ -32,7 +32,7 @@ def test_offline_run_holds_the_logged_metrics(tmp_path, monkeypatch, sink, patte
         time.sleep(0.2)
 
 
-def test_tracker_kwargs_without_a_tracker_that_reads_them_is_an_error():
+def test_tracker_kwargs_are_checked_against_the_tracker():
     data = {
         "track_with": "tensorboard",
         "tracker_kwargs": {"project": "x"},
@@ -49,5 +49,21 @@ def test_tracker_kwargs_without_a_tracker_that_reads_them_is_an_error():
         },
         "rewards": {"math": {"worker_cls": "roll.workers.rewards.math_rule.MathRuleRewardWorker"}},
     }
-    with pytest.raises(ConfigError, match="'tracker_kwargs' is set but track_with = 'tensorboard'"):
+    with pytest.raises(ConfigError, match=r"'tracker_kwargs' has \['project'\], which TensorBoard's SummaryWriter"):
         load_rlvr_config(data)
+    with pytest.raises(ConfigError, match="track_with = 'stdout' reads none"):
+        load_rlvr_config({**data, "track_with": "stdout"})
+
+
+def test_tensorboard_log_dir_is_roll_s_run_folder(tmp_path):
+    """ROLL's tracker_kwargs.log_dir: the events go to that folder itself."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    target = tmp_path / "tb" / "roll_exp"
+    tracker = Tracker("tensorboard", str(tmp_path / "unused"), "tiny", {"log_dir": str(target), "flush_secs": 1})
+    tracker.log({"reward/mean": 0.5}, 3)
+    tracker.close()
+    events = EventAccumulator(str(target))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(3, 0.5)]
+    assert not (tmp_path / "unused").exists()

@@ -10,6 +10,7 @@ Subclasses decide what the model sees (`request`) and what becomes a training sa
 `TrajEnvManager` (one sample per trajectory) and `StepEnvManager` (one sample per turn).
 """
 
+import re
 from dataclasses import dataclass, field
 
 from roll.agentic.env_managers.chat import ChatTokens
@@ -66,7 +67,10 @@ class EnvManager:
     ):
         self.env_id, self.tag, self.env_config, self.chat = env_id, tag, env_config, chat
         self.gamma = gamma  # step manager: discount of later turns' rewards
-        self.format_penalty = format_penalty
+        own = getattr(env_config, "format_penalty", None)
+        self.format_penalty = format_penalty if own is None else own
+        pattern = getattr(env_config, "action_pattern", None)
+        self.action_re = re.compile(pattern, re.DOTALL) if pattern else None
         self.prompt_length, self.response_length = prompt_length, response_length
         # env_cls: the class the driver resolved (a user's class arrives by value, needing no import here)
         self.env = (
@@ -87,8 +91,37 @@ class EnvManager:
         self._on_start(self.observation)
 
     def user_text(self, observation: str) -> str:
-        instructions = getattr(self.env, "instructions", "")
-        return f"{instructions}\n{observation}" if instructions else observation
+        """The environment's instructions, then this turn's text."""
+        instructions = getattr(self.env_config, "env_instruction", None) or getattr(self.env, "instructions", "")
+        text = self.turn_text(observation)
+        return f"{instructions}\n{text}" if instructions else text
+
+    def turn_text(self, observation: str) -> str:
+        """The observation, or custom_envs.<tag>.agent_template filled in (ROLL's placeholders)."""
+        template = getattr(self.env_config, "agent_template", None)
+        if not template:
+            return observation
+        taken = len(self.episode.turns) if self.episode is not None else 0
+        values = {
+            "observation": observation,
+            "turn_idx": taken + 1,
+            "actions_left": self.env_config.max_turns - taken,
+            "max_response_length": self.env_config.max_tokens_per_step,
+        }
+        return template.format(**values)
+
+    def system_text(self) -> str | None:
+        return getattr(self.env_config, "agent_system_template", None) or None
+
+    def parse_action(self, reply: str) -> str:
+        """What the environment gets: the reply, or the last group action_pattern matched ('' if none)."""
+        if self.action_re is None:
+            return reply
+        match = self.action_re.search(reply)
+        if match is None:
+            return ""
+        groups = [group for group in match.groups() if group is not None]
+        return groups[-1] if groups else match.group(0)
 
     def request(self) -> list[int] | None:
         """Token ids to generate the next reply from, or None when the episode is over."""
@@ -99,7 +132,7 @@ class EnvManager:
     def apply(self, reply_ids: list[int], log_probs: list[float]) -> None:
         episode, prompt = self.episode, self._next_prompt()
         action = self.chat.decode(reply_ids)
-        result = self.env.step(action)
+        result = self.env.step(self.parse_action(action))
         valid = bool(result.info.get("action_is_valid", True))
         reward = float(result.reward) + (0.0 if valid else self.format_penalty)
         episode.turns.append(Turn(self.observation, prompt, list(reply_ids), list(log_probs), action, reward, valid))

@@ -31,9 +31,16 @@ class ChatTokens:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def prompt_ids(self, user_text: str) -> list[int]:
-        """A first user turn followed by the assistant generation prompt."""
-        return self.encode(self._render([{"role": "user", "content": user_text}], generation_prompt=True))
+    def prompt_ids(self, user_text: str, system: str | None = None) -> list[int]:
+        """An optional system message, a first user turn, then the assistant generation prompt."""
+        messages = [{"role": "system", "content": system}] if system else []
+        text = self._render([*messages, {"role": "user", "content": user_text}], generation_prompt=True)
+        if system and system not in text:
+            raise ValueError(
+                "the tokenizer's chat template drops system messages, so agent_system_template would never reach "
+                "the model; remove it or use a template with a system role"
+            )
+        return self.encode(text)
 
     def observation_ids(self, observation: str) -> list[int]:
         """The tokens between a finished assistant reply and the next reply: next user turn + generation prompt."""

@@ -23,7 +23,7 @@ class StepEnvManager(EnvManager):
 
     def _next_prompt(self) -> list[int]:
         if self._prompt is None:  # the same ids for request() and the apply() that follows
-            self._prompt = self.chat.prompt_ids(self._render())
+            self._prompt = self.chat.prompt_ids(self._render(), self.system_text())
             if len(self._prompt) > self.prompt_length:
                 raise ValueError(
                     f"custom_envs.{self.tag}: a step prompt with history_length = "

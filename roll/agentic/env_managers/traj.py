@@ -11,7 +11,7 @@ from roll.agentic.env_managers.chat import TokenTrajectory
 
 class TrajEnvManager(EnvManager):
     def _on_start(self, observation: str) -> None:
-        prompt = self.chat.prompt_ids(self.user_text(observation))
+        prompt = self.chat.prompt_ids(self.user_text(observation), self.system_text())
         if len(prompt) > self.prompt_length:
             raise ValueError(
                 f"custom_envs.{self.tag}: the first prompt has {len(prompt)} tokens, more than "
@@ -26,7 +26,7 @@ class TrajEnvManager(EnvManager):
         self.trajectory.add_generated(reply_ids, log_probs, self.chat.eos_token_id)
 
     def _on_observation(self, observation: str) -> bool:
-        ids = self.chat.observation_ids(observation)
+        ids = self.chat.observation_ids(self.turn_text(observation))
         # room for the observation, the next reply and the end-of-turn token a cut reply gets
         if len(self.trajectory.response_ids) + len(ids) + self.max_new_tokens + 1 > self.response_length:
             return False

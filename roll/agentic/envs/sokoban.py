@@ -45,6 +45,9 @@ def generate(rng: random.Random, height: int, width: int, num_boxes: int, depth:
     )
 
 
+SYMBOLS = ("#", "_", "O", "V", "X", "P", "S")  # by ROLL's cell ids 0-6
+
+
 @register_env("sokoban")
 class SokobanEnv(BaseEnv):
     instructions = (
@@ -61,6 +64,9 @@ class SokobanEnv(BaseEnv):
         "step_penalty": 0.0,
         "box_on_target_reward": 0.0,
         "distance_shaping": 0.0,
+        # ROLL's cell id → symbol: 0 wall, 1 floor, 2 target, 3 box on target, 4 box, 5 you, 6 you on target
+        "grid_lookup": None,
+        "grid_vocab": None,  # ROLL's symbol → meaning, shown as the legend
     }
 
     def __init__(self, **env_config):
@@ -87,8 +93,30 @@ class SokobanEnv(BaseEnv):
         for key in ("step_penalty", "box_on_target_reward", "distance_shaping"):
             if isinstance(self.config[key], bool) or not isinstance(self.config[key], (int, float)):
                 raise ValueError(f"sokoban: env_config {key!r} must be a number, got {self.config[key]!r}")
+        self.symbols = self._grid_lookup(self.config["grid_lookup"])
+        vocab = self.config["grid_vocab"]
+        if vocab is not None:
+            if not isinstance(vocab, dict) or not all(isinstance(v, str) for v in vocab.values()):
+                raise ValueError(f"sokoban: env_config 'grid_vocab' must map symbols to meanings, got {vocab!r}")
+            legend = ", ".join(f"{symbol} {meaning}" for symbol, meaning in vocab.items())
+            self.instructions = "\n".join(
+                f"Legend: {legend}." if line.startswith("Legend:") else line for line in self.instructions.split("\n")
+            )
         self.counter = EpisodeCounter(self.max_steps)
         self.walls = None
+
+    @staticmethod
+    def _grid_lookup(lookup) -> list[str]:
+        """Symbols by ROLL's cell ids (see default_config); keys may be ints or their strings."""
+        if lookup is None:
+            return list(SYMBOLS)
+        table = {int(k): v for k, v in lookup.items()} if isinstance(lookup, dict) else None
+        if table is None or set(table) != set(range(7)) or not all(isinstance(v, str) and v for v in table.values()):
+            raise ValueError(
+                f"sokoban: env_config 'grid_lookup' must give a symbol for each cell id 0-6 (wall, floor, target, "
+                f"box on target, box, player, player on target), got {lookup!r}"
+            )
+        return [table[i] for i in range(7)]
 
     def reset(self, seed: int) -> str:
         self.walls, self.targets, boxes, self.player = generate(
@@ -105,13 +133,14 @@ class SokobanEnv(BaseEnv):
             for c in range(self.width):
                 cell, on_target = (r, c), (r, c) in self.targets
                 if cell in self.walls:
-                    cells.append("#")
+                    kind = 0
                 elif cell == self.player:
-                    cells.append("S" if on_target else "P")
+                    kind = 6 if on_target else 5
                 elif cell in self.boxes:
-                    cells.append("V" if on_target else "X")
+                    kind = 3 if on_target else 4
                 else:
-                    cells.append("O" if on_target else "_")
+                    kind = 2 if on_target else 1
+                cells.append(self.symbols[kind])
             rows.append(" ".join(cells))
         return "\n".join(rows)
 

@@ -84,7 +84,11 @@ class AgenticPipeline(BasePipeline):
                     }
                 )
                 self.rollouts[key] = EnvRollout(
-                    self.clusters[key], self.actor_infer, manager.num_envs, self.pad_token_id
+                    self.clusters[key],
+                    self.actor_infer,
+                    manager.num_envs,
+                    self.pad_token_id,
+                    token_cap=config.actor_infer.generating_args.max_new_tokens,
                 )
 
     def _run_from(self, first_step: int, history: dict) -> None:

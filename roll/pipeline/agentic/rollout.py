@@ -16,10 +16,13 @@ ROW_KEYS = ("tag", "traj_group_id", "traj_id", "env_id", "success", "num_turns",
 
 
 class EnvRollout:
-    def __init__(self, envs: Cluster, actor_infer: Cluster, num_envs: int, pad_token_id: int):
+    def __init__(
+        self, envs: Cluster, actor_infer: Cluster, num_envs: int, pad_token_id: int, token_cap: int | None = None
+    ):
         self.envs, self.actor_infer = envs, actor_infer
         self.env_ids = list(range(num_envs))
         self.pad_token_id = pad_token_id
+        self.token_cap = token_cap  # actor_infer.generating_args.max_new_tokens: a turn's budget is at most this
 
     def run(
         self, assignments: dict, generation: dict, seed: int, with_transcripts: bool = False
@@ -49,7 +52,12 @@ class EnvRollout:
             prompts, mask = left_pad([ids for _, ids, _ in part], self.pad_token_id)
             batch = DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": mask})
             batch.meta_info.update(
-                generation_config={**generation, "num_return_sequences": 1, "max_new_tokens": budget}, seed=seed
+                generation_config={
+                    **generation,
+                    "num_return_sequences": 1,
+                    "max_new_tokens": min(budget, self.token_cap or budget),
+                },
+                seed=seed,
             )
             batch, _ = batch.pad_to_multiple(self.actor_infer.world_size)
             out = self.actor_infer.generate(batch)

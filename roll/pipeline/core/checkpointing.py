@@ -52,7 +52,7 @@ class PipelineCheckpointer:
         return clusters
 
     def save(self, completed_steps: int) -> None:
-        output_dir = self.pipeline.config.output_dir
+        output_dir = checkpoint_base(self.pipeline.config)
         staged = checkpoint.staging_dir(output_dir, completed_steps)
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
@@ -73,7 +73,7 @@ class PipelineCheckpointer:
         """Start-up check, before any worker starts: the checkpoint a resume would load is complete and was
         saved by a compatible configuration (config_fingerprint)."""
         config = self.pipeline.config
-        path = checkpoint.find_checkpoint(config.output_dir, config.resume_from_checkpoint)
+        path = checkpoint.find_checkpoint(checkpoint_base(config), config.resume_from_checkpoint)
         if path is None:
             return
         if not (path / STATE_FILE).is_file():
@@ -98,7 +98,7 @@ class PipelineCheckpointer:
 
     def latest(self):
         """The newest complete checkpoint under output_dir, or None."""
-        return checkpoint.find_checkpoint(self.pipeline.config.output_dir, True)
+        return checkpoint.find_checkpoint(checkpoint_base(self.pipeline.config), True)
 
     def resume(self, source=None) -> int:
         """Restores the newest (or the named) checkpoint if asked; returns the 0-based first step to run.
@@ -106,11 +106,12 @@ class PipelineCheckpointer:
         under output_dir (automatic recovery); False = none (start over)."""
         config = self.pipeline.config
         wanted = config.resume_from_checkpoint if source is None else (source == "latest")
-        path = checkpoint.find_checkpoint(config.output_dir, wanted)
+        path = checkpoint.find_checkpoint(checkpoint_base(config), wanted)
         if path is None:
             if wanted:
                 logger.info(
-                    "resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1", config.output_dir
+                    "resume_from_checkpoint is set but %s has no checkpoint yet: starting at step 1",
+                    checkpoint_base(config),
                 )
             return 0
         try:
@@ -139,6 +140,11 @@ class PipelineCheckpointer:
         self.pipeline.kl_ctrl.value = state["kl_coef"]
         logger.info("resumed from %s: continuing at step %d", path, completed + 1)
         return completed
+
+
+def checkpoint_base(config) -> str:
+    """The directory whose checkpoints/ folder holds the run's checkpoints."""
+    return config.checkpoint_dir or config.output_dir
 
 
 def check_output_dir(output_dir: str, clusters: dict, timeout: float = 120.0) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from roll.configs.worker import ROLL_JUDGE_PROMPTS
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.strategies import create_strategy
@@ -89,7 +90,9 @@ class LLMJudgeRewardWorker(RewardWorker):
             raise ValueError(f"{self.worker_name}.judge_model_type {config.judge_model_type!r}: 'inference' or 'api'")
 
     def judge_prompts(self, batch: DataProto) -> list[str]:
-        template = self.worker_config.judge_prompt or DEFAULT_PROMPT
+        template = self.worker_config.judge_prompt
+        if not template or template in ROLL_JUDGE_PROMPTS:  # ROLL's named prompt asks the same YES/NO question
+            template = DEFAULT_PROMPT
         columns = batch.non_tensor_batch
         questions = columns.get("prompt_text", np.array([""] * len(batch), dtype=object))
         return [
