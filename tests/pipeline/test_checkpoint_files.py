@@ -57,7 +57,11 @@ def _stand_in_pipeline(tmp_path, resume_from, saved: dict):
     cluster = SimpleNamespace(save_checkpoint=lambda path: None, load_checkpoint=lambda path: None)
     return SimpleNamespace(
         config=SimpleNamespace(
-            output_dir=str(tmp_path), resume_from_checkpoint=resume_from, max_steps=4, max_ckpt_to_keep=0
+            output_dir=str(tmp_path),
+            checkpoint_dir=None,
+            resume_from_checkpoint=resume_from,
+            max_steps=4,
+            max_ckpt_to_keep=0,
         ),
         actor_train=cluster,
         critic=None,

@@ -50,7 +50,9 @@ CHILD = textwrap.dedent(
         setattr(checkpoint, name, wrap(getattr(checkpoint, name)))
 
     pipeline = SimpleNamespace(
-        config=SimpleNamespace(output_dir=out, resume_from_checkpoint=False, max_steps=4, max_ckpt_to_keep=keep),
+        config=SimpleNamespace(
+            output_dir=out, checkpoint_dir=None, resume_from_checkpoint=False, max_steps=4, max_ckpt_to_keep=keep
+        ),
         actor_train=SimpleNamespace(save_checkpoint=worker_save), critic=None,
         memory=SimpleNamespace(use=lambda *names: None), data_state=lambda: {},
         kl_ctrl=SimpleNamespace(value=np.float64(0.1)),
