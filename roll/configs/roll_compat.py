@@ -546,7 +546,8 @@ def compatibility_page() -> str:
         "|---|---|---|---|",
     ]
     for entry in ROLL_KEYS:
-        lines.append(f"| {entry.block or 'top level'} | `{entry.key}` | {entry.status} | {entry.note} |")
+        note = entry.note.replace("|", "\\|")  # a literal bar would split the table cell
+        lines.append(f"| {entry.block or 'top level'} | `{entry.key}` | {entry.status} | {note} |")
     lines += [
         "",
         "## Reward workers by ROLL's dotted paths",
