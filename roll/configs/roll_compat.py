@@ -517,6 +517,24 @@ DIFFERENCES = [
         "variant, so ROLL's ActorPGWorker path maps to it",
     ),
     (
+        "pretrain / reward_pretrain",
+        "fill only the model paths left unset; ROLL overwrites the paths of actor_train, actor_infer and reference "
+        "with pretrain as soon as one of them is unset",
+    ),
+    (
+        "interleave_probs",
+        "draws each prompt's file with these probabilities; ROLL declares the key and reads it nowhere (a single "
+        "1.0 is taken as ROLL's no-op)",
+    ),
+    (
+        "eval_steps",
+        "without validation data, a warning says no validation will run; ROLL skips validation silently",
+    ),
+    (
+        "custom_envs.<tag>.agent_template",
+        "the traj manager renders it for every turn; the step manager's prompt (history window) takes no template",
+    ),
+    (
         "importance_sampling: seq",
         "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
         "silently ignores it",
