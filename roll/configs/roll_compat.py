@@ -229,47 +229,35 @@ def _max_running_requests(block, value, path):
     return None
 
 
+def _set_in_roles(top: dict, roles, sub: str, key: str, value, path: str, keep_set: bool = False):
+    """Each role's <sub>.<key> = value where unset; a role that sets another value is a conflict (or, with
+    keep_set, keeps its own)."""
+    problems = []
+    for role in roles:
+        if isinstance(top.get(role), dict):
+            args = top[role][sub] = top[role].get(sub) or {}
+            if args.setdefault(key, value) != value and not keep_set:
+                problems.append(
+                    f"'{path}' = {value!r} conflicts with '{role}.{sub}.{key}' = {args[key]!r}: set only one"
+                )
+    return "; ".join(problems) or None
+
+
 def _model_path(roles):
-    def fill(block, value, path):
-        for role in roles:  # ROLL overwrites all three when one is unset; roll fills only the unset ones
-            if isinstance(block.get(role), dict):
-                args = block[role]["model_args"] = block[role].get("model_args") or {}
-                args.setdefault("model_name_or_path", value)
-        return None
+    def fill(block, value, path):  # ROLL overwrites all three when one is unset; roll fills only the unset ones
+        return _set_in_roles(block, roles, "model_args", "model_name_or_path", value, path, keep_set=True)
 
     return fill
 
 
 def _global_template(block, value, path):
-    problems = []
-    for role in ("actor_train", "validation"):
-        if isinstance(block.get(role), dict):
-            args = block[role]["data_args"] = block[role].get("data_args") or {}
-            if args.setdefault("template", value) != value:
-                problems.append(
-                    f"'{path}' = {value!r} conflicts with '{role}.data_args.template' = {args['template']!r}"
-                )
-    return "; ".join(problems) or None
-
-
-TRAIN_ROLES = ("actor_train", "critic")
+    return _set_in_roles(block, ("actor_train", "validation"), "data_args", "template", value, path)
 
 
 def _max_grad_norm(block, value, path):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         return f"'{path}' = {value!r}: expected a positive number"
-    problems = []
-    for role in TRAIN_ROLES:
-        if not isinstance(block.get(role), dict):
-            continue
-        args = block[role].setdefault("training_args", {}) or {}
-        block[role]["training_args"] = args
-        if args.setdefault("max_grad_norm", value) != value:
-            problems.append(
-                f"'{path}' = {value} conflicts with '{role}.training_args.max_grad_norm' = {args['max_grad_norm']}: "
-                "set only one"
-            )
-    return "; ".join(problems) or None
+    return _set_in_roles(block, ("actor_train", "critic"), "training_args", "max_grad_norm", value, path)
 
 
 ROLL_ENV_MANAGERS = {

@@ -67,10 +67,9 @@ class EnvManager:
     ):
         self.env_id, self.tag, self.env_config, self.chat = env_id, tag, env_config, chat
         self.gamma = gamma  # step manager: discount of later turns' rewards
-        own = getattr(env_config, "format_penalty", None)
-        self.format_penalty = format_penalty if own is None else own
-        pattern = getattr(env_config, "action_pattern", None)
-        self.action_re = re.compile(pattern, re.DOTALL) if pattern else None
+        # the environment's own penalty (custom_envs.<tag>.format_penalty) wins over the env manager's
+        self.format_penalty = format_penalty if env_config.format_penalty is None else env_config.format_penalty
+        self.action_re = re.compile(env_config.action_pattern, re.DOTALL) if env_config.action_pattern else None
         self.prompt_length, self.response_length = prompt_length, response_length
         # env_cls: the class the driver resolved (a user's class arrives by value, needing no import here)
         self.env = (
@@ -92,13 +91,13 @@ class EnvManager:
 
     def user_text(self, observation: str) -> str:
         """The environment's instructions, then this turn's text."""
-        instructions = getattr(self.env_config, "env_instruction", None) or getattr(self.env, "instructions", "")
+        instructions = self.env_config.env_instruction or getattr(self.env, "instructions", "")
         text = self.turn_text(observation)
         return f"{instructions}\n{text}" if instructions else text
 
     def turn_text(self, observation: str) -> str:
         """The observation, or custom_envs.<tag>.agent_template filled in (ROLL's placeholders)."""
-        template = getattr(self.env_config, "agent_template", None)
+        template = self.env_config.agent_template
         if not template:
             return observation
         taken = len(self.episode.turns) if self.episode is not None else 0
@@ -111,7 +110,7 @@ class EnvManager:
         return template.format(**values)
 
     def system_text(self) -> str | None:
-        return getattr(self.env_config, "agent_system_template", None) or None
+        return self.env_config.agent_system_template or None
 
     def parse_action(self, reply: str) -> str:
         """What the environment gets: the reply, or the last group action_pattern matched ('' if none)."""
