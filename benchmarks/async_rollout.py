@@ -1,11 +1,15 @@
 """Synchronous vs off-policy (async_generation_ratio) RLVR on the demo, in one run and one Ray session.
 
     OMP_NUM_THREADS=1 python benchmarks/async_rollout.py --demo_dir /tmp/demo [--steps 30] [--eval_steps 10]
-        [--ratio 1] [--bar 0.3] [--async_first]
+        [--ratio 1] [--bar 0.3] [--modes sync,async,requests,partial]
 
-Both pipelines use the shipped demo config (examples/tiny_rlvr/rlvr_tiny.yaml: actor_train + reference on
-virtual device 0, actor_infer on device 1), the same seed and data; the async one adds
-async_generation_ratio=--ratio. Reported per mode: median wall time per step (validation excluded), the
+Every pipeline uses the shipped demo config (examples/tiny_rlvr/rlvr_tiny.yaml: actor_train + reference on
+virtual device 0, actor_infer on device 1), the same seed and data. Modes, run in the order given:
+  sync      async_generation_ratio 0, batched generate calls (the default loop)
+  async     async_generation_ratio --ratio, whole steps queued ahead (generate_opt_level 0)
+  requests  async_generation_ratio --ratio, request-level rollout streaming to the rewards (generate_opt_level 1)
+  partial   as requests, with partial_rollout: a weight sync aborts in-flight requests, resumed on new weights
+Reported per mode: median wall time per step (validation excluded), the
 median of each phase, and the wall time (training steps only) until held-out greedy accuracy first reaches
 --bar (absolute; checked every --eval_steps). The demo folder is prepared when missing.
 """
@@ -20,10 +24,19 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "examples" / "tiny_rlvr"
-PHASES = ("generate", "reward", "old_log_probs", "ref_log_probs", "train", "weight_sync")
+PHASES = (
+    *("generate", "reward", "generate_and_reward", "old_log_probs", "ref_log_probs", "train", "rollout_wait"),
+    "weight_sync",
+)
+MODES = {
+    "sync": [],
+    "async": ["async_generation_ratio={ratio}"],
+    "requests": ["async_generation_ratio={ratio}", "generate_opt_level=1"],
+    "partial": ["async_generation_ratio={ratio}", "generate_opt_level=1", "partial_rollout=true"],
+}
 
 
-def run_mode(demo: Path, out: Path, steps: int, eval_steps: int, ratio: int) -> dict:
+def run_mode(demo: Path, out: Path, steps: int, eval_steps: int, extra: list[str]) -> dict:
     from roll.configs import compose_config, load_rlvr_config
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
@@ -35,7 +48,7 @@ def run_mode(demo: Path, out: Path, steps: int, eval_steps: int, ratio: int) -> 
         f"max_steps={steps}",
         f"eval_steps={eval_steps}",
         "track_with=stdout",
-        f"async_generation_ratio={ratio}",
+        *extra,
     ]
     config = load_rlvr_config(compose_config(str(CONFIG_DIR), "rlvr_tiny", overrides))
     with RLVRPipeline(config) as pipeline:
@@ -58,7 +71,9 @@ def summarise(history: dict, bar: float) -> dict:
         "val_before": history["before"].get("val/score/all"),
         "val_curve": {i + 1: m["val/score/all"] for i, m in enumerate(steps) if "val/score/all" in m},
         "bar_reached": reached,
-        "lag": [m.get("async/lag") for m in steps] if "async/lag" in steps[0] else None,
+        "lag_mean": round(statistics.mean(m["async/lag"] for m in steps), 3) if "async/lag" in steps[0] else None,
+        "aborted_requests": sum(m.get("async/aborted_requests", 0) for m in steps),
+        "partial_samples": sum(m.get("async/partial_samples", 0) for m in steps),
     }
 
 
@@ -75,27 +90,36 @@ def main() -> None:
     parser.add_argument("--eval_steps", type=int, default=10)
     parser.add_argument("--ratio", type=int, default=1)
     parser.add_argument("--bar", type=float, default=0.3, help="held-out greedy accuracy to reach")
-    parser.add_argument("--async_first", action="store_true", help="run the async pipeline first (load drift)")
+    parser.add_argument("--modes", default="sync,async,requests,partial", help=f"comma-separated, of {list(MODES)}")
     args = parser.parse_args()
 
     from roll.demo.rlvr import prepare_demo
 
     demo = Path(args.demo_dir)
     prepare_demo(demo)
+    modes = args.modes.split(",")
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        parser.error(f"--modes: unknown {unknown}; valid: {list(MODES)}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        modes = [("sync", 0), (f"async_ratio_{args.ratio}", args.ratio)]
-        for name, ratio in modes[::-1] if args.async_first else modes:
-            history = run_mode(demo, Path(tmp) / name, args.steps, args.eval_steps, ratio)
+        for name in modes:
+            extra = [item.format(ratio=args.ratio) for item in MODES[name]]
+            history = run_mode(demo, Path(tmp) / name, args.steps, args.eval_steps, extra)
             results[name] = summarise(history, args.bar)
             print(name, json.dumps(results[name]), flush=True)
-    sync, other = results["sync"], results[f"async_ratio_{args.ratio}"]
-    print(f"per-step speed-up (median step time): {sync['median_step_s'] / other['median_step_s']:.2f}x")
-    if sync["bar_reached"] and other["bar_reached"]:
-        speedup = sync["bar_reached"]["seconds"] / other["bar_reached"]["seconds"]
-        print(f"time-to-bar speed-up: {speedup:.2f}x")
-    else:
-        print("bar not reached by:", [n for n, r in results.items() if not r["bar_reached"]])
+    if "sync" not in results:
+        return
+    sync = results["sync"]
+    for name, other in results.items():
+        if name == "sync":
+            continue
+        line = f"{name} vs sync: median step {sync['median_step_s'] / other['median_step_s']:.2f}x"
+        if sync["bar_reached"] and other["bar_reached"]:
+            line += f", time to the bar {sync['bar_reached']['seconds'] / other['bar_reached']['seconds']:.2f}x"
+        else:
+            line += ", bar not reached by " + " and ".join(n for n in ("sync", name) if not results[n]["bar_reached"])
+        print(line)
 
 
 if __name__ == "__main__":

@@ -76,9 +76,31 @@ def check_data_mixing(config) -> None:
             )
 
 
+def check_request_rollout(config) -> None:
+    """generate_opt_level (RLVR): 0 = batched generate calls, 1 = request-level rollout (every actor_infer
+    engine serves requests); partial_rollout needs it and an async ratio (only a weight sync mid-rollout aborts)."""
+    level = getattr(config, "generate_opt_level", 0)
+    if level not in (0, 1):
+        raise ConfigError(f"'generate_opt_level' = {level!r}; valid: 0 (batched generate calls), 1 (request-level)")
+    if config.partial_rollout and (level != 1 or config.async_generation_ratio == 0):
+        raise ConfigError(
+            f"'partial_rollout': true needs generate_opt_level: 1 and async_generation_ratio > 0 (got "
+            f"{level} and {config.async_generation_ratio}): only a weight sync during generation aborts requests"
+        )
+    if level == 1:
+        filtered = [d for d, reward in config.rewards.items() if reward.query_filter_config.type != "no_filter"]
+        if filtered:
+            raise ConfigError(
+                f"'generate_opt_level': 1 with dynamic sampling (rewards.{filtered[0]}.query_filter_config) is not "
+                "supported: set generate_opt_level: 0 or turn the filter off"
+            )
+
+
 def check_async(config) -> None:
     """async_generation_ratio > 0 overlaps generation with training: actor_infer must have devices of its own
     (a colocated engine is offloaded while another role runs, so nothing could overlap)."""
+    if hasattr(config, "generate_opt_level"):
+        check_request_rollout(config)
     ratio = config.async_generation_ratio
     if ratio == 0:
         return

@@ -38,6 +38,18 @@ class RLVRConfig(RLAlgorithmConfig):
         "whole number; 0 = the synchronous loop). Needs actor_infer on devices no other model role uses "
         "(docs/async.md)",
     )
+    generate_opt_level: int = field_help(
+        0,
+        "0: one batched generate call per step (deterministic); 1: request-level rollout: prompt groups stream to "
+        "actor_infer as requests and each finished group is scored while generation goes on (docs/async.md). "
+        "ROLL's default is 1",
+    )
+    partial_rollout: bool = field_help(
+        False,
+        "generate_opt_level 1 with async_generation_ratio > 0: a weight sync aborts the requests in flight and "
+        "resumes them on the new weights (their samples then mix two policy versions); false: the sync waits for "
+        "them to finish on the old weights",
+    )
     async_max_lag: int | None = field_help(
         None,
         "async: the largest policy-version lag a trained sample may have (null = async_generation_ratio); "

@@ -473,6 +473,12 @@ DIFFERENCES = [
         "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
         "Set tracker_kwargs.mode: online to upload",
     ),
+    (
+        "generate_opt_level",
+        "default 0 (one batched generate call per step, reproducible); ROLL's default is 1 (its request "
+        "scheduler, which roll has as generate_opt_level: 1). ROLL requires 1 for async_generation_ratio > 0; "
+        "roll runs async with either (0: whole steps queued ahead, docs/async.md)",
+    ),
     # ROLL defects in its algorithm keys: roll implements the evident intent (docs/algorithms.md §11)
     (
         "error_max_len_clip",

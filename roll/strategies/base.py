@@ -208,6 +208,12 @@ class InferenceStrategy:
             f"generation; use hf_infer, vllm or sglang"
         )
 
+    def generate_requests(self, requests: list[tuple[str, list[int], dict | None]]) -> list[RequestResult]:
+        """Several requests (request_id, prompt_ids, sampling) in one call, each ending (or aborted) on its own;
+        the results come in the requests' order. Engines that batch them override this (hf_infer, vllm);
+        this default runs them one after another."""
+        return [self.generate_request(*request) for request in requests]
+
     def abort_request(self, request_id: str) -> bool:
         """Stop an in-flight request: its generate_request returns the tokens so far with finish_reason
         "abort". Returns True if the request was in flight; an unknown or already finished id is a no-op

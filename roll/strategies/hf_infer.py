@@ -97,48 +97,83 @@ class HFInferStrategy(InferenceStrategy):
         )
 
     # --- request-level generation (synchronous; abort from another thread stops at the next token) ---------
-    @torch.no_grad()
     def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
         """One sample for one prompt with `generate`. abort_request(request_id) from another thread (or from
         a callback during generation) stops it after the current token; aborting an unknown or finished id
         is a no-op returning False (see InferenceStrategy.abort_request)."""
-        settings = self.sampling_settings(sampling, request=True)
-        seed = settings["seed"]
-        kwargs = self._generate_kwargs(settings)
-        self._begin_request(request_id)
+        return self.generate_requests([(request_id, prompt_ids, sampling)])[0]
+
+    @torch.no_grad()
+    def generate_requests(self, requests: list[tuple[str, list[int], dict | None]]) -> list[RequestResult]:
+        """The requests as one left-padded `generate` batch; each row stops at its EOS, its own max_new_tokens
+        or its abort. The requests must share their sampling settings apart from max_new_tokens and seed (a
+        batch has one random stream: the first request's seed seeds it)."""
+        settings = [self.sampling_settings(sampling, request=True) for _, _, sampling in requests]
+        shared = [{k: v for k, v in s.items() if k not in ("max_new_tokens", "seed")} for s in settings]
+        if any(s != shared[0] for s in shared):
+            raise ValueError(
+                "hf_infer.generate_requests: requests of one call must share their sampling settings apart from "
+                f"max_new_tokens and seed; got {shared[0]} and {next(s for s in shared if s != shared[0])}"
+            )
+        limits = [s["max_new_tokens"] for s in settings]
+        kwargs = self._generate_kwargs({**settings[0], "max_new_tokens": max(limits)})
+        ids = [request_id for request_id, _, _ in requests]
+        for request_id in ids:
+            self._begin_request(request_id)
         try:
-            if seed is not None:
-                torch.manual_seed(int(seed))
-            prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
-            stop = StoppingCriteriaList([_AbortCriterion(lambda: self._is_aborted(request_id))])
+            if settings[0]["seed"] is not None:
+                torch.manual_seed(int(settings[0]["seed"]))
+            width = max(len(prompt) for _, prompt, _ in requests)
+            prompt = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
+            mask = torch.zeros_like(prompt)
+            for row, (_, prompt_ids, _) in enumerate(requests):
+                prompt[row, width - len(prompt_ids) :] = torch.tensor(list(prompt_ids), dtype=torch.long)
+                mask[row, width - len(prompt_ids) :] = 1
+            stop = _AbortCriterion(lambda: [self._is_aborted(request_id) for request_id in ids], width)
             output = self.model.generate(
-                input_ids=prompt,
-                attention_mask=torch.ones_like(prompt),
+                input_ids=prompt.to(self.device),
+                attention_mask=mask.to(self.device),
                 eos_token_id=self.eos_token_id,
                 pad_token_id=self.pad_token_id,
                 output_scores=True,
                 return_dict_in_generate=True,
                 use_cache=True,
-                stopping_criteria=stop,
+                stopping_criteria=StoppingCriteriaList([stop]),
                 **kwargs,
             )
         finally:
-            aborted = self._end_request(request_id)
-        generated = output.sequences[0, prompt.shape[1] :].cpu().tolist()
-        log_probs = [
-            torch.log_softmax(score[0].float(), -1)[token].item() for score, token in zip(output.scores, generated)
-        ]
-        if self.eos_token_id in generated:
-            end = generated.index(self.eos_token_id) + 1
-            return RequestResult(request_id, generated[:end], log_probs[:end], "stop")
-        return RequestResult(request_id, generated, log_probs, "abort" if aborted else "length")
+            aborted = [self._end_request(request_id) for request_id in ids]
+        generated = output.sequences[:, width:].cpu()
+        log_probs = (
+            torch.gather(torch.stack(output.scores, dim=1).float().cpu().log_softmax(-1), -1, generated.unsqueeze(-1))
+            .squeeze(-1)
+            .tolist()
+            if generated.shape[1]
+            else [[] for _ in requests]
+        )
+        results = []
+        for row, request_id in enumerate(ids):
+            tokens = generated[row].tolist()
+            end = min(limits[row], stop.stopped_at.get(row, len(tokens)))  # an aborted row: pads after its abort
+            if self.eos_token_id in tokens[:end]:
+                end = tokens.index(self.eos_token_id) + 1
+                results.append(RequestResult(request_id, tokens[:end], log_probs[row][:end], "stop"))
+                continue
+            reason = "abort" if aborted[row] and end < limits[row] else "length"
+            results.append(RequestResult(request_id, tokens[:end], log_probs[row][:end], reason))
+        return results
 
 
 class _AbortCriterion(StoppingCriteria):
-    """Stops `generate` once the request is marked aborted (checked after every generated token)."""
+    """Stops each row of `generate` once its request is marked aborted (checked after every generated token);
+    `stopped_at[row]` = how many tokens that row had generated then (HF pads the row after it)."""
 
-    def __init__(self, aborted):
-        self.aborted = aborted
+    def __init__(self, aborted, prompt_width: int):
+        self.aborted, self.prompt_width, self.stopped_at = aborted, prompt_width, {}
 
     def __call__(self, input_ids, scores, **kwargs):
-        return torch.full((input_ids.shape[0],), self.aborted(), dtype=torch.bool, device=input_ids.device)
+        flags = self.aborted()
+        for row, flag in enumerate(flags):
+            if flag and row not in self.stopped_at:
+                self.stopped_at[row] = input_ids.shape[1] - self.prompt_width
+        return torch.tensor(flags, dtype=torch.bool, device=input_ids.device)

@@ -370,40 +370,59 @@ class VLLMInferStrategy(InferenceStrategy):
         return out
 
     # --- request-level generation (vLLM's LLMEngine.add_request / step / abort_request) -------------------
-    @torch.no_grad()
     def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:
         """One sample through `llm.llm_engine` (vllm 0.32.0: add_request(request_id, prompt, params), step(),
         abort_request(request_ids)), stepping the engine in this thread. abort_request(request_id) marks the
         request; the stepping loop then calls the engine's abort_request itself (the engine is not
         thread-safe) and returns the tokens so far with finish_reason "abort"."""
+        return self.generate_requests([(request_id, prompt_ids, sampling)])[0]
+
+    @torch.no_grad()
+    def generate_requests(self, requests: list[tuple[str, list[int], dict | None]]) -> list[RequestResult]:
+        """The requests added to the engine together (continuous batching), stepped until each has finished
+        or was aborted (see generate_request); results in the requests' order."""
         self._check_ready()
-        settings = self.sampling_settings(sampling, request=True)
-        seed = settings["seed"]
-        params = self._sampling_params(settings, None if seed is None or not self.request_seeds else int(seed))
-        if seed is not None and not self.request_seeds:
-            torch.manual_seed(int(seed))
-        engine = self.llm.llm_engine
-        self._begin_request(request_id)
-        last, aborted = None, False
+        engine, last, aborted = self.llm.llm_engine, {}, set()
+        ids = [request_id for request_id, _, _ in requests]
+        for request_id in ids:
+            self._begin_request(request_id)
         try:
-            engine.add_request(
-                request_id, {"prompt_token_ids": list(prompt_ids)}, params, lora_request=self.lora_request
-            )
-            while not (last is not None and last.finished):
-                if self._is_aborted(request_id):
+            for request_id, prompt_ids, sampling in requests:
+                settings = self.sampling_settings(sampling, request=True)
+                seed = settings["seed"]
+                params = self._sampling_params(settings, None if seed is None or not self.request_seeds else int(seed))
+                if seed is not None and not self.request_seeds and request_id == ids[0]:
+                    torch.manual_seed(int(seed))  # one random stream for the call: the first request's seed
+                engine.add_request(
+                    request_id, {"prompt_token_ids": list(prompt_ids)}, params, lora_request=self.lora_request
+                )
+            running = set(ids)
+            while running:
+                for request_id in [r for r in running if self._is_aborted(r)]:
                     engine.abort_request([request_id])
-                    aborted = True
+                    aborted.add(request_id)
+                    running.discard(request_id)
+                if not running:
                     break
                 if not engine.has_unfinished_requests():
-                    raise RuntimeError(f"vllm: request {request_id!r} left the engine without a final output")
+                    raise RuntimeError(f"vllm: requests {sorted(running)} left the engine without a final output")
                 for output in engine.step():
-                    if output.request_id == request_id:
-                        last = output
+                    if output.request_id in running:
+                        last[output.request_id] = output
+                        if output.finished:
+                            running.discard(output.request_id)
         finally:
-            aborted = self._end_request(request_id) or aborted
-        if last is None or not last.outputs:
+            for request_id in ids:
+                if self._end_request(request_id):
+                    aborted.add(request_id)
+            for request_id in set(ids) - aborted - {r for r, o in last.items() if o.finished}:
+                engine.abort_request([request_id])  # an error mid-call: leave nothing running in the engine
+        return [self._request_result(request_id, last.get(request_id), request_id in aborted) for request_id in ids]
+
+    def _request_result(self, request_id: str, output, aborted: bool) -> RequestResult:
+        if output is None or not output.outputs:
             return RequestResult(request_id, [], [], "abort" if aborted else "length")
-        completion = last.outputs[0]
+        completion = output.outputs[0]
         ids = list(completion.token_ids)
         log_probs = (
             [completion.logprobs[k][token].logprob for k, token in enumerate(ids)] if completion.logprobs else []

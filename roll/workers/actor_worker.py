@@ -50,6 +50,19 @@ class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMi
         worker's other calls (generate, weight loads), so it never overlaps them."""
         return self.strategy.generate_request(request_id, list(prompt_ids), sampling)
 
+    @register(dispatch_mode=Dispatch.ONE_RANK)
+    def generate_requests(self, requests: list[tuple[str, list[int], dict | None]]) -> list[RequestResult]:
+        """`cluster.generate_requests(rank, requests)`: several (request_id, prompt_ids, sampling) requests on
+        worker `rank` in one call, batched by the engine (InferenceStrategy.generate_requests); each can be
+        aborted on its own."""
+        return self.strategy.generate_requests([(rid, list(ids), sampling) for rid, ids, sampling in requests])
+
+    @register(dispatch_mode=Dispatch.ONE_RANK, concurrency_group="control")
+    def abort_requests(self, request_ids: list[str]) -> list[bool]:
+        """`cluster.abort_requests(rank, ids)`: abort_request for each id, in one call."""
+        strategy = getattr(self, "strategy", None)
+        return [strategy.abort_request(rid) if strategy is not None else False for rid in request_ids]
+
     @register(dispatch_mode=Dispatch.ONE_RANK, concurrency_group="control")
     def abort_request(self, request_id: str) -> bool:
         """`cluster.abort_request(rank, request_id)`: stop that worker's in-flight request (its

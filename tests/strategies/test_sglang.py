@@ -545,3 +545,39 @@ def test_hf_infer_abort_from_another_thread(models, make):
     worker.join(60)
     handle.remove()
     assert results["r"].finish_reason in ("abort", "stop") and len(results["r"].token_ids) < 200
+
+
+def test_hf_infer_requests_of_one_call_are_one_batch_each_row_on_its_own(models, make):
+    _, trained = models
+    hf = make(trained, "hf_infer")
+    batch = prompt_batch(hf.model.config.vocab_size, rows=4, seed=5)
+    prompts = [batch.batch["prompts"][r][batch.batch["attention_mask"][r].bool()].tolist() for r in range(4)]
+    alone = [hf.generate_request(f"a{r}", p, {"do_sample": False}) for r, p in enumerate(prompts)]
+    limits = [8, 3, 8, 2]  # a resumed request has fewer tokens left than the others
+    together = hf.generate_requests(
+        [(f"b{r}", p, {"do_sample": False, "max_new_tokens": limits[r]}) for r, p in enumerate(prompts)]
+    )
+    assert [t.request_id for t in together] == ["b0", "b1", "b2", "b3"]
+    for t, a, limit in zip(together, alone, limits):
+        assert t.token_ids == a.token_ids[:limit] and len(t.log_probs) == len(t.token_ids) <= limit
+        assert max((abs(x - y) for x, y in zip(t.log_probs, a.log_probs)), default=0.0) <= 1e-5
+        assert t.finish_reason == ("stop" if t.token_ids[-1] == hf.eos_token_id else "length")
+
+    forwards = []
+
+    def hook(module, args, output):  # abort one row of the batch after 2 tokens; the other row runs on
+        forwards.append(1)
+        if len(forwards) == 2:
+            assert hf.abort_request("cut")
+
+    handle = hf.model.register_forward_hook(hook)
+    try:
+        cut, full = hf.generate_requests(
+            [("cut", prompts[0], {"max_new_tokens": 30, "seed": 1}), ("full", prompts[0], {"max_new_tokens": 30})]
+        )
+    finally:
+        handle.remove()
+    assert cut.finish_reason in ("abort", "stop") and len(cut.token_ids) <= 2
+    assert len(full.token_ids) > 2 or full.finish_reason == "stop"
+    with pytest.raises(ValueError, match="share their sampling settings"):
+        hf.generate_requests([("x", prompts[0], {"do_sample": False}), ("y", prompts[0], {"do_sample": True})])

@@ -26,3 +26,10 @@ def test_request_abort(results):
     assert results["aborted"]["reason"] == "abort" and 1 <= results["aborted"]["tokens"] < 40
     assert results["aborted"]["tokens"] == results["aborted"]["log_probs"]
     assert results["engine_idle_after_abort"] and results["after_abort_identical"]
+
+
+def test_requests_of_one_call_are_batched_and_aborted_one_by_one(results):
+    assert all(results["batched_identical"]) and results["batched_order"] == ["b0", "b1", "b2", "b3"]
+    (long_reason, long_tokens), (short_reason, _) = results["pair"]
+    assert long_reason == "abort" and 1 <= long_tokens < 40
+    assert short_reason in ("stop", "length") and results["pair_short_identical"]

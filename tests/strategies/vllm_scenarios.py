@@ -365,6 +365,12 @@ def requests(workdir: Path) -> dict:
         == engine.generate_request("s2", ids, {"seed": 5, "max_new_tokens": 8}).token_ids
     )
     out["abort_unknown"] = engine.abort_request("nope")
+    # several requests in one call (continuous batching): each as if alone
+    prompts = [batch.batch["prompts"][r][batch.batch["attention_mask"][r].bool()].tolist() for r in range(4)]
+    together = engine.generate_requests([(f"b{r}", p, {"do_sample": False}) for r, p in enumerate(prompts)])
+    alone = [engine.generate_request(f"a{r}", p, {"do_sample": False}) for r, p in enumerate(prompts)]
+    out["batched_identical"] = [t.token_ids == a.token_ids for t, a in zip(together, alone)]
+    out["batched_order"] = [t.request_id for t in together]
 
     llm_engine = engine.llm.llm_engine
     real_step, steps = llm_engine.step, []
@@ -386,6 +392,16 @@ def requests(workdir: Path) -> dict:
         "tokens": len(aborted.token_ids),
         "log_probs": len(aborted.log_probs),
     }
+    steps.clear()
+    llm_engine.step = step  # the same abort of "long", now one of two requests of a call: "short" runs on
+    try:
+        pair = engine.generate_requests(
+            [("long", ids, {"max_new_tokens": 40, "seed": 2}), ("short", ids, {"do_sample": False})]
+        )
+    finally:
+        llm_engine.step = real_step
+    out["pair"] = [[r.finish_reason, len(r.token_ids)] for r in pair]
+    out["pair_short_identical"] = pair[1].token_ids == alone[-1].token_ids
     out["abort_after_finish"] = engine.abort_request("long")
     out["engine_idle_after_abort"] = not llm_engine.has_unfinished_requests()
     after = engine.generate_request("after", ids, {"do_sample": False})  # the engine is still usable

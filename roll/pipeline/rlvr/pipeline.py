@@ -18,6 +18,7 @@ from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
 from roll.pipeline.rlvr.async_rollout import AsyncRollout
 from roll.pipeline.rlvr.dynamic_sampling import filter_enabled, sample_filtered_batch
+from roll.pipeline.rlvr.request_rollout import RequestRollout
 from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_metrics
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
@@ -39,7 +40,12 @@ class RLVRPipeline(BasePipeline):
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
         self.sampler = prompt_sampler(self.train_rows, config.actor_train.data_args, config.seed)
         self._run_length()
-        self.async_rollout = AsyncRollout(self) if config.async_generation_ratio > 0 else None
+        if getattr(self, "request_rollout", None) is not None:  # a recovery re-runs _setup_data
+            self.request_rollout.close()
+        self.request_rollout = RequestRollout(self) if config.generate_opt_level == 1 else None
+        self.async_rollout = (
+            AsyncRollout(self) if config.async_generation_ratio > 0 and self.request_rollout is None else None
+        )
         self.val_rows = (
             self._load_rows(config.validation.data_args, "validation.data_args")
             if config.validation is not None
@@ -87,20 +93,33 @@ class RLVRPipeline(BasePipeline):
         return roles
 
     def data_state(self) -> dict:
-        queued = self.async_rollout.data_state() if self.async_rollout is not None else None
+        rollout = self.async_rollout or self.request_rollout
+        queued = rollout.data_state() if rollout is not None else None
         return {"sampler": queued or self.sampler.state_dict()}
 
     def load_data_state(self, state: dict) -> None:
         self.sampler.load_state_dict(state["sampler"])
 
     def _run_from(self, first_step: int, history: dict) -> None:
-        if self.async_rollout is not None:  # a (re)start: nothing in flight, the engine gets version first_step
-            self.async_rollout.reset(first_step)
+        rollout = self.async_rollout or self.request_rollout
+        if rollout is not None:  # a (re)start: nothing in flight, the engine gets version first_step
+            rollout.reset(first_step)
         super()._run_from(first_step, history)
 
+    def _before_weight_sync(self, timer: StepTimer) -> None:
+        if self.request_rollout is not None:
+            with timer.phase("rollout_wait"):  # the calls in flight end (or are aborted: partial_rollout)
+                self.request_rollout.before_weight_sync()
+
     def _after_weight_sync(self) -> None:
-        if self.async_rollout is not None:
-            self.async_rollout.after_weight_sync()
+        rollout = self.async_rollout or self.request_rollout
+        if rollout is not None:
+            rollout.after_weight_sync()
+
+    def close(self) -> None:
+        if getattr(self, "request_rollout", None) is not None:
+            self.request_rollout.close()
+        super().close()
 
     def _probe_batch(self) -> DataProto:
         rows = (self.val_rows or self.train_rows)[:1]
@@ -244,6 +263,12 @@ class RLVRPipeline(BasePipeline):
     def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict]]:
         """The step's scored samples and their prompt rows: rollout_batch_size prompts, or with a
         rewards.<domain>.query_filter_config the groups that pass it (roll.pipeline.rlvr.dynamic_sampling)."""
+        if self.request_rollout is not None:  # request-level: groups scored as they finish, maybe steps ahead
+            with timer.phase("generate_and_reward"):
+                rows, batch, rollout_metrics = self.request_rollout.take(step)
+            metrics.update(rollout_metrics)
+            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step)
+            return batch, rows
         if self.async_rollout is not None:  # off-policy: (mostly) generated while earlier steps trained
             with timer.phase("generate"):
                 rows, batch, async_metrics = self.async_rollout.take(step)
