@@ -61,7 +61,7 @@ def summarise(history: dict, bar: float) -> dict:
     plain = [m["timing/step"] for m in steps if not any(k.startswith("val/") for k in m)]
     elapsed, reached = 0.0, None
     for index, metrics in enumerate(steps):
-        elapsed += sum(metrics.get(f"timing/{p}", 0.0) for p in PHASES) + _other(metrics)
+        elapsed += metrics["timing/step"] - metrics.get("timing/validation", 0.0)  # training time only
         if reached is None and metrics.get("val/score/all", -1.0) >= bar:
             reached = {"step": index + 1, "seconds": round(elapsed, 1), "val": metrics["val/score/all"]}
     return {
@@ -75,12 +75,6 @@ def summarise(history: dict, bar: float) -> dict:
         "aborted_requests": sum(m.get("async/aborted_requests", 0) for m in steps),
         "partial_samples": sum(m.get("async/partial_samples", 0) for m in steps),
     }
-
-
-def _other(metrics: dict) -> float:
-    """Phases not in PHASES (advantages, ...) of the step's timers."""
-    known = {f"timing/{p}" for p in PHASES} | {"timing/step"}
-    return sum(v for k, v in metrics.items() if k.startswith("timing/") and k not in known)
 
 
 def main() -> None:
