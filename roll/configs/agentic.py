@@ -134,6 +134,12 @@ class AgenticConfig(RLAlgorithmConfig):
         "number; 0 = the synchronous loop), each with the weights of step max(first, t) throughout. Needs "
         "actor_infer on devices no other model role uses (docs/async.md)",
     )
+    partial_rollout: bool = field_help(
+        False,
+        "async_generation_ratio > 0: episodes keep running across a weight update (the sync waits only for the "
+        "generate call in flight; later turns use the new weights, so an episode can mix two policy versions); "
+        "false: the sync waits until the episodes started on the old weights have ended",
+    )
     val_seed_offset: int = field_help(
         1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
     )

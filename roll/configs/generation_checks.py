@@ -101,6 +101,11 @@ def check_async(config) -> None:
     (a colocated engine is offloaded while another role runs, so nothing could overlap)."""
     if hasattr(config, "generate_opt_level"):
         check_request_rollout(config)
+    elif config.partial_rollout and config.async_generation_ratio == 0:
+        raise ConfigError(
+            "'partial_rollout': true needs async_generation_ratio > 0: only a weight sync during a rollout is "
+            "affected by it"
+        )
     ratio = config.async_generation_ratio
     if ratio == 0:
         return

@@ -23,6 +23,10 @@ class EnvRollout:
         self.env_ids = list(range(num_envs))
         self.pad_token_id = pad_token_id
         self.token_cap = token_cap  # actor_infer.generating_args.max_new_tokens: a turn's budget is at most this
+        # async partial_rollout: every generate call passes this gate (roll.pipeline.agentic.async_rollout), which
+        # yields the policy version it runs on; rows then carry their episode's oldest version
+        self.gate = None
+        self.versions: dict[int, tuple[int, int]] = {}  # env id → (oldest, newest) version of its episode's turns
 
     def run(
         self, assignments: dict, generation: dict, seed: int, with_transcripts: bool = False
@@ -30,6 +34,7 @@ class EnvRollout:
         """assignments: env id → (seed, group_id, traj_id). Returns (training rows, episode stats, readable
         transcripts if asked)."""
         self.envs.start(assignments)
+        self.versions = {}
         turn = 0
         while True:
             requests = [r for per_worker in self.envs.requests() for r in per_worker]
@@ -42,6 +47,10 @@ class EnvRollout:
         for worker_rows, worker_episodes in self.envs.collect(self.env_ids):
             rows += worker_rows
             episodes += worker_episodes
+        if self.gate is not None:
+            for row in rows:
+                oldest, newest = self.versions[row["env_id"]]
+                row["policy_version"], row["policy_version_span"] = oldest, newest - oldest
         return rows, episodes, transcripts
 
     def _generate(self, requests: list, generation: dict, seed: int) -> dict:
@@ -60,7 +69,14 @@ class EnvRollout:
                 seed=seed,
             )
             batch, _ = batch.pad_to_multiple(self.actor_infer.world_size)
-            out = self.actor_infer.generate(batch)
+            if self.gate is None:
+                out = self.actor_infer.generate(batch)
+            else:
+                with self.gate.turn() as version:  # no weight sync while this call runs
+                    out = self.actor_infer.generate(batch)
+                for env_id, _, _ in part:
+                    oldest, newest = self.versions.get(env_id, (version, version))
+                    self.versions[env_id] = (min(oldest, version), max(newest, version))
             lengths = out.batch["response_mask"].sum(-1).long()
             for row, (env_id, _, _) in enumerate(part):
                 n = int(lengths[row])
@@ -107,6 +123,9 @@ def to_batch(rows: list[dict], prompt_length: int, response_length: int, pad_tok
     }
     non_tensors = {key: np.array([row[key] for row in rows], dtype=object) for key in ROW_KEYS}
     non_tensors["state"] = np.array([row.get("state", "") for row in rows], dtype=object)  # step rows only
+    if all("policy_version" in row for row in rows):  # async partial_rollout: the episode's oldest version
+        for key in ("policy_version", "policy_version_span"):
+            non_tensors[key] = np.array([row[key] for row in rows], dtype=object)
     if all("episode_score" in row for row in rows):  # every env manager's row has it (GiGPO reads it)
         non_tensors["episode_score"] = np.array([float(row["episode_score"]) for row in rows], dtype=object)
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
