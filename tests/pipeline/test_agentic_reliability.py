@@ -3,16 +3,19 @@ the uninterrupted run — same env seeds and episodes (the transcripts of every 
 final weights (fp32 on CPU: exact equality, wall-clock metrics aside).
 
 Env seeds come from (seed, step, group, episode) and trajectory ids from the step, so no env-manager state
-needs saving beyond the driver's RNG. Three small FrozenLake pipelines in the session's Ray: A runs 3 steps;
-B runs 1 (checkpoint at step 1) and is resumed to 3; C is A with async_generation_ratio: 1. A smaller batch than
-SMALL_AGENTIC keeps it ~1 min.
+needs saving beyond the driver's RNG. Three small FrozenLake pipelines in the session's Ray: A runs 3 steps,
+saving each; B is a run stopped right after its step-1 checkpoint (A's step-1 checkpoint, copied into B's
+empty output_dir, is what such a run leaves) and resumed to 3; C is A with async_generation_ratio: 1. A
+smaller batch than SMALL_AGENTIC keeps it ~1 min.
 """
 
 import json
+import shutil
 
 import pytest
 import torch
 
+from roll.utils import checkpoint
 from tests.pipeline.helpers import agentic_config, trained_weights
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -40,10 +43,11 @@ def _run(model, out, *overrides) -> dict:
 def runs(agentic_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("agentic_resume")
     full = _run(agentic_model, root / "full", f"max_steps={STEPS}")
-    stopped = _run(agentic_model, root / "stopped", f"max_steps={STOP}")
+    checkpoints = checkpoint.checkpoint_root(str(root / "full"))
+    shutil.copytree(checkpoints / f"step-{STOP}", checkpoint.checkpoint_root(str(root / "stopped")) / f"step-{STOP}")
     resumed = _run(agentic_model, root / "stopped", f"max_steps={STEPS}", "resume_from_checkpoint=true")
     async_ = _run(agentic_model, root / "async", f"max_steps={STEPS}", "async_generation_ratio=1")
-    return {"root": root, "full": full, "stopped": stopped, "resumed": resumed, "async": async_}
+    return {"root": root, "full": full, "resumed": resumed, "async": async_}
 
 
 def _transcripts(out, step: int) -> list[dict]:
@@ -62,19 +66,15 @@ def test_agentic_resume_continues_with_the_same_episodes_metrics_and_weights(run
         again, expected = _transcripts(root / "stopped", step), _transcripts(root / "full", step)
         assert [t["turns"][0]["observation"] for t in again] == [t["turns"][0]["observation"] for t in expected]
         assert again == expected, f"step {step}: same maps but different episodes"
-    for step in range(STEPS):
-        other = runs["stopped"] if step < STOP else resumed
-        assert _deterministic(other["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"
+    for step in range(STOP, STEPS):
+        assert _deterministic(resumed["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"
+        assert full["steps"][step]["actor/grad_norm"] > 0  # the resumed steps changed the weights
     assert all(torch.equal(resumed["weights"][n], t) for n, t in full["weights"].items())
-    changed = not all(torch.equal(runs["stopped"]["weights"][n], t) for n, t in full["weights"].items())
-    assert changed, {k: v for k, v in full["steps"][2].items() if k.startswith(("actor/grad", "critic/", "env/"))}
 
 
 def test_an_env_that_raises_in_reset_fails_the_step_naming_it_and_keeps_the_checkpoint(agentic_model, tmp_path):
     """16 resets per step: the 17th (step 2) raises. The step fails with the env's class, tag, env id and seed;
     step 1's checkpoint stays the latest and complete."""
-    from roll.utils import checkpoint
-
     overrides = [
         "max_steps=2",
         "+custom_envs.Faulty.env_type=tests.reliability.faulty.ResetFailsEnv",
