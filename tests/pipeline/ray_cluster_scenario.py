@@ -3,14 +3,15 @@
 Run by tests/pipeline/test_ray_cluster.py in a subprocess of its own (Ray must not be initialised in the
 driver before the attach, and the cluster must not outlive the scenario):
 
-    python -m tests.pipeline.ray_cluster_scenario --scenario two_nodes|lacking --demo_dir D --result R.json
+    python -m tests.pipeline.ray_cluster_scenario --demo_dir D --node_dir N --result R.json
 
 The nodes are ray.cluster_utils.Cluster nodes: separate raylets and object stores, each with its own
 `roll_device` resource and CPUs, started from another directory than the driver's (as `ray start` on
-another machine would be). `two_nodes`: each node has one virtual device; the demo runs 3 steps with
-actor_train (and the reference) on device 0 = node 0 and actor_infer on device 1 = node 1, and saves a
-checkpoint under a relative output_dir. `lacking`: the second node has no device; the pipeline must fail
-before any worker starts. The result file holds what the test asserts on.
+another machine would be). One cluster serves two scenarios in turn (a cluster start costs ~15 s):
+`lacking`: the second node has no device; the pipeline must fail before any worker starts (result["lacking"]).
+Then that node is replaced by one with a device, and `two_nodes`: the demo runs 3 steps with actor_train (and
+the reference) on device 0 = node 0 and actor_infer on device 1 = node 1, and saves a checkpoint under a
+relative output_dir. The result file holds what the tests assert on.
 """
 
 import argparse
@@ -35,8 +36,9 @@ def cluster_overrides(max_steps: int) -> list[str]:
     ]
 
 
-def start_cluster(second_node_devices: int, node_dir: Path):
-    """Head (the driver's node) + one worker node, each a raylet of its own, started from `node_dir`."""
+def start_cluster(node_dir: Path):
+    """Head (the driver's node, one device) + a worker node without devices, each a raylet of its own, started
+    from `node_dir`."""
     from ray.cluster_utils import Cluster
 
     previous = os.getcwd()
@@ -46,11 +48,27 @@ def start_cluster(second_node_devices: int, node_dir: Path):
             initialize_head=True,
             head_node_args={"num_cpus": 1, "resources": {"roll_device": 1}, "include_dashboard": False},
         )
-        cluster.add_node(num_cpus=1, resources={"roll_device": second_node_devices} if second_node_devices else {})
+        cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
     finally:
         os.chdir(previous)
     return cluster
+
+
+def give_the_worker_node_a_device(cluster, node_dir: Path) -> None:
+    previous = os.getcwd()
+    os.chdir(node_dir)
+    try:
+        for node in list(cluster.worker_nodes):
+            cluster.remove_node(node)
+        cluster.add_node(num_cpus=1, resources={"roll_device": 1})
+        cluster.wait_for_nodes()
+    finally:
+        os.chdir(previous)
+
+
+def nodes(cluster) -> dict:
+    return {"head": cluster.head_node.node_id, "worker": [n.node_id for n in cluster.worker_nodes]}
 
 
 def worker_facts(pipeline) -> list[dict]:
@@ -103,12 +121,13 @@ def run_lacking(demo_dir: Path, result: dict) -> None:
     except Exception as error:  # the expected outcome
         result["error_type"] = type(error).__name__
         result["error"] = str(error)
+    finally:
+        base.Cluster.__init__ = original
     result["clusters_started"] = started
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scenario", choices=["two_nodes", "lacking"], required=True)
     parser.add_argument("--demo_dir", type=Path, required=True)
     parser.add_argument("--node_dir", type=Path, required=True)
     parser.add_argument("--result", type=Path, required=True)
@@ -120,15 +139,16 @@ def main(argv=None) -> int:
     cluster = None
     previous_address = os.environ.get("RAY_ADDRESS")
     try:
-        cluster = start_cluster(1 if args.scenario == "two_nodes" else 0, args.node_dir)
-        result["nodes"] = {"head": cluster.head_node.node_id, "worker": [n.node_id for n in cluster.worker_nodes]}
+        cluster = start_cluster(args.node_dir)
         os.environ["RAY_ADDRESS"] = cluster.address  # what a user exports after `ray start --head`
-        if args.scenario == "two_nodes":
-            run_two_nodes(args.demo_dir, result)
-        else:
-            run_lacking(args.demo_dir, result)
-            ray.init(address=cluster.address)  # look again: nothing may have been reserved
-            result["placement_groups_after"] = len(ray.util.placement_group_table())
+        lacking = result["lacking"] = {"nodes": nodes(cluster)}
+        run_lacking(args.demo_dir, lacking)
+        ray.init(address=cluster.address)  # look again: nothing may have been reserved
+        lacking["placement_groups_after"] = len(ray.util.placement_group_table())
+        ray.shutdown()
+        give_the_worker_node_a_device(cluster, args.node_dir)
+        result["nodes"] = nodes(cluster)
+        run_two_nodes(args.demo_dir, result)
     except BaseException:
         result["crash"] = traceback.format_exc()
         raise

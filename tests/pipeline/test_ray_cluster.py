@@ -1,8 +1,9 @@
 """Running on an existing multi-node Ray cluster (issue 16), simulated on one machine.
 
-Each scenario runs in a subprocess (tests/pipeline/ray_cluster_scenario.py) that starts a two-node
-ray.cluster_utils.Cluster, exports RAY_ADDRESS and runs the tiny demo attached to it: this process's Ray
-session (if any) is untouched. The subprocess gets a private RAY_TMPDIR, so nothing else on the machine
+The scenarios run in one subprocess (tests/pipeline/ray_cluster_scenario.py) that starts a two-node
+ray.cluster_utils.Cluster, exports RAY_ADDRESS, first attaches a pipeline that needs a device the cluster
+lacks, then runs the tiny demo attached to it: this process's Ray session (if any) is untouched. The
+subprocess gets a private RAY_TMPDIR, so nothing else on the machine
 attaches to its cluster, and everything it started is ended afterwards, even when it fails or hangs.
 """
 
@@ -33,7 +34,13 @@ def cluster_demo_dir(tmp_path_factory) -> Path:
     return directory
 
 
-def run_scenario(scenario: str, demo_dir: Path, work: Path) -> tuple[dict, str]:
+@pytest.fixture(scope="module")
+def scenarios(cluster_demo_dir, tmp_path_factory) -> tuple[dict, str, Path]:
+    work = tmp_path_factory.mktemp("cluster")
+    return (*run_scenarios(cluster_demo_dir, work), work)
+
+
+def run_scenarios(demo_dir: Path, work: Path) -> tuple[dict, str]:
     """(the scenario's result file, its output). The driver runs in `work/run`, the nodes start in
     `work/node`."""
     run_dir, node_dir = work / "run", work / "node"
@@ -52,7 +59,6 @@ def run_scenario(scenario: str, demo_dir: Path, work: Path) -> tuple[dict, str]:
         sys.executable,
         "-m",
         "tests.pipeline.ray_cluster_scenario",
-        f"--scenario={scenario}",
         f"--demo_dir={demo_dir}",
         f"--node_dir={node_dir}",
         f"--result={result_file}",
@@ -116,8 +122,8 @@ def _has_env(pid: int, marker: bytes) -> bool:
         return False
 
 
-def test_the_demo_runs_attached_to_a_two_node_cluster(cluster_demo_dir, tmp_path):
-    result, output = run_scenario("two_nodes", cluster_demo_dir, tmp_path)
+def test_the_demo_runs_attached_to_a_two_node_cluster(scenarios):
+    result, output, tmp_path = scenarios
     head, (worker_node,) = result["nodes"]["head"], result["nodes"]["worker"]
     where = {(row["role"], row["rank"]): row for row in result["placements"]}
     train, infer, reference = where[("actor_train", 0)], where[("actor_infer", 0)], where[("reference", 0)]
@@ -154,8 +160,8 @@ def test_the_demo_runs_attached_to_a_two_node_cluster(cluster_demo_dir, tmp_path
     assert not (tmp_path / "node" / "output").exists()
 
 
-def test_a_cluster_lacking_a_device_fails_before_any_worker_starts(cluster_demo_dir, tmp_path):
-    result, _ = run_scenario("lacking", cluster_demo_dir, tmp_path)
+def test_a_cluster_lacking_a_device_fails_before_any_worker_starts(scenarios):
+    result = scenarios[0]["lacking"]
     assert result["error_type"] == "ClusterDevicesError"
     message = result["error"]
     assert "num_nodes=2 nodes with num_gpus_per_node=1 'roll_device'" in message

@@ -105,8 +105,7 @@ def test_a_killed_worker_is_recovered_and_the_run_matches_the_uninterrupted_one(
         assert not (runs["root"] / "scratch" / "checkpoints").exists()
         assert "recovery: no checkpoint saved yet: starting over from step 1" in recovered["log"]
         assert (
-            "recovery 1 of max_failures=1: rewards.math.compute_rewards did not answer within 4.0 s"
-            in recovered["log"]
+            "recovery 1 of max_failures=1: rewards.math.compute_rewards did not answer within 4.0 s" in recovered["log"]
         )
     else:  # each recovery names the role and method that failed
         assert "recovery 1 of max_failures=2: actor_infer.generate: worker rank 0 died" in recovered["log"]
