@@ -68,8 +68,9 @@ def test_agentic_resume_continues_with_the_same_episodes_metrics_and_weights(run
         assert again == expected, f"step {step}: same maps but different episodes"
     for step in range(STOP, STEPS):
         assert _deterministic(resumed["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"
-        assert full["steps"][step]["actor/grad_norm"] > 0  # the resumed steps changed the weights
     assert all(torch.equal(resumed["weights"][n], t) for n, t in full["weights"].items())
+    # not trivially: the resumed steps changed the weights (some group had reward variance)
+    assert max(full["steps"][step]["actor/grad_norm"] for step in range(STOP, STEPS)) > 0
 
 
 def test_an_env_that_raises_in_reset_fails_the_step_naming_it_and_keeps_the_checkpoint(agentic_model, tmp_path):
