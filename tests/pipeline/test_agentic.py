@@ -104,15 +104,15 @@ def test_user_defined_environment_example_runs(ray_session, agentic_model, tmp_p
 
 
 def test_frozen_lake_demo_learns(ray_session, agentic_model, tmp_path):
-    """The shipped demo config, 20 steps: the validation success rate (128 held-out maps, sampled with fixed
-    seeds) must at least double and rise by 5 points. Measured: 0.016 → 0.078 → 0.266 (40 steps: 0.352)."""
+    """The shipped demo config, 15 steps: the validation success rate (128 held-out maps, sampled with fixed
+    seeds) must at least double and rise by 5 points. Measured at 20f1a05: 0.008 → 0.211."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
     config = agentic_config(
         agentic_model,
         tmp_path,
         [
-            "max_steps=20",
+            "max_steps=15",
             "eval_steps=10",
             "actor_train.training_args.per_device_train_batch_size=32",
             "actor_train.training_args.gradient_accumulation_steps=2",
