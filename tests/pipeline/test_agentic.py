@@ -105,7 +105,7 @@ def test_user_defined_environment_example_runs(ray_session, agentic_model, tmp_p
 
 def test_frozen_lake_demo_learns(ray_session, agentic_model, tmp_path):
     """The shipped demo config, 15 steps: the validation success rate (128 held-out maps, sampled with fixed
-    seeds) must at least double and rise by 5 points. Measured at 20f1a05: 0.008 → 0.211."""
+    seeds) must at least double and rise by 5 points. Measured at 50162d9: 0.008 → 0.211."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
     config = agentic_config(
