@@ -55,3 +55,15 @@ def rlvr_config(demo_dir):
         return make_config(demo_dir, output_dir, overrides, blocks, **yaml)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_run(rlvr_config, ray_session, tmp_path_factory) -> dict:
+    """The demo's synchronous run of 4 steps, saving every 2, with its samples and final weights: the reference
+    of the resume and the async-rollout tests (one run for both). {"history", "out", "samples"}."""
+    from tests.pipeline.helpers import run_pipeline, trained_weights
+
+    root = tmp_path_factory.mktemp("uninterrupted")
+    config = rlvr_config(root / "out", ["max_steps=4", "save_steps=2"])
+    history = run_pipeline(config, sample_dir=root / "samples", inspect=trained_weights)
+    return {"history": history, "out": root / "out", "samples": root / "samples"}

@@ -1,7 +1,7 @@
 """Off-policy rollout (async_generation_ratio, docs/async.md) on the demo, engine and trainer on separate
 virtual devices. Two 4-step pipelines in one Ray session (each start-up costs most of the time):
 
-  sync   async_generation_ratio: 0 (the synchronous loop)
+  sync   async_generation_ratio: 0 (the synchronous loop): the session's `uninterrupted_run` (same config)
   async  ratio 2 with async_max_lag: 1: step 1 is on-policy (lag 0), step 2 trains on samples of step 1's
          policy (lag 1, allowed), step 3's batch was queued at step 1 (lag 2 > 1) so it is regenerated with
          the current weights; a checkpoint after step 2 is taken with steps 3-4 in flight. actor_infer is
@@ -27,7 +27,7 @@ STEPS, GROUP = 4, 8 * 4  # samples per step: 8 prompts x 4
 
 
 @pytest.fixture(scope="module")
-def runs(rlvr_config, tmp_path_factory):
+def runs(rlvr_config, uninterrupted_run, tmp_path_factory):
     from roll.pipeline.core.callbacks import SampleLogger
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
@@ -50,9 +50,11 @@ def runs(rlvr_config, tmp_path_factory):
         history["log"] = log.getvalue()
         return history
 
+    (root / "sync").symlink_to(uninterrupted_run["out"])  # the same config with async_generation_ratio: 0
+    (root / "sync_samples").symlink_to(uninterrupted_run["samples"])
     return {
         "root": root,
-        "sync": run("sync", "async_generation_ratio=0"),
+        "sync": uninterrupted_run["history"],
         "async": run(
             "async",
             "async_generation_ratio=2",

@@ -2,7 +2,8 @@
 at the next step with the same data order — and, in fp32 on CPU, with bit-identical samples, metrics
 and weights (tolerance: exact equality; every random draw is seeded per step and restored on resume).
 
-Three pipelines in one Ray session: A runs 4 steps uninterrupted; B runs 2 steps (checkpoint at step 2),
+Three pipelines in one Ray session: A runs 4 steps uninterrupted (the session's `uninterrupted_run`, shared with
+the async-rollout tests); B runs 2 steps (checkpoint at step 2),
 then a new pipeline resumes B's run with max_steps=4. B keeps its checkpoints in a checkpoint_dir of their own
 (ROLL's checkpoint_config.output_dir), apart from its output_dir.
 """
@@ -24,14 +25,16 @@ NONDETERMINISTIC = ("timing/", "weight_sync/seconds")
 
 
 @pytest.fixture(scope="module")
-def runs(rlvr_config, tmp_path_factory):
+def runs(rlvr_config, uninterrupted_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
 
     def run(out, samples, *overrides):
         config = rlvr_config(root / out, ["save_steps=2", *overrides])
         return run_pipeline(config, sample_dir=root / samples, inspect=trained_weights)
 
-    full = run("full", "full_samples", f"max_steps={STEPS}")
+    full = uninterrupted_run["history"]  # 4 steps, save_steps=2 (tests/pipeline/conftest.py)
+    (root / "full").symlink_to(uninterrupted_run["out"])
+    (root / "full_samples").symlink_to(uninterrupted_run["samples"])
     apart = f"checkpoint_dir={root / 'stopped_checkpoints'}"
     stopped = run("stopped", "stopped_samples", f"max_steps={STOP}", apart)
     resumed = run("stopped", "resumed_samples", f"max_steps={STEPS}", "resume_from_checkpoint=true", apart)
