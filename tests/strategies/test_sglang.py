@@ -581,3 +581,24 @@ def test_hf_infer_requests_of_one_call_are_one_batch_each_row_on_its_own(models,
     assert len(full.token_ids) > 2 or full.finish_reason == "stop"
     with pytest.raises(ValueError, match="share their sampling settings"):
         hf.generate_requests([("x", prompts[0], {"do_sample": False}), ("y", prompts[0], {"do_sample": True})])
+
+
+def test_request_samples_are_laid_out_as_the_batched_generate_lays_them_out(models, make):
+    """The request-level rollout (generate_opt_level 1) builds its training batch from RequestResults with
+    samples_to_batch: for the same greedy replies it must give the batched `generate`'s tensors."""
+    from roll.pipeline.rlvr.request_rollout import Sample, samples_to_batch
+
+    hf = make(models[1], "hf_infer")
+    batch = prompt_batch(hf.model.config.vocab_size, rows=4, seed=5)
+    width = hf.config.generating_args.max_new_tokens
+    greedy = hf.generate(batch, {"do_sample": False, "num_return_sequences": 1})
+    for row in range(4):
+        ids = batch.batch["prompts"][row][batch.batch["attention_mask"][row].bool()].tolist()
+        (result,) = hf.generate_requests([(f"r{row}", ids, {"do_sample": False})])
+        sample = Sample(ids, result.token_ids, result.log_probs, [0] * len(result.token_ids), done=True)
+        built = samples_to_batch([sample], batch[[row]], width, hf.pad_token_id)
+        expected = greedy[[row]]
+        for key in ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask"):
+            assert torch.equal(built.batch[key].to(expected.batch[key].dtype), expected.batch[key]), (row, key)
+        diff = (built.batch["rollout_log_probs"] - expected.batch["rollout_log_probs"]).abs().max().item()
+        assert diff <= 1e-5, (row, diff)
