@@ -11,7 +11,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, RequestResult
-from roll.utils.functional import compute_position_ids
+from roll.utils.functional import rollout_tensors
 
 
 def response_mask_from(responses: torch.Tensor, eos_token_id: int, generated_length: int) -> torch.Tensor:
@@ -82,19 +82,8 @@ class HFInferStrategy(InferenceStrategy):
             scores = torch.stack(output.scores, dim=1).float().cpu()  # (rows, length, vocab), as sampled from
             log_probs[:, :length] = torch.gather(scores.log_softmax(-1), -1, generated.unsqueeze(-1)).squeeze(-1)
         n = kwargs["num_return_sequences"]
-        prompts = prompts.repeat_interleave(n, dim=0)
-        attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0), response_mask.long()], dim=1)
-        return DataProto.from_dict(
-            tensors={
-                "prompts": prompts,
-                "responses": responses,
-                "input_ids": torch.cat([prompts, responses], dim=1),
-                "attention_mask": attention_mask,
-                "position_ids": compute_position_ids(attention_mask),
-                "response_mask": response_mask,
-                "rollout_log_probs": log_probs * response_mask,
-            }
-        )
+        tensors = rollout_tensors(prompts, prompt_mask, responses, response_mask, log_probs * response_mask, n)
+        return DataProto.from_dict(tensors=tensors)
 
     # --- request-level generation (synchronous; abort from another thread stops at the next token) ---------
     def generate_request(self, request_id: str, prompt_ids: list[int], sampling: dict | None = None) -> RequestResult:

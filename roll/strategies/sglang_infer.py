@@ -40,7 +40,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, RequestResult, buckets
-from roll.utils.functional import compute_position_ids
+from roll.utils.functional import rollout_tensors
 
 ENGINE_KEYS = {
     "mem_fraction_static": float,
@@ -199,17 +199,7 @@ def outputs_to_batch(
             responses[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             response_mask[row, : len(ids)] = 1.0
             log_probs[row, : len(ids)] = torch.tensor(lps, dtype=torch.float32)
-    prompts = prompts.repeat_interleave(n, dim=0)
-    attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0).long(), response_mask.long()], dim=1)
-    return {
-        "prompts": prompts,
-        "responses": responses,
-        "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention_mask,
-        "position_ids": compute_position_ids(attention_mask),
-        "response_mask": response_mask,
-        "rollout_log_probs": log_probs,
-    }
+    return rollout_tensors(prompts, prompt_mask, responses, response_mask, log_probs, n)
 
 
 def _check_update(result, what: str) -> None:

@@ -40,7 +40,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, RequestResult, buckets
-from roll.utils.functional import compute_position_ids
+from roll.utils.functional import rollout_tensors
 from roll.utils.memory import release_free_heap
 
 # strategy_config keys passed through to vllm.LLM, with the type each must have
@@ -351,19 +351,7 @@ class VLLMInferStrategy(InferenceStrategy):
                 log_probs[row, : len(ids)] = torch.tensor(
                     [completion.logprobs[k][token].logprob for k, token in enumerate(ids)]
                 )
-        prompts = prompts.repeat_interleave(n, dim=0)
-        attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0).long(), response_mask.long()], dim=1)
-        out = DataProto.from_dict(
-            tensors={
-                "prompts": prompts,
-                "responses": responses,
-                "input_ids": torch.cat([prompts, responses], dim=1),
-                "attention_mask": attention_mask,
-                "position_ids": compute_position_ids(attention_mask),
-                "response_mask": response_mask,
-                "rollout_log_probs": log_probs,
-            }
-        )
+        out = DataProto.from_dict(tensors=rollout_tensors(prompts, prompt_mask, responses, response_mask, log_probs, n))
         for key, values in batch.non_tensor_batch.items():
             out.non_tensor_batch[key] = values.repeat(n)
         out.meta_info = dict(batch.meta_info)

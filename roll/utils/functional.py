@@ -7,6 +7,30 @@ def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
+def rollout_tensors(
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    log_probs: torch.Tensor,
+    n: int = 1,
+) -> dict:
+    """The tensors of a generate output (docs/contracts.md): each left-padded prompt row repeated for its n
+    samples, input_ids = prompt ‖ response, attention over every real token, position ids, the response mask
+    and the sampled tokens' rollout log-probs. Every engine and the request-level rollout build it here."""
+    prompts = prompts.repeat_interleave(n, dim=0)
+    attention_mask = torch.cat([prompt_mask.repeat_interleave(n, dim=0).long(), response_mask.long()], dim=1)
+    return {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_ids(attention_mask),
+        "response_mask": response_mask,
+        "rollout_log_probs": log_probs,
+    }
+
+
 def slice_response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
     """Logits that predict the response tokens: positions P-1 .. P+R-2 of the full sequence."""
     return logits[:, -response_length - 1 : -1]

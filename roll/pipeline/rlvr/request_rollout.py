@@ -35,7 +35,7 @@ from roll.data.prompts import collate_prompts
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.rlvr.async_rollout import stale_action
 from roll.pipeline.rlvr.reward_metrics import merge_worker_metrics
-from roll.utils.functional import compute_position_ids
+from roll.utils.functional import rollout_tensors
 
 
 @dataclass
@@ -324,19 +324,10 @@ def samples_to_batch(samples: list[Sample], prompt: DataProto, response_length: 
         responses[row, :length] = torch.tensor(sample.tokens, dtype=torch.long)
         response_mask[row, :length] = 1.0
         log_probs[row, :length] = torch.tensor(sample.log_probs, dtype=torch.float32)
-    prompts = prompt.batch["prompts"].repeat_interleave(n, dim=0)
-    attention_mask = torch.cat([prompt.batch["attention_mask"].repeat_interleave(n, dim=0), response_mask.long()], 1)
-    out = DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": compute_position_ids(attention_mask),
-            "response_mask": response_mask,
-            "rollout_log_probs": log_probs,
-        }
+    tensors = rollout_tensors(
+        prompt.batch["prompts"], prompt.batch["attention_mask"], responses, response_mask, log_probs, n
     )
+    out = DataProto.from_dict(tensors=tensors)
     for key, values in prompt.non_tensor_batch.items():
         out.non_tensor_batch[key] = values.repeat(n)
     out.meta_info = dict(prompt.meta_info)
