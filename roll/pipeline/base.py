@@ -134,6 +134,7 @@ class BasePipeline:
         # where every worker landed (node, device); the first call each worker answers: the roles' start_timeout
         start_timeout = max(cluster.start_timeout for cluster in self.clusters.values())
         self.placements = describe_workers(self.clusters, timeout=start_timeout)
+        processes_up = time.perf_counter()
         logger.info("%s", check_placements(self.placements, self.resource_manager))
         if config.save_steps or config.resume_from_checkpoint:
             check_output_dir(checkpoint_base(config), self.clusters)
@@ -149,11 +150,14 @@ class BasePipeline:
         ]
         for call in pending:  # every role loads its model at once; each wait keeps the role's timeout
             call.result()
+        now = time.perf_counter()
         logger.info(
-            "started %d roles (%d workers) in %.1f s",
+            "started %d roles (%d workers) in %.1f s (worker processes up after %.1f s, models loaded in %.1f s)",
             len(self.clusters),
             sum(c.world_size for c in self.clusters.values()),
-            time.perf_counter() - started,
+            now - started,
+            processes_up - started,
+            now - processes_up,
         )
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.pipeline.demo_cache import prepared_agentic_demo, prepared_demo  # noqa: E402
-from tests.pipeline.helpers import make_config  # noqa: E402
+from tests.pipeline.helpers import NO_REFERENCE, make_config  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +64,6 @@ def uninterrupted_run(rlvr_config, ray_session, tmp_path_factory) -> dict:
     from tests.pipeline.helpers import run_pipeline, trained_weights
 
     root = tmp_path_factory.mktemp("uninterrupted")
-    config = rlvr_config(root / "out", ["max_steps=4", "save_steps=2"])
+    config = rlvr_config(root / "out", ["max_steps=4", "save_steps=2", NO_REFERENCE])
     history = run_pipeline(config, sample_dir=root / "samples", inspect=trained_weights)
     return {"history": history, "out": root / "out", "samples": root / "samples"}

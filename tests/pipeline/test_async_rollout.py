@@ -18,7 +18,7 @@ import torch
 from roll.configs import ConfigError
 from roll.pipeline.core.callbacks import read_samples
 from roll.pipeline.rlvr.async_rollout import stale_action
-from tests.pipeline.helpers import trained_weights
+from tests.pipeline.helpers import NO_REFERENCE, trained_weights
 from tests.reliability.test_recovery import KillWorker
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -34,7 +34,7 @@ def runs(rlvr_config, uninterrupted_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("async")
 
     def run(name, *overrides, kill=None):
-        config = rlvr_config(root / name, [f"max_steps={STEPS}", "save_steps=2", *overrides])
+        config = rlvr_config(root / name, [f"max_steps={STEPS}", "save_steps=2", NO_REFERENCE, *overrides])
         log = io.StringIO()
         handler = logging.StreamHandler(log)
         logging.getLogger("roll.pipeline").addHandler(handler)

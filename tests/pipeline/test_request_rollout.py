@@ -14,6 +14,7 @@ import torch
 
 from roll.configs import ConfigError
 from roll.pipeline.core.callbacks import StepCallback
+from tests.pipeline.helpers import NO_REFERENCE
 from tests.reliability.test_recovery import KillWorker
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -49,6 +50,7 @@ def run(rlvr_config, tmp_path_factory):
         [
             f"max_steps={STEPS}",
             "save_steps=1",
+            NO_REFERENCE,
             "generate_opt_level=1",
             "async_generation_ratio=1",
             "partial_rollout=true",

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from roll.pipeline.core.callbacks import read_samples
-from tests.pipeline.helpers import run_pipeline, trained_weights
+from tests.pipeline.helpers import NO_REFERENCE, run_pipeline, trained_weights
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -29,7 +29,7 @@ def runs(rlvr_config, uninterrupted_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
 
     def run(out, samples, *overrides):
-        config = rlvr_config(root / out, ["save_steps=2", *overrides])
+        config = rlvr_config(root / out, ["save_steps=2", NO_REFERENCE, *overrides])
         return run_pipeline(config, sample_dir=root / samples, inspect=trained_weights)
 
     full = uninterrupted_run["history"]  # 4 steps, save_steps=2 (tests/pipeline/conftest.py)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from roll.utils import checkpoint
-from tests.pipeline.helpers import make_config, run_pipeline
+from tests.pipeline.helpers import NO_REFERENCE, make_config, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_for_module")
 FAULTY = "tests.reliability.faulty.FaultyRewardWorker"
@@ -20,7 +20,7 @@ def _faulty_run(small_demo, out, fault: str, *overrides):
     config = make_config(
         small_demo,
         out,
-        ["max_steps=2", "save_steps=1", *overrides],
+        ["max_steps=2", "save_steps=1", NO_REFERENCE, *overrides],
         blocks={"rewards": {"math": {"worker_cls": FAULTY, "reward_args": {"fault": fault, "at_call": 2}}}},
     )
     started = time.perf_counter()
