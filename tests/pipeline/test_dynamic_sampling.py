@@ -12,7 +12,7 @@ import torch
 from roll.configs.worker import RewardFilterConfig
 from roll.pipeline.core.callbacks import StepCallback
 from roll.utils.progress import StepTimer
-from tests.pipeline.helpers import make_config
+from tests.pipeline.helpers import NO_REFERENCE, make_config
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 N, PROMPTS = 4, 8  # SMALL_RUN: num_return_sequences_in_group, rollout_batch_size
@@ -34,7 +34,7 @@ def pipeline(demo_dir, tmp_path_factory):
     config = make_config(
         demo_dir,
         tmp_path_factory.mktemp("dynsample"),
-        ["max_steps=3", "rewards.math.worker_cls=null"],
+        ["max_steps=3", NO_REFERENCE, "rewards.math.worker_cls=null"],
         blocks={"rewards": {"math": {"scorers": scorers}}},
     )
     keep = KeepBatch()

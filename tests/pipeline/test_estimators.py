@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from roll.pipeline.core.callbacks import StepCallback
+from tests.pipeline.helpers import NO_REFERENCE
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -21,7 +22,7 @@ def _run(rlvr_config, tmp_path, estimator):
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
     keep = KeepBatch()
-    config = rlvr_config(tmp_path / estimator, [f"adv_estimator={estimator}", "max_steps=2"])
+    config = rlvr_config(tmp_path / estimator, [f"adv_estimator={estimator}", "max_steps=2", NO_REFERENCE])
     with RLVRPipeline(config, callbacks=[keep]) as pipeline:
         history = pipeline.run()
     return history, keep.batches

