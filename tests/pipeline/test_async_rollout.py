@@ -61,6 +61,7 @@ def runs(rlvr_config, uninterrupted_run, tmp_path_factory):
             "async_max_lag=1",
             "async_stale_samples=regenerate",
             "max_failures=1",
+            "track_with=tensorboard",
             kill=KillWorker("actor_infer", at_step=2),
         ),
     }
@@ -91,6 +92,21 @@ def test_async_trains_off_policy_within_the_bound_on_the_same_prompts(runs):
     assert lag1 and all(torch.isfinite(torch.tensor(v)) for v in lag1.values())
     assert any(k.startswith("mismatch/lag_0/") for k in steps[0])
     assert not any(k.startswith("mismatch/lag_2/") for m in steps for k in m)  # never trained on
+
+
+def test_staleness_metrics_reach_tensorboard(runs):
+    """The `async/lag` histogram (each trained sample's lag) and the dropped/regenerated counts, read back from
+    the run's event file as `tensorboard --logdir` would."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (runs["root"] / "async").rglob("events.out.tfevents*")
+    board = EventAccumulator(str(events.parent), size_guidance={"histograms": 0, "scalars": 0}).Reload()
+    for key in ("async/lag", "async/dropped_samples", "async/regenerated_samples_total"):
+        assert key in board.Tags()["scalars"], key
+    lags = {event.step: event.histogram_value for event in board.Histograms("async/lag")}
+    assert all(h.num == GROUP for h in lags.values())
+    assert {(h.min, h.max) for h in lags.values()} == {(0.0, 0.0), (1.0, 1.0)}  # steps 1, 3: lag 0; steps 2, 4: lag 1
+    assert sorted(lags) == sorted({event.step for event in board.Scalars("async/lag")})
 
 
 def test_killed_engine_fails_clearly_and_resumes_from_the_checkpoint(runs):
