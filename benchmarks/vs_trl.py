@@ -116,7 +116,7 @@ def run_roll(args, data_dir: str) -> dict:
         "step_seconds": step_seconds,
         "curve": curve,
         "phases": {k: statistics.median(v) for k, v in phases.items()},
-        "threads": "1 per worker (examples/config/envs.yaml)",
+        "threads": f"{config.system_envs.get('OMP_NUM_THREADS', '1')} per worker (system_envs.OMP_NUM_THREADS)",
     }
 
 
