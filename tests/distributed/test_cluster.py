@@ -271,16 +271,17 @@ def test_workers_are_seeded_from_the_config_seed_and_their_rank(resources, tmp_p
     from roll.demo.tiny_model import build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "model"), ["one two three"], num_layers=1)
-    config = WorkerConfig(name="critic", model_args=ModelArgs(str(model)), world_size=2)
-    seeds = {"a": 1, "again": 1, "b": 2}
-    clusters = {name: Cluster("critic", ValueHeadProbe, resources, config, seed=seed) for name, seed in seeds.items()}
+    two, one = (WorkerConfig(name="critic", model_args=ModelArgs(str(model)), world_size=n) for n in (2, 1))
+    runs = {"a": (1, two), "again": (1, one), "b": (2, one)}  # rank 0 of each; rank 1 of "a" (4 workers to start)
+    clusters = {
+        name: Cluster("critic", ValueHeadProbe, resources, cfg, seed=seed) for name, (seed, cfg) in runs.items()
+    }
     try:
         pending = {name: cluster.value_head.submit() for name, cluster in clusters.items()}  # start in parallel
         heads = {name: call.result() for name, call in pending.items()}
     finally:
         for cluster in clusters.values():
             cluster.shutdown()
-    for rank in range(2):
-        assert torch.equal(heads["a"][rank], heads["again"][rank])  # same seed, same rank: same head
-        assert not torch.equal(heads["a"][rank], heads["b"][rank])  # another seed: another head
+    assert torch.equal(heads["a"][0], heads["again"][0])  # same seed, same rank: same head
+    assert not torch.equal(heads["a"][0], heads["b"][0])  # another seed: another head
     assert not torch.equal(heads["a"][0], heads["a"][1])  # ranks draw different streams
