@@ -3,8 +3,10 @@ filter, and a cgroup that caps memory and process count across all of the progra
 
 The program never sees the host: bubblewrap gives it new user, PID, mount, network, IPC, UTS and cgroup
 namespaces, a filesystem of only the interpreter, its standard library and the system's shared libraries
-(read-only), a private /proc of its own PID namespace, three device nodes, and size-capped tmpfs scratch
-and /tmp. It runs as uid 65534 with every capability dropped and cannot create further user namespaces.
+(read-only), a private read-only /proc of its own PID namespace (so /proc/sys and the like take no writes),
+no /sys, three device nodes, and size-capped tmpfs scratch and /tmp. It runs as uid 65534 with every
+capability dropped and cannot create further user namespaces; on the host it is an unprivileged uid too
+(hostuid.py: never uid 0, whatever uid the caller has).
 When the sandbox's first process (its PID 1) dies, the kernel kills everything in the PID namespace, so no
 descendant outlives a run, whatever it did with setsid or double forks.
 """
@@ -138,9 +140,19 @@ def _read_only_paths() -> list[str]:
 
 
 def bwrap_command(
-    bwrap: str, seccomp_fd: int, inputs_dir: str, argv: list[str], scratch_mb: int, tmp_mb: int
+    bwrap: str,
+    seccomp_fd: int,
+    inputs_dir: str,
+    argv: list[str],
+    scratch_mb: int,
+    tmp_mb: int,
+    info_fd: int,
+    block_fd: int,
+    source=lambda path: path,
 ) -> list[str]:
-    """bubblewrap's arguments for running `argv` with `inputs_dir` visible read-only at /sandbox."""
+    """bubblewrap's arguments for running `argv` with `inputs_dir` visible read-only at /sandbox. bubblewrap
+    writes the sandbox's host PID to `info_fd`, then waits for a byte on `block_fd` before running `argv`.
+    `source(path)` is where bubblewrap finds host path `path` to bind it (hostuid.Launch.source)."""
     command = [
         bwrap,
         "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces
@@ -161,7 +173,13 @@ def bwrap_command(
         "--setenv",
         "HOME",
         "/work",
+        "--info-fd",
+        str(info_fd),
+        "--block-fd",
+        str(block_fd),
         "--proc",
+        "/proc",
+        "--remount-ro",  # sysctls, sysrq-trigger, /proc/self/*: nothing in /proc takes a write
         "/proc",
         "--dev-bind",
         "/dev/null",
@@ -174,11 +192,11 @@ def bwrap_command(
         "/dev/urandom",
     ]
     for path in _read_only_paths():
-        command += ["--ro-bind", path, path]
+        command += ["--ro-bind", source(path), path]
     site = sysconfig.get_paths()["purelib"]
     if os.path.isdir(site) and site.startswith(sysconfig.get_paths()["stdlib"]):
         command += ["--tmpfs", site]  # the host's installed packages stay out of view
-    command += ["--ro-bind", inputs_dir, "/sandbox"]
+    command += ["--ro-bind", source(inputs_dir), "/sandbox"]
     command += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", "/work"]
     command += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     command += ["--remount-ro", "/", "--chdir", "/work", "--seccomp", str(seccomp_fd), "--", *argv]

@@ -76,7 +76,8 @@ def test_controls_get_the_right_verdicts():
 def test_process_storms_are_capped_and_reaped(storm):
     result = _run(storm, timeout=2.0, memory_mb=256, stdin="", nproc=16)
     assert result.timed_out
-    assert run_python("print('host still forks')").stdout == "host still forks\n"
+    after = run_python("print('host still forks')")
+    assert after.stdout == "host still forks\n", after
 
 
 def test_memory_split_across_children_hits_one_cap():
