@@ -96,7 +96,8 @@ class Launch:
         """The full command: bubblewrap's argv, behind the launcher when the caller is root."""
         if not self.root:
             return bwrap_argv
-        spec = {"uid": self.uid, "gid": self.gid, "stage_root": self.stage_root, "stage": list(self.stage.items())}
+        stage = list(self.stage.items())
+        spec = {"uid": self.uid, "gid": self.gid, "tmpfs": [self.stage_root] if stage else [], "stage": stage}
         python = os.path.realpath(sys.executable)
         return [python, "-I", "-S", "-B", LAUNCHER, json.dumps(spec), *bwrap_argv]
 
@@ -120,13 +121,16 @@ def await_child_pid(info_fd: int, proc, timeout: float = START_TIMEOUT_S) -> int
     raise SandboxUnavailable(f"bubblewrap did not report its sandbox within {timeout:.0f} s")
 
 
-def host_uid_of(pid: int) -> int:
+def host_uid_of(pid: int) -> int | None:
     """The real uid of process `pid` as the host sees it (bubblewrap never changes a sandbox's real uid:
-    it is the uid the program runs as)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Uid:"):
-                return int(line.split()[1])
+    it is the uid the program runs as); None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None  # bubblewrap failed while building the sandbox: nothing will run, its error comes back
     raise SandboxUnavailable(f"/proc/{pid}/status has no Uid line")
 
 

@@ -25,6 +25,17 @@ CGROUP_V1 = "/sys/fs/cgroup"
 CGROUP_PARENT = "roll_sandbox"
 
 
+def cgroup_parent() -> str:
+    """Where per-run cgroups go under each hierarchy: `ROLL_SANDBOX_CGROUP_PARENT` (a relative path; a
+    non-root trainer names a subtree delegated to its uid), default roll_sandbox."""
+    parent = os.environ.get("ROLL_SANDBOX_CGROUP_PARENT", CGROUP_PARENT)
+    if not parent or parent.startswith("/") or ".." in parent.split("/"):
+        raise SandboxUnavailable(
+            f"ROLL_SANDBOX_CGROUP_PARENT={parent!r}: need a relative path under /sys/fs/cgroup, without '..'"
+        )
+    return parent
+
+
 class SandboxUnavailable(RuntimeError):
     """A kernel layer the sandbox needs is missing on this machine; the message says which and why."""
 
@@ -210,20 +221,23 @@ class Cgroup:
     def __init__(self, memory_mb: int, max_processes: int):
         self.dirs: list[str] = []
         name = uuid.uuid4().hex[:12]
+        parent_name = cgroup_parent()
         if os.path.exists(os.path.join(CGROUP_V1, "memory", "cgroup.procs")):
-            memory = _make(os.path.join(CGROUP_V1, "memory", CGROUP_PARENT), name)
+            memory = _make(os.path.join(CGROUP_V1, "memory", parent_name), name)
             self.dirs.append(memory)
             _write(memory, "memory.limit_in_bytes", memory_mb * 1024 * 1024)
             if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
                 _write(memory, "memory.memsw.limit_in_bytes", memory_mb * 1024 * 1024)  # no escape into swap
-            pids = _make(os.path.join(CGROUP_V1, "pids", CGROUP_PARENT), name)
+            pids = _make(os.path.join(CGROUP_V1, "pids", parent_name), name)
             self.dirs.append(pids)
             _write(pids, "pids.max", max_processes)
         elif os.path.exists(os.path.join(CGROUP_V1, "cgroup.controllers")):
-            parent = os.path.join(CGROUP_V1, CGROUP_PARENT)
+            parent = os.path.join(CGROUP_V1, parent_name)
             os.makedirs(parent, exist_ok=True)
-            _write(CGROUP_V1, "cgroup.subtree_control", "+memory +pids")
-            _write(parent, "cgroup.subtree_control", "+memory +pids")
+            level = CGROUP_V1
+            for part in ["", *parent_name.split("/")]:  # each level down to the parent delegates the controllers
+                level = os.path.join(level, part) if part else level
+                _write(level, "cgroup.subtree_control", "+memory +pids")
             group = _make(parent, name)
             self.dirs.append(group)
             _write(group, "memory.max", memory_mb * 1024 * 1024)

@@ -1,12 +1,13 @@
 """Runs between a root caller and bubblewrap: gives up root on the host before any namespace exists.
 
 Started as `python -I -S -B launch.py SPEC_JSON BWRAP ARGS...` (standard library only). SPEC is
-{"uid", "gid", "stage_root", "stage": [[source, target], ...]}. Run by root, bubblewrap would map the
-sandbox's uid onto host uid 0, and uid-checked host files (/proc/sys sysctls among them) would take its
-writes. So this process, still root:
-1. makes a private mount namespace and binds each path the unprivileged uid cannot reach (a Python under
-   /root, mode 0700) at `target` inside a tmpfs at `stage_root`: bubblewrap reads them from there. Nothing
-   of it is visible on the host, and it all goes when the sandbox ends;
+{"uid", "gid", "tmpfs": [dir, ...], "stage": [[source, target], ...], "chdir" (optional)}. Run by root,
+bubblewrap would map the sandbox's uid onto host uid 0, and uid-checked host files (/proc/sys sysctls among
+them) would take its writes. So this process, still root:
+1. makes a private mount namespace, covers each `tmpfs` dir with an empty tmpfs (mode 0755) and binds each
+   `source` the unprivileged uid cannot reach (a Python under /root, mode 0700) at `target` (under one of
+   those tmpfs): bubblewrap reads them from there. Nothing of it is visible on the host, and it all goes
+   when the sandbox ends;
 2. drops to `uid`/`gid` for good (no supplementary groups, no capabilities, no_new_privs, so not even a
    setuid binary gives root back);
 3. execs bubblewrap, which then runs setuid-less and maps the sandbox's uid onto `uid`.
@@ -39,11 +40,16 @@ def main() -> None:
     if spec["stage"]:
         call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS) (root without CAP_SYS_ADMIN?)")
         call(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making the mounts private")
-        root = spec["stage_root"].encode()
-        call(libc.mount(b"tmpfs", root, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=64k"), "tmpfs for staging")
-        for source, target in spec["stage"]:
-            os.mkdir(target, 0o755)
-            call(libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"binding {source}")
+        # opened before any tmpfs can hide them; bound through /proc/self/fd (same mount namespace)
+        sources = [(os.open(source, os.O_PATH), source, target) for source, target in spec["stage"]]
+        for cover in spec["tmpfs"]:
+            options = b"mode=0755,size=64k"
+            call(libc.mount(b"tmpfs", cover.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"tmpfs on {cover}")
+        for fd, source, target in sources:
+            os.makedirs(target, 0o755, exist_ok=True)
+            via = f"/proc/self/fd/{fd}".encode()
+            call(libc.mount(via, target.encode(), None, MS_BIND | MS_REC, None), f"binding {source} at {target}")
+            os.close(fd)
     uid, gid = spec["uid"], spec["gid"]
     if uid == 0 or gid == 0:
         fail("refusing to run the sandbox as host uid/gid 0")
@@ -59,6 +65,8 @@ def main() -> None:
     ids = status["Uid"].split() + status["Gid"].split()
     if ids != [str(uid)] * 4 + [str(gid)] * 4 or int(status["CapEff"], 16) or int(status["CapPrm"], 16):
         fail(f"still privileged after dropping to {uid}: Uid {status['Uid'].strip()}, CapEff {status['CapEff']}")
+    if spec.get("chdir"):
+        os.chdir(spec["chdir"])
     os.execv(argv[0], argv)
 
 

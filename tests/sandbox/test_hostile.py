@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from roll.sandbox import capabilities, run_python
-from roll.sandbox.isolation import CGROUP_PARENT, CGROUP_V1
+from roll.sandbox.isolation import CGROUP_V1, cgroup_parent
 from roll.sandbox.runner import _run
 
 
@@ -36,7 +36,7 @@ def _sandboxed_pids() -> list[int]:
 def _run_cgroups() -> list[str]:
     found = []
     for hierarchy in ("memory", "pids", ""):
-        parent = os.path.join(CGROUP_V1, hierarchy, CGROUP_PARENT)
+        parent = os.path.join(CGROUP_V1, hierarchy, cgroup_parent())
         if os.path.isdir(parent):
             found += [os.path.join(parent, d) for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))]
     return found
