@@ -189,7 +189,7 @@ def test_the_sandboxed_program_is_not_host_root():
     """Read from the host, the sandboxed program's /proc/<pid>/status shows an unprivileged uid and gid (65534
     for a root caller) and no supplementary groups."""
     before = _program_pids()
-    runner = threading.Thread(target=run_python, args=("import time\ntime.sleep(1.5)",), kwargs={"timeout": 5})
+    runner = threading.Thread(target=run_python, args=("import time\ntime.sleep(1.0)",), kwargs={"timeout": 5})
     runner.start()
     try:
         deadline = time.monotonic() + 5
