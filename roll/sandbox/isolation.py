@@ -11,6 +11,7 @@ When the sandbox's first process (its PID 1) dies, the kernel kills everything i
 descendant outlives a run, whatever it did with setsid or double forks.
 """
 
+import atexit
 import errno
 import os
 import shutil
@@ -130,11 +131,12 @@ def seccomp_filter_path() -> str:
             handle, path = tempfile.mkstemp(prefix="roll_seccomp_", suffix=".bpf")
             with os.fdopen(handle, "wb") as out:
                 rules.export_bpf(out)
+            atexit.register(_unlink, path)  # one file per process, not one per process ever started
             _filter_path = path
         return _filter_path
 
 
-def _read_only_paths() -> list[str]:
+def read_only_paths() -> list[str]:
     """What the interpreter needs: its binary, standard library, and the shared libraries it links."""
     paths = {
         os.path.dirname(os.path.realpath(sys.executable)),
@@ -159,11 +161,9 @@ def bwrap_command(
     tmp_mb: int,
     info_fd: int,
     block_fd: int,
-    source=lambda path: path,
 ) -> list[str]:
     """bubblewrap's arguments for running `argv` with `inputs_dir` visible read-only at /sandbox. bubblewrap
-    writes the sandbox's host PID to `info_fd`, then waits for a byte on `block_fd` before running `argv`.
-    `source(path)` is where bubblewrap finds host path `path` to bind it (hostuid.Launch.source)."""
+    writes the sandbox's host PID to `info_fd`, then waits for a byte on `block_fd` before running `argv`."""
     command = [
         bwrap,
         "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces
@@ -202,12 +202,12 @@ def bwrap_command(
         "/dev/urandom",
         "/dev/urandom",
     ]
-    for path in _read_only_paths():
-        command += ["--ro-bind", source(path), path]
+    for path in read_only_paths():
+        command += ["--ro-bind", path, path]
     site = sysconfig.get_paths()["purelib"]
     if os.path.isdir(site) and site.startswith(sysconfig.get_paths()["stdlib"]):
         command += ["--tmpfs", site]  # the host's installed packages stay out of view
-    command += ["--ro-bind", source(inputs_dir), "/sandbox"]
+    command += ["--ro-bind", inputs_dir, "/sandbox"]
     command += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", "/work"]
     command += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     command += ["--remount-ro", "/", "--chdir", "/work", "--seccomp", str(seccomp_fd), "--", *argv]
@@ -289,6 +289,13 @@ class Cgroup:
                 os.rmdir(d)
             except OSError:
                 pass  # a process still exiting; the empty group is harmless and removed next time
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _make(parent: str, name: str) -> str:

@@ -1,7 +1,7 @@
 """Runs between a root caller and bubblewrap: gives up root on the host before any namespace exists.
 
 Started as `python -I -S -B launch.py SPEC_JSON BWRAP ARGS...` (standard library only). SPEC is
-{"uid", "gid", "tmpfs": [dir, ...], "stage": [[source, target], ...], "chdir" (optional)}. Run by root,
+{"uid", "gid", "tmpfs": [dir, ...], "stage": [[source, target], ...]}. Run by root,
 bubblewrap would map the sandbox's uid onto host uid 0, and uid-checked host files (/proc/sys sysctls among
 them) would take its writes. So this process, still root:
 1. makes a private mount namespace, covers each `tmpfs` dir with an empty tmpfs (mode 0755) and binds each
@@ -65,8 +65,6 @@ def main() -> None:
     ids = status["Uid"].split() + status["Gid"].split()
     if ids != [str(uid)] * 4 + [str(gid)] * 4 or int(status["CapEff"], 16) or int(status["CapPrm"], 16):
         fail(f"still privileged after dropping to {uid}: Uid {status['Uid'].strip()}, CapEff {status['CapEff']}")
-    if spec.get("chdir"):
-        os.chdir(spec["chdir"])
     os.execv(argv[0], argv)
 
 

