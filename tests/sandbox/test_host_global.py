@@ -20,7 +20,6 @@ from roll.sandbox.isolation import CGROUP_V1
 from tests.sandbox.test_hostile import _sandboxed_pids
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NOBODY = 65534
 SYSCTLS = {  # host sysctl -> hostile value (one that differs from any default)
     "kernel/core_pattern": "roll-hostile-core",
     "kernel/modprobe": "/tmp/roll-hostile-modprobe",
@@ -159,7 +158,8 @@ def _argv(pid: int) -> list[bytes]:
 
 
 def expected_host_uid() -> int:
-    return NOBODY if os.getuid() == 0 else os.getuid()
+    """65534 for a root caller (ROLL_SANDBOX_HOST_UID picks another), else the caller's own uid."""
+    return int(os.environ.get("ROLL_SANDBOX_HOST_UID", "65534")) if os.getuid() == 0 else os.getuid()
 
 
 def test_host_global_writes_change_nothing_on_the_host():
@@ -254,11 +254,11 @@ def test_corpus_runs_as_an_unprivileged_caller():
         "ROLL_SANDBOX_CGROUP_PARENT": parent,
         "ROLL_TEST_CGROUP_SENTINEL": sentinel,
     }
-    before = snapshot(sentinel, NOBODY)
+    before = snapshot(sentinel, launch.uid)
     try:
         for group in delegated:
             os.makedirs(group)
-            os.chown(group, NOBODY, NOBODY)
+            os.chown(group, launch.uid, launch.gid)
         inner = [os.path.realpath(sys.executable), "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
         ran = subprocess.run(
             launch.command([*inner, "-k", f"not ({slow})"]),
@@ -269,7 +269,7 @@ def test_corpus_runs_as_an_unprivileged_caller():
             timeout=240,
         )
     finally:
-        changed = restore(before, snapshot(sentinel, NOBODY))
+        changed = restore(before, snapshot(sentinel, launch.uid))
         for group in [*delegated, sentinel]:
             for child in os.listdir(group) if os.path.isdir(group) else []:
                 if os.path.isdir(os.path.join(group, child)):
