@@ -75,3 +75,14 @@ def test_refuses_without_isolation_unless_allowed(monkeypatch):
     unsafe = run_python("import os\nprint(os.getuid())", allow_unsafe=True)
     # no user namespace: the host's uid, and never root (a root caller's unsafe run is host uid 65534 too)
     assert unsafe.stdout == f"{65534 if os.getuid() == 0 else os.getuid()}\n"
+
+
+def test_a_sandbox_that_cannot_be_built_is_an_error_not_a_failed_program(monkeypatch):
+    # bubblewrap exits before reporting its sandbox: SandboxUnavailable, not a result scored as wrong code
+    monkeypatch.setattr(runner.isolation, "bwrap_binary", lambda: "/bin/false")
+    with pytest.raises(SandboxUnavailable, match="the sandbox could not be built: exit status 1"):
+        run_python("print(1)")
+    from roll.sandbox.server import run_code
+
+    answer = run_code({"code": "print(1)"})  # the grading server answers SandboxError, which clients retry
+    assert answer["status"] == "SandboxError" and "could not be built" in answer["message"]
