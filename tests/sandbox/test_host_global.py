@@ -244,7 +244,10 @@ def test_corpus_runs_as_an_unprivileged_caller():
     for path in (os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))), REPO):
         launch.reach(path)
     files = ["tests/sandbox/test_host_global.py", "tests/sandbox/test_hostile.py"]
-    slow = "storms or memory_split or infinite or flood or fd_and_disk or caller_can_be_killed or unprivileged"
+    # left out for time: limits enforced by the cgroup and wall clock whoever the caller is (the fork storm
+    # stays: RLIMIT_NPROC counts per uid, and every sandbox of this caller has the same one)
+    slow = "spawn or memory_split or infinite or flood or fd_and_disk or caller_can_be_killed or controls or hang"
+    slow += " or unprivileged"
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": "/tmp",

@@ -1,7 +1,8 @@
 """Hostile programs against the sandbox, one per attack class, each judged from OUTSIDE the sandbox:
 processes left behind, files that appeared on the host, bytes a host listener received, secrets printed,
 host processes killed. Every test also checks (autouse fixture) that no sandboxed process and no per-run
-cgroup outlives its run."""
+cgroup outlives its run. Host-global writes, the program's host uid, and this corpus re-run by an
+unprivileged caller are in test_host_global.py."""
 
 import os
 import signal
