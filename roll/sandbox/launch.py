@@ -4,10 +4,10 @@ Started as `python -I -S -B launch.py SPEC_JSON BWRAP ARGS...` (standard library
 {"uid", "gid", "tmpfs": [dir, ...], "stage": [[source, target], ...]}. Run by root,
 bubblewrap would map the sandbox's uid onto host uid 0, and uid-checked host files (/proc/sys sysctls among
 them) would take its writes. So this process, still root:
-1. makes a private mount namespace, covers each `tmpfs` dir with an empty tmpfs (mode 0755) and binds each
-   `source` the unprivileged uid cannot reach (a Python under /root, mode 0700) at `target` (under one of
-   those tmpfs): bubblewrap reads them from there. Nothing of it is visible on the host, and it all goes
-   when the sandbox ends;
+1. where the unprivileged uid cannot reach a path bubblewrap needs (a Python under /root, mode 0700): makes
+   a private mount namespace, covers each `tmpfs` dir (the blocking one, e.g. /root) with an empty tmpfs
+   (mode 0755) and binds each `source` back at `target` (its own path) inside it. Nothing of it is visible
+   on the host, and it all goes when the sandbox ends;
 2. drops to `uid`/`gid` for good (no supplementary groups, no capabilities, no_new_privs, so not even a
    setuid binary gives root back);
 3. execs bubblewrap, which then runs setuid-less and maps the sandbox's uid onto `uid`.
