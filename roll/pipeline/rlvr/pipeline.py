@@ -168,7 +168,7 @@ class RLVRPipeline(BasePipeline):
         batch.meta_info.update(generation_config=generation, seed=seed)
         return batch.pad_to_multiple(self.actor_infer.world_size)
 
-    def submit_generation(self, rows: list[dict], step: int):
+    def submit_generation(self, rows: list[dict], step: int) -> tuple[object, int]:
         """`generate`'s call without waiting for it: (its PendingCall, the padding rows for finish_generation)."""
         batch, pad = self.generation_request(rows, step)
         return self.actor_infer.generate.submit(batch), pad

@@ -84,7 +84,8 @@ class RequestSettings:
 
 class RequestRollout(Rollout):
     """Dependencies: `engine()` → the actor_infer Cluster as it is now (roles restart on a recovery and this
-    object outlives them); `use_engine()` gives the engine its turn on shared devices; `finish_generation(batch,
+    object outlives them), of which it uses world_size, rpc_timeout, generate_requests.submit, abort_requests
+    and first_finished; `use_engine()` gives the engine its turn on shared devices; `finish_generation(batch,
     pad, group_size)` decodes the responses; `compute_rewards(batch)` scores a group (on the scorer thread)."""
 
     def __init__(
