@@ -17,7 +17,7 @@ import torch
 
 from roll.configs import ConfigError
 from roll.pipeline.core.callbacks import read_samples
-from roll.pipeline.rlvr.async_rollout import stale_action
+from roll.pipeline.rlvr.rollout.base import stale_action
 from tests.pipeline.helpers import NO_REFERENCE, trained_weights
 from tests.reliability.test_recovery import KillWorker
 

@@ -586,7 +586,7 @@ def test_hf_infer_requests_of_one_call_are_one_batch_each_row_on_its_own(models,
 def test_request_samples_are_laid_out_as_the_batched_generate_lays_them_out(models, make):
     """The request-level rollout (generate_opt_level 1) builds its training batch from RequestResults with
     samples_to_batch: for the same greedy replies it must give the batched `generate`'s tensors."""
-    from roll.pipeline.rlvr.request_rollout import Sample, samples_to_batch
+    from roll.pipeline.rlvr.rollout.requests import Sample, samples_to_batch
 
     hf = make(models[1], "hf_infer")
     batch = prompt_batch(hf.model.config.vocab_size, rows=4, seed=5)
