@@ -7,7 +7,15 @@ import time
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from roll.distributed.decorator import CONCURRENCY_ATTR, DISPATCH_ATTR, Dispatch, collect_results, split_arguments
+from roll.distributed.data_proto import DataProto
+from roll.distributed.decorator import (
+    CONCURRENCY_ATTR,
+    DISPATCH_ATTR,
+    DataParallelLayout,
+    Dispatch,
+    collect_results,
+    split_arguments,
+)
 from roll.distributed.resource_manager import plan_role
 
 # Starting a worker process (imports torch, transformers) can take a while on a loaded machine; a role's
@@ -39,6 +47,10 @@ class Cluster:
         self.name, self.worker_config = name, worker_config
         # seconds with a call outstanding (union of call intervals as the driver sees them): busy/idle metrics
         self.busy_seconds, self._busy_until = 0.0, 0.0
+        # DataProto bytes the driver sent to this role's workers (Dispatch.DP_MP_COMPUTE shards, each once):
+        # in all, and by the latest call
+        self.sent_bytes, self.last_sent_bytes = 0, 0
+        self._layout: DataParallelLayout | None = None  # asked once, after the strategies are initialised
         self.rpc_timeout = worker_config.rpc_timeout
         self.start_timeout = getattr(worker_config, "start_timeout", ACTOR_START_TIMEOUT)
         placements = plan_role(
@@ -100,14 +112,47 @@ class Cluster:
     def _submit(self, method: str, mode, args: tuple, kwargs: dict, group: str | None = None) -> "PendingCall":
         self._set_rendezvous()
         ranks, args = self._target_ranks(method, mode, args)
-        per_worker = split_arguments(mode, len(ranks), args, kwargs)
+        layout = self.data_parallel_layout() if mode is Dispatch.DP_MP_COMPUTE else None
+        per_worker = split_arguments(mode, len(ranks), args, kwargs, layout)
+        if layout is not None:
+            per_worker = self._put_shards_once(per_worker)
         refs = []
         for rank, (a, kw) in zip(ranks, per_worker):
             remote = getattr(self.workers[rank], method)
             if group is not None:
                 remote = remote.options(concurrency_group=group)
             refs.append(remote.remote(*a, **kw))
-        return PendingCall(self, method, mode, refs, time.monotonic(), ranks)
+        return PendingCall(self, method, mode, refs, time.monotonic(), ranks, layout)
+
+    def data_parallel_layout(self) -> DataParallelLayout:
+        """Each worker's data-parallel rank and whether its result is collected (Worker.data_parallel_info),
+        asked at the first data-parallel call (after `initialize`, which comes first on every worker) and
+        kept: a role's layout does not change while its workers live."""
+        if self._layout is None:
+            refs = [worker.data_parallel_info.remote() for worker in self.workers]
+            reports = self._wait("data_parallel_info", refs)
+            self._layout = DataParallelLayout.from_reports(reports, self.name)
+        return self._layout
+
+    def _put_shards_once(self, per_worker: list[tuple[tuple, dict]]) -> list[tuple[tuple, dict]]:
+        """DataProto shards into Ray's object store once each (compacted: a row slice would carry the whole
+        batch), the ranks sharing a shard (a data-parallel group) getting the same reference; counts the
+        bytes sent."""
+        refs: dict[int, tuple] = {}  # id(shard) → (shard, its object ref); the shard is kept alive here
+
+        def once(value):
+            if not isinstance(value, DataProto):
+                return value
+            if id(value) not in refs:
+                shard = value.compact()
+                refs[id(value)] = (value, ray.put(shard))
+                self.last_sent_bytes += shard.nbytes()
+            return refs[id(value)][1]
+
+        self.last_sent_bytes = 0
+        out = [(tuple(once(a) for a in args), {k: once(v) for k, v in kwargs.items()}) for args, kwargs in per_worker]
+        self.sent_bytes += self.last_sent_bytes
+        return out
 
     def _target_ranks(self, method: str, mode, args: tuple) -> tuple[list[int], tuple]:
         """The ranks a call goes to, and its arguments without the target rank (Dispatch.ONE_RANK)."""
@@ -189,15 +234,15 @@ class RemoteMethod:
 
 
 class PendingCall:
-    def __init__(self, cluster: Cluster, method: str, mode, refs: list, started: float, ranks: list[int]):
+    def __init__(self, cluster: Cluster, method: str, mode, refs: list, started: float, ranks: list[int], layout=None):
         self.cluster, self.method, self.mode, self.refs, self.started = cluster, method, mode, refs, started
-        self.ranks = ranks
+        self.ranks, self.layout = ranks, layout
 
     def result(self):
         """The call's result; the role's rpc_timeout counts from submission."""
         results = self.cluster._wait(self.method, self.refs, started=self.started, ranks=self.ranks)
         self.cluster._count_busy(self.started, time.monotonic())
-        return collect_results(self.mode, results)
+        return collect_results(self.mode, results, self.layout)
 
 
 def ship_by_value(worker_cls):

@@ -5,6 +5,7 @@ arrays with the same rows (texts, uids, tags), `meta_info` holds per-call settin
 per-row. Tensors pickle as raw buffers, so sending one through Ray costs a copy, not a conversion.
 """
 
+import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +103,21 @@ class DataProto:
         if loss_free_keys and "uid" in filler.non_tensor_batch:
             filler.non_tensor_batch["uid"] = np.array([f"padding-{i}" for i in range(pad)], dtype=object)
         return DataProto.concat([self, filler]), pad
+
+    def nbytes(self) -> int:
+        """Bytes this batch takes when pickled (as Ray sends it): the tensors' whole storages (a pickled
+        view carries its base tensor's storage: see `compact`) plus the pickled non-tensor rows and meta_info."""
+        extra = pickle.dumps((self.non_tensor_batch, self.meta_info), protocol=pickle.HIGHEST_PROTOCOL)
+        return sum(v.untyped_storage().nbytes() for v in self.batch.values()) + len(extra)
+
+    def compact(self) -> "DataProto":
+        """The same rows with each tensor that views a larger storage copied out: a row slice (`chunk`,
+        `[...]`) pickles its base tensor's whole storage, i.e. every row of the batch it came from."""
+        tensors = {
+            k: v.clone() if v.untyped_storage().nbytes() > v.numel() * v.element_size() else v
+            for k, v in self.batch.items()
+        }
+        return DataProto(tensors, dict(self.non_tensor_batch), dict(self.meta_info))
 
     def to(self, device) -> "DataProto":
         self.batch = {k: v.to(device) for k, v in self.batch.items()}

@@ -72,6 +72,15 @@ class Worker:
         profiler, self._profiler = self._profiler, None
         return profiler.stop() if profiler is not None else []
 
+    def data_parallel_info(self) -> dict:
+        """{"dp_rank", "dp_size", "collect"}: which data-parallel shard this rank works on and whether its
+        result is its group's (Dispatch.DP_MP_COMPUTE). The strategy's once initialised (model-parallel ranks
+        share a shard); without one, every rank is its own group."""
+        strategy = getattr(self, "strategy", None)
+        if strategy is not None and hasattr(strategy, "data_parallel_info"):
+            return strategy.data_parallel_info()
+        return {"dp_rank": self.rank, "dp_size": self.world_size, "collect": True}
+
     def get_master_address(self) -> tuple[str, int]:
         return self.master_addr, self.master_port
 

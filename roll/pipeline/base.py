@@ -335,6 +335,7 @@ class BasePipeline:
         config = self.config
         self.profiler.start(step)
         busy = {name: cluster.busy_seconds for name, cluster in self.clusters.items()}
+        sent = {name: cluster.sent_bytes for name, cluster in self.clusters.items()}
         started = time.perf_counter()
         metrics = self.step(step)
         last = step == config.max_steps - 1
@@ -345,6 +346,10 @@ class BasePipeline:
         metrics["timing/step"] = time.perf_counter() - started
         busy = {name: cluster.busy_seconds - busy[name] for name, cluster in self.clusters.items()}
         metrics.update(overhead_and_busy(metrics, busy))
+        # batch bytes the driver sent each role (data-parallel shards: Cluster.sent_bytes)
+        for name, cluster in self.clusters.items():
+            if cluster.sent_bytes > sent.get(name, 0):
+                metrics[f"system/sent_bytes/{name}"] = cluster.sent_bytes - sent.get(name, 0)
         self.profiler.stop()  # writing the traces is not part of the step's time
         metrics["system/recoveries"] = self.recoveries
         self.tracker.log(metrics, step)

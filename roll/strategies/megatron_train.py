@@ -23,10 +23,10 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     bf16, fp16                       null  ROLL's precision flags: must agree with model_args.dtype
     apply_rope_fusion, bias_activation_fusion  false  TE/Apex fused kernels: false only
 
-Data: the worker dispatch gives each rank its own rows; the ranks of one model-parallel group (same
-data-parallel rank) pool their rows in rank order, so a train_step sees its data-parallel rank's
-batch: per_device_train_batch_size × gradient_accumulation_steps rows after pooling. compute_log_probs
-pools, scores, and returns each rank its own rows.
+Data: the Cluster's dispatch (Dispatch.DP_MP_COMPUTE, by `data_parallel_info`) gives every rank of one
+model-parallel group (TP × PP, same data-parallel rank) the same shard, so a train_step sees its
+data-parallel rank's per_device_train_batch_size × gradient_accumulation_steps rows on each of them; the
+Cluster keeps the result of tensor rank 0 of the last pipeline stage.
 Optimizer: megatron-core's (torch AdamW without apex/TE) with weight decay on every parameter, as
 train_common.build_adamw; the LR follows train_common.lr_lambda, set on the param groups before each
 step; clipping at training_args.max_grad_norm by megatron's clip_grad (total norm over all TP/PP/DP
@@ -198,7 +198,7 @@ class MegatronInferStrategy(InferenceStrategy):
 
     @classmethod
     def data_parallel_size(cls, world_size: int, strategy_config: dict | None) -> int:
-        """world_size / (TP × PP × CP): the ranks of one model-parallel group pool their rows."""
+        """world_size / (TP × PP × CP): the ranks of one model-parallel group share a shard."""
         settings = strategy_config or {}
         model_parallel = 1
         for key in MODEL_PARALLEL_KEYS:
@@ -267,19 +267,16 @@ class MegatronInferStrategy(InferenceStrategy):
         return model
 
     # --- data ---------------------------------------------------------------------------------------------
-    def _pool(self, batch: DataProto) -> tuple[DataProto, slice]:
-        """All rows of this rank's model-parallel group (rank order), and where this rank's own rows sit."""
+    def data_parallel_info(self) -> dict:
+        """The ranks of one model-parallel group (TP × PP) share a data-parallel rank and get the same rows
+        from the dispatch; tensor rank 0 of the last pipeline stage holds the group's result."""
         from megatron.core import parallel_state as ps
 
-        group = ps.get_model_parallel_group()
-        size = dist.get_world_size(group)
-        if size == 1:
-            return batch, slice(0, len(batch))
-        everyone = [None] * size
-        dist.all_gather_object(everyone, batch, group=group)
-        me = dist.get_rank(group)
-        start = sum(len(part) for part in everyone[:me])
-        return DataProto.concat(everyone), slice(start, start + len(batch))
+        return {
+            "dp_rank": ps.get_data_parallel_rank(),
+            "dp_size": ps.get_data_parallel_world_size(),
+            "collect": self.tp_rank == 0 and self.pp_rank == self.pp_size - 1,
+        }
 
     def _schedule(self, micros: list[DataProto], step_fn, forward_only: bool) -> None:
         """megatron's forward(/backward) schedule over `micros` (all of one size when PP > 1)."""
@@ -324,10 +321,10 @@ class MegatronInferStrategy(InferenceStrategy):
     @torch.no_grad()
     def _score(self, batch: DataProto, fn) -> torch.Tensor:
         """fn(micro, response-position logits over the real vocabulary) → (rows, R) for every row of this
-        rank, computed on the pooled rows of its model-parallel group (eval mode, infer_batch_size chunks)."""
-        pooled, own = self._pool(batch)
+        rank's data-parallel shard (the same rows on every rank of its model-parallel group), on every rank
+        (eval mode, infer_batch_size chunks)."""
         size = self.config.infer_batch_size
-        micros, order = scoring_micro_batches(self.config, pooled)  # token-budget groups: PP 1 only
+        micros, order = scoring_micro_batches(self.config, batch)  # token-budget groups: PP 1 only
         keep_rows = len(micros[-1])
         if self.pp_size > 1 and keep_rows != size:  # the pipeline's p2p shapes are fixed per schedule
             last = micros[-1]
@@ -348,8 +345,8 @@ class MegatronInferStrategy(InferenceStrategy):
             self.model.train(was_training)
         if parts:
             parts[-1] = parts[-1][:keep_rows]
-        result = self._broadcast_from_last_stage(restore_order(torch.cat(parts), order) if parts else None)
-        return result[own]
+        # the last stage's scores (small: rows × response length), so every rank returns its group's result
+        return self._broadcast_from_last_stage(restore_order(torch.cat(parts), order) if parts else None)
 
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
@@ -516,8 +513,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         return lr
 
     def train_step(self, batch: DataProto, loss_fn) -> dict:
-        pooled, _ = self._pool(batch)
-        micros = split_train_batch(self.config, pooled)
+        micros = split_train_batch(self.config, batch)
         history: dict[str, list] = {}
 
         def step_fn(micro, output):

@@ -66,6 +66,15 @@ class EchoWorker(Worker):  # test double
         return self.rank, f"{value}{suffix}"
 
 
+class TensorParallelEchoWorker(EchoWorker):  # test double: ranks 2k, 2k+1 form data-parallel group k
+    def data_parallel_info(self) -> dict:
+        return {"dp_rank": self.rank // 2, "dp_size": self.world_size // 2, "collect": self.rank % 2 == 1}
+
+    @register(Dispatch.DP_MP_COMPUTE)
+    def received(self, batch: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": batch.batch["x"], "rank": torch.full_like(batch.batch["x"], self.rank)})
+
+
 class GatedWorker(EchoWorker):  # test double: a long call that only another call can end early
     groups = {"control": 2}
 
@@ -123,6 +132,22 @@ def test_dispatch_modes(resources):
             ValueError, match=r"actor\.echo: the first argument is the rank of the worker to call \(0\.\.1\)"
         ):
             cluster.echo(bad, "x")
+    cluster.shutdown()
+
+
+def test_data_parallel_dispatch_sends_each_group_its_shard_once_and_collects_once(resources):
+    """4 ranks in 2 data-parallel groups of 2 (as TP2 × DP2): both ranks of a group get the same rows, each
+    row reaches one group, the result is the collecting ranks' (1 and 3) in data-parallel order, and the
+    driver sends 2 shards, not 4 (nor the whole batch a row slice would carry: DataProto.compact)."""
+    cluster = Cluster("actor", TensorParallelEchoWorker, resources, StandInWorkerConfig("actor", [0, 1, 2, 3]), seed=0)
+    batch = DataProto.from_dict({"x": torch.arange(8)})
+    pending = cluster.received.submit(batch)
+    per_rank = cluster._wait("received", pending.refs)  # every rank's own result, before collection
+    assert [part.batch["x"].tolist() for part in per_rank] == [[0, 1, 2, 3]] * 2 + [[4, 5, 6, 7]] * 2
+    out = pending.result()
+    assert out.batch["x"].tolist() == list(range(8)) and out.batch["rank"].tolist() == [1] * 4 + [3] * 4
+    shard = batch[slice(0, 4)].compact().nbytes()
+    assert cluster.last_sent_bytes == 2 * shard == cluster.sent_bytes and shard < batch[slice(0, 4)].nbytes()
     cluster.shutdown()
 
 

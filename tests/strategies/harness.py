@@ -7,7 +7,9 @@ reads (rank, world_size, worker_config) — the config itself is the real roll.c
 The parent builds a tiny HF checkpoint and N training batches (`prepare`), the plain single-process
 PyTorch reference runs in the parent (`plain_reference`), and `launch` spawns 2 ranks that run every
 scenario in one go (imports and the gloo rendezvous are the slow part on this machine) and write their
-results to a file. Each rank takes its contiguous half of every batch, as Dispatch.DP_MP_COMPUTE does.
+results to a file. Each rank takes its data-parallel group's shard of every batch and only the collecting
+ranks' scores count, as Dispatch.DP_MP_COMPUTE does (decorator.split_arguments / collect_results over the
+layout the strategy reports).
 """
 
 import dataclasses
@@ -325,6 +327,41 @@ def _gathered_metrics(metrics: dict) -> dict:
     return {key: sum(m[key] for m in everyone) / len(everyone) for key in metrics}
 
 
+def dp_layout(strategy, world_size: int):
+    """The role's DataParallelLayout, as the Cluster builds it from every rank's report (collective)."""
+    from roll.distributed.decorator import DataParallelLayout
+
+    info = strategy.data_parallel_info() if hasattr(strategy, "data_parallel_info") else None
+    info = info or {"dp_rank": strategy.rank, "dp_size": world_size, "collect": True}
+    reports = [None] * world_size
+    torch.distributed.all_gather_object(reports, info)
+    return DataParallelLayout.from_reports(reports, "harness")
+
+
+def dispatched(batch: DataProto, layout, rank: int) -> DataProto:
+    """This rank's shard of `batch`, by the Cluster's split."""
+    from roll.distributed.decorator import Dispatch, split_arguments
+
+    return split_arguments(Dispatch.DP_MP_COMPUTE, len(layout.dp_ranks), (batch,), {}, layout)[rank][0][0]
+
+
+def collected(result, layout) -> list:
+    """The collecting ranks' results in data-parallel order, as the Cluster returns them (collective)."""
+    from roll.distributed.decorator import Dispatch, collect_results
+
+    everyone = [None] * len(layout.dp_ranks)
+    torch.distributed.all_gather_object(everyone, result)
+    return collect_results(Dispatch.DP_MP_COMPUTE, everyone, layout)
+
+
+def uneven_scoring_batch(tensors: dict, layout, rank: int) -> DataProto:
+    """Rows 0-9 of a batch, 3 / 7 over two data-parallel groups (1 vs 3 forwards of infer_batch_size=3
+    rows: sharded engines must pad the shorter one's forwards to stay in step), all 10 with one group."""
+    dp_rank = layout.dp_ranks[rank]
+    rows = slice(0, 10) if layout.dp_size == 1 else _uneven_rows(dp_rank)
+    return as_proto(tensors, rows)
+
+
 def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
     """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
@@ -337,19 +374,20 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
+    world = torch.distributed.get_world_size()  # WORLD_SIZE, or a launch's own (megatron_scenarios)
     config = make_worker_config(
         workdir / scenario["model"] if scenario.get("model") else model_dir,
         scenario["strategy"],
         scenario["config"],
         scenario["micro"],
         scenario["accumulation"],
-        WORLD_SIZE,
+        world,
         scenario.get("gradient_checkpointing", False),
     )
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     critic = scenario.get("critic", False)
     strategy = create_strategy(
-        scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE, "value" if critic else "causal_lm")
+        scenario["strategy"], StandInWorker(config, rank, world, "value" if critic else "causal_lm")
     )
     if critic or scenario.get("model"):
         torch.manual_seed(CRITIC_SEED + rank)  # weights missing from the checkpoint differ per rank until synced
@@ -359,10 +397,13 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         source = workdir / scenario["resume_from"]
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
-    own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
-    steps, scored, micro_counts = [], [], []
+    layout = dp_layout(strategy, world)
+    steps, scored, micro_counts, received = [], [], [], None
     for step in range(first_step, scenario.get("steps", STEPS)):
-        batch = as_proto(batches[step], own_rows, scenario.get("loss_agg_mode"))
+        batch = dispatched(as_proto(batches[step], None, scenario.get("loss_agg_mode")), layout, rank)
+        if received is None:  # the rows each rank got at the first step
+            received = [None] * world
+            torch.distributed.all_gather_object(received, batch.batch["input_ids"])
         if scenario.get("record_micro_rows"):  # rows per micro-batch of each step (collective)
             micro_counts.append([len(part) for part in split_train_batch(config, batch)])
         if scenario.get("offload"):
@@ -380,11 +421,9 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
             if rank == 0:
                 (target / "steps").write_text(str(step + 1))
     params = {name: tensor.detach().cpu().clone() for name, tensor in strategy.named_hf_parameters()}
-    # log-probs of the final model on rows 0-9 of batch 0, split 3 / 7 over the ranks: 1 vs 3 forwards of
-    # infer_batch_size=3 rows, so sharded engines must pad rank 0's forwards to stay in step
+    # log-probs of the final model on rows 0-9 of batch 0 (uneven_scoring_batch)
     scoring = strategy.compute_values if critic else strategy.compute_log_probs
-    everyone = [None] * WORLD_SIZE
-    torch.distributed.all_gather_object(everyone, scoring(as_proto(batches[0], _uneven_rows(rank))))
+    everyone = collected(scoring(uneven_scoring_batch(batches[0], layout, rank)), layout)
     checksum = strategy.state_checksum()
     result = {
         "first_step": first_step,
@@ -393,6 +432,8 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         "log_probs": everyone,
         "checksum": checksum,
         "micro_rows": micro_counts,
+        "layout": layout,
+        "received": received,
     }
     if scenario.get("save_after"):
         hf_dir = workdir / scenario["name"] / "hf"
@@ -408,19 +449,17 @@ def _uneven_rows(rank: int) -> slice:
 def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
     """Forward-only strategies: log-probs of the saved model, checksum, then a weight load (as a weight
     sync would send) and the state it leaves."""
-    import torch.distributed as dist
-
     from roll.strategies import create_strategy
 
-    config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, WORLD_SIZE)
+    world = torch.distributed.get_world_size()
+    config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, world)
     config = dataclasses.replace(config, **scenario.get("worker", {}))
-    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
+    strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, world))
     strategy.initialize()
+    layout = dp_layout(strategy, world)
 
     def gathered_log_probs():
-        everyone = [None] * WORLD_SIZE
-        dist.all_gather_object(everyone, strategy.compute_log_probs(as_proto(batches[0], _uneven_rows(rank))))
-        return everyone
+        return collected(strategy.compute_log_probs(uneven_scoring_batch(batches[0], layout, rank)), layout)
 
     result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum()}
     if scenario.get("load_weights"):

@@ -25,14 +25,18 @@ def megatron_available() -> bool:
     return True
 
 
-def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Path, timeout: float = 900) -> dict:
+def launch(
+    scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Path, timeout: float = 900, world_size: int = 0
+) -> dict:
+    """`world_size` ranks (default harness.WORLD_SIZE) run `scenarios`; rank 0 writes the results."""
     import torch.multiprocessing as mp
 
     port = h._free_port()
+    world_size = world_size or h.WORLD_SIZE
     context = mp.start_processes(
         _rank_main,
-        args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
-        nprocs=h.WORLD_SIZE,
+        args=(port, scenarios, str(model_dir), str(data_file), str(workdir), world_size),
+        nprocs=world_size,
         join=False,
         start_method="spawn",
     )
@@ -45,12 +49,12 @@ def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Pat
     return torch.load(workdir / "megatron-results.pt", weights_only=False)
 
 
-def _rank_main(rank, port, scenarios, model_dir, data_file, workdir) -> None:
+def _rank_main(rank, port, scenarios, model_dir, data_file, workdir, world_size) -> None:
     os.environ.update(
         RANK=str(rank),
-        WORLD_SIZE=str(h.WORLD_SIZE),
+        WORLD_SIZE=str(world_size),
         LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE=str(h.WORLD_SIZE),
+        LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         OMP_NUM_THREADS="1",
@@ -91,17 +95,18 @@ def _rank_main(rank, port, scenarios, model_dir, data_file, workdir) -> None:
 
 
 def run_sum_pi_squared(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
-    """Σπ² (the optimal-token-baseline weights) from megatron_infer on uneven shards, gathered."""
-    import torch.distributed as dist
-
+    """Σπ² (the optimal-token-baseline weights) from megatron_infer on rows 0-9, dispatched and collected as
+    the Cluster does (harness.uneven_scoring_batch: with PP2 on 2 ranks one group holds all 10 rows, whose
+    last micro-batch of infer_batch_size=3 is padded for the pipeline's fixed shapes)."""
     from roll.strategies import create_strategy
 
-    config = h.make_worker_config(model_dir, "megatron_infer", scenario["config"], 1, 1, h.WORLD_SIZE)
-    strategy = create_strategy("megatron_infer", h.StandInWorker(config, rank, h.WORLD_SIZE))
+    world = torch.distributed.get_world_size()
+    config = h.make_worker_config(model_dir, "megatron_infer", scenario["config"], 1, 1, world)
+    strategy = create_strategy("megatron_infer", h.StandInWorker(config, rank, world))
     strategy.initialize()
-    everyone = [None] * h.WORLD_SIZE
-    dist.all_gather_object(everyone, strategy.compute_sum_pi_squared(h.as_proto(batches[0], h._uneven_rows(rank))))
-    return {"sum_pi_squared": everyone}
+    layout = h.dp_layout(strategy, world)
+    scores = strategy.compute_sum_pi_squared(h.uneven_scoring_batch(batches[0], layout, rank))
+    return {"sum_pi_squared": h.collected(scores, layout)}
 
 
 def run_logits(scenario: dict, rank: int) -> dict:
