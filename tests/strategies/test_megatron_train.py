@@ -5,9 +5,10 @@ production PPO loss (AdamW + weight decay, linear LR with warm-up, clipping that
 
 Layouts on 2 ranks: TP1 × DP2 (plain and with the distributed optimizer), TP2 (plain, with full
 recomputation), PP2. Sequence parallelism needs Apex norms, which do not exist on CPU: refused with a
-clear error (tested), not verified here. The model-parallel ranks of one data-parallel
-rank pool their rows, so TP2/PP2 take micro 4 × accumulation 4 over the 16 rows of a step and TP1×DP2
-micro 4 × accumulation 2 per rank — the same global batch as the reference (micro 4 × accumulation 4).
+clear error (tested), not verified here. The model-parallel ranks of one data-parallel rank get the same
+shard (the Cluster's dispatch by data-parallel rank, harness.dispatched), so TP2/PP2 take micro 4 ×
+accumulation 4 over the 16 rows of a step and TP1×DP2 micro 4 × accumulation 2 per rank — the same global
+batch as the reference (micro 4 × accumulation 4).
 
 Tolerances (float32), as the other strategies' test: per-step losses and grad norms rtol 1e-5 (atol 1e-6),
 final parameters max |Δ| < 2e-5; resume and offload vs the same layout's uninterrupted run: bit-identical.
@@ -58,7 +59,7 @@ def scenarios() -> list[dict]:
             )
         )
     out.append(dict(name="tp2/micro1_acc16", strategy="megatron_train", config=TP2, micro=1, accumulation=16))
-    # token-mean: split-invariant through train_common.global_batch_info (counts over all ranks, pooled rows)
+    # token-mean: split-invariant through train_common.global_batch_info (counts over all ranks, shared shards)
     for name, config, micro, accumulation in (("tp2", TP2, 1, 16), ("tp2", TP2, 16, 1), ("tp1_dp2", {}, 8, 1)):
         out.append(
             dict(

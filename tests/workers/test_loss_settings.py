@@ -110,11 +110,20 @@ class RecordingStrategy:  # test double for a training strategy: records each tr
         return {"grad_norm": float(step), "lr": 0.5, "x/loss": 2.0 * step}
 
 
-def worker(cls, rank: int, micro: int = 2, accumulation: int = 2):
-    """A worker object without Ray or a model: what the loop reads (rank, worker_config, strategy)."""
+class TensorParallelRecordingStrategy(RecordingStrategy):  # test double: ranks 2k, 2k+1 share data-parallel rank k
+    def __init__(self, rank: int):
+        super().__init__()
+        self.rank = rank
+
+    def data_parallel_info(self) -> dict:
+        return {"dp_rank": self.rank // 2, "dp_size": 2, "collect": self.rank % 2 == 0}
+
+
+def worker(cls, rank: int, micro: int = 2, accumulation: int = 2, strategy=None):
+    """A worker object without Ray or a model: what the loop reads (rank, world_size, worker_config, strategy)."""
     training_args = SimpleNamespace(per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation)
     instance = object.__new__(cls)
-    instance.rank, instance.strategy = rank, RecordingStrategy()
+    instance.rank, instance.world_size, instance.strategy = rank, 4, strategy or RecordingStrategy()
     instance.worker_config = SimpleNamespace(training_args=training_args)
     return instance
 
@@ -144,6 +153,19 @@ def test_actor_and_critic_keep_their_shuffle_order_and_metric_names(cls, loss_me
     assert all(fn == getattr(role, loss_method) for _, fn in role.strategy.calls)
     assert list(metrics) == [f"{prefix}/grad_norm", f"{prefix}/lr", "x/loss"]  # "/" keys are kept as they are
     assert metrics == {f"{prefix}/grad_norm": 3.5, f"{prefix}/lr": 0.5, "x/loss": 7.0}  # means over 6 steps
+
+
+def test_model_parallel_ranks_of_one_data_parallel_rank_draw_the_same_order():
+    """Ranks sharing a shard (megatron's TP/PP ranks) must take the same mini-batches: seeded by the dp rank."""
+    orders = []
+    for rank in range(4):
+        batch = DataProto.from_dict(tensors={"row": torch.arange(12)})
+        settings().attach(batch)
+        role = worker(ActorWorker, rank, strategy=TensorParallelRecordingStrategy(rank))
+        ActorWorker.train_step(role, batch)
+        orders.append([rows for rows, _ in role.strategy.calls])
+    assert orders[0] == orders[1] == old_order(17, rows=12, epochs=2, mini_batch=4)
+    assert orders[2] == orders[3] == old_order(18, rows=12, epochs=2, mini_batch=4) != orders[0]
 
 
 def test_actor_and_critic_draw_different_orders_from_one_batch():
