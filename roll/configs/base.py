@@ -100,9 +100,9 @@ class PipelineConfig:
     weight_sync_check: Literal["checksum", "full", "off"] = field_help(
         "checksum",
         "verification of each step's weight sync: checksum (what actor_train sent, in the dtype it sent, against "
-        "what actor_infer serves; ~0.1-0.3% of a step at 0.36B on a GPU), full (checksums + probe generation "
-        "and log-probs under both roles; ~20% of that step) or off. The sync at start-up, after a resume and "
-        "after a recovery is always checked in full",
+        "what actor_infer serves; ~0.1-0.3% of a step at 0.36B on a GPU, estimated), full (checksums + a probe "
+        "generated and scored by both roles; ~20% of that step, measured) or off. The sync at start-up, after a "
+        "resume and after a recovery is always checked in full (docs/strategies.md, Verification)",
     )
     weight_sync_full_check_steps: int = field_help(
         0,
