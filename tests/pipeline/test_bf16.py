@@ -70,9 +70,9 @@ def _precision(pipeline) -> dict:
 
     def infer_side(worker):
         strategy = worker.strategy
-        if hasattr(strategy, "module"):
-            return sorted({str(p.dtype) for p in strategy.module.parameters()})
-        return [str(strategy.llm.llm_engine.model_config.dtype)]
+        if hasattr(strategy, "llm"):  # vLLM: the model lives inside the engine
+            return [str(strategy.llm.llm_engine.model_config.dtype)]
+        return sorted({str(p.dtype) for p in strategy.module.parameters()})
 
     return {
         "train": ray.get(pipeline.actor_train.workers[0].__ray_call__.remote(train_side), timeout=60),
