@@ -1,4 +1,4 @@
-"""actor_train → actor_infer weight sync, in buckets, verified after every sync.
+"""actor_train → actor_infer weight sync, in buckets, in actor_infer's dtype, verified by a policy.
 
 Transfer: the trainer's HF-named weights go in buckets of at most `model_update_buffer_size_mb` (a
 larger single tensor goes alone), so a sync needs one bucket of extra memory, not the whole model. The
