@@ -404,11 +404,11 @@ class MegatronInferStrategy(InferenceStrategy):
 
     @torch.no_grad()
     def named_hf_parameters(self):
-        """Full HF-named weights on every rank (TP shards all-gathered, pipeline stages exchanged).
-        Collective: every rank must call it."""
+        """Full HF-named weights on every rank (TP shards all-gathered on the device, pipeline stages exchanged
+        through host memory). Collective: every rank must call it."""
         from megatron.core import parallel_state as ps
 
-        local = {k: v.detach().cpu() for k, v in self._local_state().items()}
+        local = {k: v.detach() for k, v in self._local_state().items()}  # on the device: NCCL gathers there
         if self.tp_size > 1:
             gathered = [{} for _ in range(self.tp_size)]
             group = ps.get_tensor_model_parallel_group()
@@ -420,6 +420,7 @@ class MegatronInferStrategy(InferenceStrategy):
             local = convert.merge_tp(gathered)
         stage = convert.globalize_pp(local, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank)
         if self.pp_size > 1:
+            stage = {k: v.cpu() for k, v in stage.items()}  # all_gather_object pickles: through host memory
             stages = [None] * self.pp_size
             dist.all_gather_object(stages, stage, group=ps.get_pipeline_model_parallel_group())
             stage = {}
