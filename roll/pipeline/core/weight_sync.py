@@ -104,7 +104,7 @@ class WeightSync:
         logger.info("weight sync: %s (%s), buckets of at most %g MB", self.method, why, buffer_size_mb)
 
     def check_for_step(self, step: int, initial: bool = False) -> str:
-        """ "full", "checksum" or "off" for the sync after 0-based `step`. `initial`: the sync at start-up,
+        """The check (full, checksum or off) of the sync after 0-based `step`. `initial`: the sync at start-up,
         after a resume or a recovery (always full: the engine's weights came from somewhere else)."""
         if initial or self.check == "full":
             return "full"
