@@ -22,6 +22,7 @@ from tests.strategies.test_train_strategies import DYNAMIC, LOSS_KEYS, _assert_s
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL = 1e-5, 1e-6, 2e-5
 BF16_RTOL, BF16_PARAM_ATOL = 5e-2, 2e-2  # bf16 forward/backward against the fp32 reference
+BF16 = "tp1_dp2_distopt_bf16"
 TP2 = {"tensor_model_parallel_size": 2}
 LAYOUTS = {  # name: (strategy_config, micro, accumulation)
     "tp1_dp2": ({}, 4, 2),
@@ -31,7 +32,6 @@ LAYOUTS = {  # name: (strategy_config, micro, accumulation)
     "pp2": ({"pipeline_model_parallel_size": 2}, 4, 4),
 }
 RESUMED = ("tp1_dp2_distopt", "tp2", "pp2")
-BF16 = "tp1_dp2_distopt_bf16"
 DYNAMIC_BATCHING = ("tp1_dp2", "tp2")  # PP 1 only (pipeline stages exchange fixed shapes)
 
 
@@ -150,17 +150,6 @@ def test_save_load_continue_equals_uninterrupted(runs, name):
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(uninterrupted["hf_files"])
 
 
-def test_bf16_params_with_fp32_main_params_train_like_fp32_and_resume_exactly(runs):
-    """bf16 model parameters, fp32 main params in megatron's optimizer: the same training as fp32 within bf16
-    rounding, and a resume restores the main params (the bf16 parameters alone cannot), so it is exact."""
-    bf16, resumed, reference = runs["results"][BF16], runs["results"][f"{BF16}/resumed"], runs["reference"]
-    assert {p.dtype for p in bf16["params"].values()} == {torch.bfloat16}
-    _assert_steps_close(bf16["steps"], reference["steps"], ("actor/pg_loss", "grad_norm"), rtol=BF16_RTOL, atol=1e-3)
-    assert _max_param_diff(bf16["params"], reference["params"]) < BF16_PARAM_ATOL
-    _assert_steps_close(resumed["steps"], bf16["steps"][1:], LOSS_KEYS, rtol=0, atol=0)
-    assert _max_param_diff(resumed["params"], bf16["params"]) == 0
-
-
 def test_offload_reload_leaves_training_unchanged(runs):
     plain, offloaded = runs["results"]["tp2"], runs["results"]["tp2/offload"]
     _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=0)
@@ -269,3 +258,14 @@ def test_micro_batching_limits_are_errors(tmp_path, keys, parallel, match):
     config = h.make_worker_config(tmp_path, "megatron_train", None, 1, 1, 2)
     with pytest.raises(ValueError, match=match):
         check_micro_batching(dataclasses.replace(config, **keys), parallel)
+
+
+def test_bf16_params_with_fp32_main_params_train_like_fp32_and_resume_exactly(runs):
+    """bf16 model parameters, fp32 main params in megatron's optimizer: the same training as fp32 within bf16
+    rounding, and a resume restores the main params (the bf16 parameters alone cannot), so it is exact."""
+    bf16, resumed, reference = runs["results"][BF16], runs["results"][f"{BF16}/resumed"], runs["reference"]
+    assert {p.dtype for p in bf16["params"].values()} == {torch.bfloat16}
+    _assert_steps_close(bf16["steps"], reference["steps"], ("actor/pg_loss", "grad_norm"), rtol=BF16_RTOL, atol=1e-3)
+    assert _max_param_diff(bf16["params"], reference["params"]) < BF16_PARAM_ATOL
+    _assert_steps_close(resumed["steps"], bf16["steps"][1:], LOSS_KEYS, rtol=0, atol=0)
+    assert _max_param_diff(resumed["params"], bf16["params"]) == 0
