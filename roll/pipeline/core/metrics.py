@@ -28,7 +28,7 @@ def progress(metrics: dict) -> str:
         ("reward", "critic/score/mean"),
         ("len", "response_length/mean"),
         ("pg_loss", "actor/pg_loss"),
-        ("kl", "mismatch/mismatch_kl"),
+        ("rollout_kl", "mismatch/mismatch_kl"),  # engine vs trainer log-probs, not the KL to the reference
         ("val", "val/score/all"),
     ]
     parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
