@@ -97,6 +97,18 @@ class PipelineConfig:
         "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
         "shares a device with an actor_train worker, collective when none does, else object_store",
     )
+    weight_sync_check: Literal["checksum", "full", "off"] = field_help(
+        "checksum",
+        "verification of each step's weight sync: checksum (what actor_train sent, in the dtype it sent, against "
+        "what actor_infer serves; ~0.1-0.3% of a step at 0.36B on a GPU, estimated), full (checksums + a probe "
+        "generated and scored by both roles; ~20% of that step, measured) or off. The sync at start-up, after a "
+        "resume and after a recovery is always checked in full (docs/strategies.md, Verification)",
+    )
+    weight_sync_full_check_steps: int = field_help(
+        0,
+        "also check the sync in full after every N-th step (N steps trained); 0 = only at start-up, resume "
+        "and recovery",
+    )
     profiler: ProfilerConfig = field_help(
         default_factory=ProfilerConfig,
         help="profiling of the roles' workers (tool, steps, ranks, save_path); a role's own `profiler` block "
@@ -131,6 +143,17 @@ class PipelineConfig:
         if self.max_ckpt_to_keep < 0:
             raise ConfigError(
                 f"'max_ckpt_to_keep' = {self.max_ckpt_to_keep}: must be >= 0 (0 keeps every checkpoint, N the newest N)"
+            )
+        if self.weight_sync_full_check_steps < 0:
+            raise ConfigError(
+                f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps}: must be >= 0 "
+                f"(0 = a full check only at start-up, resume and recovery; N = also after every N-th step)"
+            )
+        if self.weight_sync_full_check_steps and self.weight_sync_check == "full":
+            raise ConfigError(
+                f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps} has no effect with "
+                f"weight_sync_check: full (every sync is checked in full): set it to 0 or weight_sync_check to "
+                f"checksum or off"
             )
         if not self.model_update_buffer_size_mb > 0:
             raise ConfigError(

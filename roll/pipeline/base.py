@@ -75,6 +75,8 @@ class BasePipeline:
             buffer_size_mb=self.config.model_update_buffer_size_mb,
             method=self.config.weight_sync_method,
             adapter_only=self.config.lora_weight_sync == "adapter",
+            check=self.config.weight_sync_check,
+            full_check_steps=self.config.weight_sync_full_check_steps,
         )
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
@@ -287,7 +289,7 @@ class BasePipeline:
 
     def _run_from(self, first_step: int, history: dict) -> None:
         self.memory.use("actor_train", "actor_infer")
-        self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
+        self.weight_sync.sync_and_verify(first_step - 1, initial=True)  # the engine starts from the trainer's weights
         if history["first_step"] is None:
             history["first_step"] = first_step
             history["before"] = self._validate_before(first_step)

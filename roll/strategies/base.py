@@ -292,14 +292,11 @@ class InferenceStrategy:
                 f"{self.config.name}: the trainer sent no value for {len(missing)} parameters, e.g. {missing[:3]}"
             )
 
-    @torch.no_grad()
     def state_checksum(self) -> float:
-        """Σ over parameters of (Σp + Σp²) in float64: any lost or stale tensor changes it."""
-        total = 0.0
-        for _, param in self.module.named_parameters():
-            p = param.detach().double()
-            total += p.sum().item() + (p * p).sum().item()
-        return total
+        """Σ over parameters of (Σp + Σp²) in float64 (train_common.checksum): any lost or stale tensor changes it."""
+        from roll.strategies.train_common import checksum
+
+        return checksum(self.module.named_parameters())
 
     # --- memory -------------------------------------------------------------------------------------
     def offload(self) -> None:

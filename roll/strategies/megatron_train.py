@@ -234,8 +234,11 @@ class MegatronInferStrategy(InferenceStrategy):
         self.pp_size, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
         self.hf_config = AutoConfig.from_pretrained(self.config.model_args.model_name_or_path)
         convert.check_supported(self.hf_config)
-        dtype = torch.float32 if self.training else DTYPES[self.config.model_args.dtype]
-        self.tf_config = mm.transformer_config(self.hf_config, self.parallel, params_dtype=dtype)
+        # model_args.dtype is the dtype of the model's parameters; training in bf16/fp16 keeps fp32 main
+        # (master) weights in megatron's optimizer (_wrap_for_training)
+        self.tf_config = mm.transformer_config(
+            self.hf_config, self.parallel, params_dtype=DTYPES[self.config.model_args.dtype]
+        )
         self.model = mm.build_gpt_model(
             self.hf_config,
             self.tf_config,
@@ -398,11 +401,11 @@ class MegatronInferStrategy(InferenceStrategy):
 
     @torch.no_grad()
     def named_hf_parameters(self):
-        """Full HF-named weights on every rank (TP shards all-gathered, pipeline stages exchanged).
-        Collective: every rank must call it."""
+        """Full HF-named weights on every rank (TP shards all-gathered on the device, pipeline stages exchanged
+        through host memory). Collective: every rank must call it."""
         from megatron.core import parallel_state as ps
 
-        local = {k: v.detach().cpu() for k, v in self._local_state().items()}
+        local = {k: v.detach() for k, v in self._local_state().items()}  # on the device: NCCL gathers there
         if self.tp_size > 1:
             gathered = [{} for _ in range(self.tp_size)]
             group = ps.get_tensor_model_parallel_group()
@@ -414,6 +417,7 @@ class MegatronInferStrategy(InferenceStrategy):
             local = convert.merge_tp(gathered)
         stage = convert.globalize_pp(local, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank)
         if self.pp_size > 1:
+            stage = {k: v.cpu() for k, v in stage.items()}  # all_gather_object pickles: through host memory
             stages = [None] * self.pp_size
             dist.all_gather_object(stages, stage, group=ps.get_pipeline_model_parallel_group())
             stage = {}
@@ -471,6 +475,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
         args = self.config.training_args
+        dtype = self.tf_config.params_dtype
+        if (
+            dtype != torch.float32
+        ):  # casts the first stage's float inputs to bf16/fp16 and the last one's output to fp32
+            from megatron.core.transformer.module import Float16Module
+
+            self.model = Float16Module(self.tf_config, self.model)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=self.parallel["overlap_grad_reduce"],
@@ -496,9 +507,9 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             clip_grad=0.0 if clip == float("inf") else clip,
             decoupled_weight_decay=True,
             use_distributed_optimizer=self.parallel["use_distributed_optimizer"],
-            bf16=False,
-            fp16=False,
-            params_dtype=torch.float32,
+            bf16=dtype == torch.bfloat16,  # fp32 main params in the optimizer, bf16 model params
+            fp16=dtype == torch.float16,  # the same with megatron's dynamic loss scaling (not verified here)
+            params_dtype=dtype,
         )
         # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
         # biases and norms)
@@ -553,6 +564,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             {
                 "model": self._local_state(),
                 "optimizer": optimizer_state,
+                "main_params": self._main_params(),
                 "steps_done": self.steps_done,
                 "layout": (self.tp_size, self.pp_size, self.world_size),
             },
@@ -573,6 +585,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         """The optimizers under megatron's ChainedOptimizer (one per parameter group kind)."""
         return list(getattr(self.optimizer, "chained_optimizers", [self.optimizer]))
 
+    def _main_params(self) -> list[list[torch.Tensor]]:
+        """Per optimizer, the tensors its torch optimizer steps: with bf16 the fp32 main (master) weights (or this
+        rank's shard of them), which the bf16 model parameters alone cannot restore; with fp32 the parameters."""
+        return [
+            [p.detach().cpu() for g in part.optimizer.param_groups for p in g["params"]] for part in self._optimizers()
+        ]
+
     @torch.no_grad()  # the fp32 distributed optimizer's "main params" are views of the model's leaf params
     def load_checkpoint(self, path: str) -> None:
         from roll.strategies.megatron import model as mm
@@ -589,4 +608,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         mm.load_into(self.module, saved["model"])
         for part, state in zip(self._optimizers(), saved["optimizer"]):
             part.optimizer.load_state_dict(state)
+        # older checkpoints (fp32 training only) have no main params: there the parameters are the main params
+        for part, main in zip(self._optimizers(), saved.get("main_params", [])):
+            params = [p for g in part.optimizer.param_groups for p in g["params"]]
+            if [tuple(p.shape) for p in params] != [tuple(t.shape) for t in main]:
+                raise ValueError(
+                    f"{self.config.name}: {source} holds main params of other shapes than this optimizer's"
+                )
+            for param, value in zip(params, main):
+                param.copy_(value)
         self.steps_done = saved["steps_done"]

@@ -78,13 +78,20 @@ class StandInWorker:  # test double for roll.distributed.worker.Worker: what str
 
 
 def make_worker_config(
-    model_dir, strategy_name, strategy_config, micro, accumulation, world_size, gradient_checkpointing=False
+    model_dir,
+    strategy_name,
+    strategy_config,
+    micro,
+    accumulation,
+    world_size,
+    gradient_checkpointing=False,
+    dtype="float32",
 ) -> WorkerConfig:
     return WorkerConfig(
         name="actor_train",
         model_args=ModelArgs(
             model_name_or_path=str(model_dir),
-            dtype="float32",
+            dtype=dtype,
             disable_gradient_checkpointing=not gradient_checkpointing,
         ),
         training_args=TrainingArgs(
@@ -363,7 +370,7 @@ def uneven_scoring_batch(tensors: dict, layout, rank: int) -> DataProto:
 
 
 def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
-    """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
+    """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing], [dtype],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
     run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
     [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
@@ -383,6 +390,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         scenario["accumulation"],
         world,
         scenario.get("gradient_checkpointing", False),
+        scenario.get("dtype", "float32"),
     )
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     critic = scenario.get("critic", False)

@@ -423,7 +423,7 @@ def test_pipeline_wiring_generate_sync_checksum_probe(models, make, monkeypatch)
         for p in hf.model.parameters():
             p.mul_(1.1)
     with pytest.raises(error_type, match="did not load the trained weights"):
-        sync._check_checksums(step=1)
+        sync._check_checksums(1, [hf.state_checksum()])  # what the trainer sends now (fp32 both)
     with pytest.raises(error_type, match="stale or wrong weights"):
         sync._check_probe(step=1)
     assert sync.sync_and_verify(step=2)["weight_sync/probe_max_abs_diff"] <= 1e-5
