@@ -15,6 +15,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from roll.distributed.attach import AUTH_MODE_ENV, ClusterAttachError, check_cluster_address, local_ray_hint
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.ray")
@@ -83,6 +84,8 @@ def existing_cluster_address() -> str | None:
     `ray.init("auto")`'s fallback of attaching to any Ray process found on the machine: on a shared
     machine that is someone else's private session."""
     address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address == "local":  # Ray's own word for "start a new local instance" (ray.init reads it too)
+        return None
     if address:
         return address
     try:  # where `ray start` records it: <Ray's temp dir, RAY_TMPDIR-aware>/ray_current_cluster
@@ -138,13 +141,15 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
             configure_logging=False,
         )
         return
+    from_env = bool(os.environ.get("RAY_ADDRESS", "").strip())
+    check_cluster_address(address, from_env)  # fails within ~20 s naming the cause; ray.init would retry ~10 min
     try:  # attached: a job may only bring its runtime env; resources and memory are the cluster's
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
     except ConnectionError as error:
-        raise ConnectionError(
-            f"could not attach to the Ray cluster at {address!r} (from RAY_ADDRESS, or recorded by `ray start` "
-            f"on this machine): {error}. Start it (docs/cluster.md), or unset RAY_ADDRESS / run `ray stop` "
-            f"to run on a local Ray instead"
+        raise ClusterAttachError(
+            f"could not attach to the Ray cluster at {address!r}: {error}. Check that it is up (`ray status` on "
+            f"its head node) and that {AUTH_MODE_ENV} matches the cluster's (docs/cluster.md), "
+            f"{local_ray_hint(from_env)}"
         ) from error
     try:
         nodes = device_nodes(num_nodes, per_node)
