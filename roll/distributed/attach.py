@@ -74,7 +74,7 @@ def _check_port(where: str, host: str, port: int, deadline: float, refused_deadl
             if time.monotonic() >= refused_deadline - 0.5:
                 raise ClusterAttachError(
                     f"{where}: connection refused: nothing listens on port {port} of {host}. Start the head "
-                    f"node there (`ray start --head --port={port}`, docs/cluster.md §1), correct the address, {hint}"
+                    f"node there (`ray start --head --port={port}`, docs/cluster.md), correct the address, {hint}"
                 ) from None
             time.sleep(0.5)
         except OSError as error:  # timeout, no route, network unreachable
@@ -122,5 +122,5 @@ def auth_message(where: str) -> str:
         f"{where}: the cluster uses Ray's token authentication and this process has {here}. Attach with "
         f"`export {AUTH_MODE_ENV}=token` and the cluster's token in ~/.ray/auth_token (or RAY_AUTH_TOKEN / "
         f"RAY_AUTH_TOKEN_PATH); every node of the cluster needs the same token. Or start the cluster's nodes "
-        f"with {AUTH_MODE_ENV}=disabled on a private network (docs/cluster.md §1)"
+        f"with {AUTH_MODE_ENV}=disabled on a private network (docs/cluster.md)"
     )

@@ -120,7 +120,7 @@ def _end_processes_of(ray_tmp: str) -> None:
 
 
 def test_token_authentication_cluster_started_as_docs_say(tmp_path):
-    """docs/cluster.md §1 with token authentication: `ray get-auth-token --generate`, then `ray start` on the
+    """docs/cluster.md with token authentication: `ray get-auth-token --generate`, then `ray start` on the
     head and a second node with RAY_AUTH_MODE=token; a driver without the mode is told the cause, one with it
     attaches to both nodes."""
     ray_tmp = tempfile.mkdtemp(prefix="ra", dir="/tmp")  # short: Ray's socket paths must stay under 108 chars
@@ -139,7 +139,11 @@ def test_token_authentication_cluster_started_as_docs_say(tmp_path):
 
         start = time.monotonic()
         out = attach({**env, "RAY_ADDRESS": f"127.0.0.1:{port}"}, devices=2, nodes=2)
-        assert "FAILED" in out and "token authentication" in out and "RAY_AUTH_MODE=disabled (roll's default where it is unset)" in out, out
+        assert (
+            "FAILED" in out
+            and "token authentication" in out
+            and "RAY_AUTH_MODE=disabled (roll's default where it is unset)" in out
+        ), out
         assert "export RAY_AUTH_MODE=token" in out and "ray stop" not in out, out
         assert time.monotonic() - start < 30
 
