@@ -1,4 +1,4 @@
-"""A ROLL user's first hour (issue 31 §4): what a first config of one's own runs into, caught by --dry_run
+"""A ROLL user's first hour (issue 31, part 4): what a first config of one's own runs into, caught by --dry_run
 with a message that says what to do."""
 
 import importlib.util
