@@ -72,7 +72,7 @@ def sample_filtered_batch(pipeline, step: int) -> tuple[DataProto, list[dict], d
         logger.warning(
             "dynamic sampling, step %d: %d of %d groups passed the query filter after %d generation round(s) and "
             "%d extra prompts; %s, so %d dropped group(s) complete the batch",
-            step,
+            step + 1,
             len(kept),
             target,
             len(rounds),

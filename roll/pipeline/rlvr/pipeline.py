@@ -267,13 +267,13 @@ class RLVRPipeline(BasePipeline):
             with timer.phase("generate_and_reward"):
                 rows, batch, rollout_metrics = self.request_rollout.take(step)
             metrics.update(rollout_metrics)
-            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step)
+            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step + 1)
             return batch, rows
         if self.async_rollout is not None:  # off-policy: (mostly) generated while earlier steps trained
             with timer.phase("generate"):
                 rows, batch, async_metrics = self.async_rollout.take(step)
             metrics.update(async_metrics)
-            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step)
+            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step + 1)
             with timer.phase("reward"):
                 self.compute_rewards(batch)
             return batch, rows
