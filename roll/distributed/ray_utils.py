@@ -79,10 +79,10 @@ def enter_driver_cwd(logger=None) -> None:
 
 
 def existing_cluster_address() -> str | None:
-    """The cluster to attach to (None: start a local Ray, also for `RAY_ADDRESS=local`): `RAY_ADDRESS`, else the address a `ray start --head` (or
+    """The cluster to attach to: `RAY_ADDRESS`, else the address a `ray start --head` (or
     ray.cluster_utils.Cluster) on this machine recorded, as a plain `ray.init()` would find it. Not
     `ray.init("auto")`'s fallback of attaching to any Ray process found on the machine: on a shared
-    machine that is someone else's private session."""
+    machine that is someone else's private session. None (start a local Ray): neither, or `RAY_ADDRESS=local`."""
     address = os.environ.get("RAY_ADDRESS", "").strip()
     if address == "local":  # Ray's own word for "start a new local instance" (ray.init reads it too)
         return None
