@@ -25,13 +25,20 @@ def first_prompt_ids(config, tag: str, chat, env_cls, seed: int) -> list[int]:
 
 
 def check_first_prompts(config, chat, env_classes: dict | None = None) -> None:
-    """Every tag of the training and validation env managers: its first prompt must fit prompt_length.
-    `env_classes`: tag → class (the pipeline's resolved classes); None = the shipped registry."""
+    """Every tag of the training and validation env managers whose environment is a shipped one: its first
+    prompt must fit prompt_length. A user's environment is not reset in the driver (its reset may need what
+    only the environment workers have, or count its calls); its env manager refuses a too-long first prompt
+    at its first reset, with the same message. `env_classes`: tag → class (None: the shipped registry)."""
+    from roll.agentic.envs.registry import list_envs
+
+    shipped = set(list_envs())
     for key, seed in (("train_env_manager", config.seed), ("val_env_manager", config.val_seed_offset)):
         manager = getattr(config, key)
         if manager is None:
             continue
         for tag in dict.fromkeys(group_tags(manager)):
+            if config.custom_envs[tag].env_type not in shipped:
+                continue
             try:
                 first_prompt_ids(config, tag, chat, (env_classes or {}).get(tag), seed)
             except ValueError as error:
