@@ -111,7 +111,9 @@ class RewardNormalization:
 @dataclass
 class AgenticConfig(RLAlgorithmConfig):
     custom_envs: dict[str, EnvConfig] = field_help(
-        default_factory=dict, help="environments by tag: custom_envs.<tag> with env_type and env_config"
+        default_factory=dict,
+        help="environments by tag: custom_envs.<tag> with env_type and env_config; `custom_envs.<tag>: null` "
+        "drops one an included YAML defines",
     )
     train_env_manager: EnvManagerConfig = field_help(
         default_factory=EnvManagerConfig, help="the environments that produce training trajectories"

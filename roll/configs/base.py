@@ -31,7 +31,9 @@ class PipelineConfig:
         "output_dir. Every node must see it (a shared filesystem)",
     )
     logging_dir: str | None = field_help(
-        None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"
+        None,
+        "the metric sink's root directory (runs go to <logging_dir>/<exp_name>); null means "
+        "<output_dir>/tensorboard, or <output_dir>/wandb / <output_dir>/swanlab with track_with wandb / swanlab",
     )
     track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = field_help(
         "tensorboard",
@@ -128,6 +130,8 @@ class PipelineConfig:
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
             )
+        if self.track_with in TRACKER_PACKAGES:
+            _check_tracker_installed(self.track_with)
         if self.tracker_kwargs and self.track_with == "stdout":
             raise ConfigError("'tracker_kwargs' is set but track_with = 'stdout' reads none: remove tracker_kwargs")
         unknown = sorted(set(self.tracker_kwargs) - set(SUMMARY_WRITER_KEYS))
@@ -167,4 +171,20 @@ class PipelineConfig:
 
     @property
     def tensorboard_dir(self) -> str:
-        return self.logging_dir or f"{self.output_dir.rstrip('/')}/tensorboard"
+        """The metric sink's root (`logging_dir`, or a directory of output_dir named after the sink: wandb's
+        and swanlab's files do not belong in the TensorBoard folder)."""
+        sink = self.track_with if self.track_with in TRACKER_PACKAGES else "tensorboard"
+        return self.logging_dir or f"{self.output_dir.rstrip('/')}/{sink}"
+
+
+TRACKER_PACKAGES = ("wandb", "swanlab")  # track_with values that need a package of their own (an extra)
+
+
+def _check_tracker_installed(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise ConfigError(
+            f"'track_with' = {name!r}: the {name} package is not installed; install roll's {name} extra "
+            f"(pip install -e '.[{name}]' in the checkout, or pip install '{name}'), or set track_with: tensorboard"
+        )

@@ -44,7 +44,10 @@ def translate(data: dict) -> list:
     _walk(data, "", problems)
     for domain, reward in (data.get("rewards") or {}).items():
         if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
+            original = reward["worker_cls"]
             _reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
+            if reward["worker_cls"] != original:  # ROLL's path was given: --dry_run shows the mapping
+                data.setdefault("__roll__", {}).setdefault("reward_worker_cls", {})[domain] = original
     return problems
 
 
@@ -444,13 +447,21 @@ def _validate_engine(name: str, strategy_config, worker) -> None:
         resolve_fsdp2_config(strategy_config, dtype, world)
 
 
+def note_roll_spellings(config, extra: dict) -> None:
+    """Keeps on each reward domain the ROLL worker path the config gave (`roll_worker_cls`, not a config
+    field), so --dry_run shows the mapping only where one happened."""
+    for domain, roll_path in extra.get("reward_worker_cls", {}).items():
+        if domain in config.rewards:
+            config.rewards[domain].roll_worker_cls = roll_path
+
+
 def reward_mapping(config) -> list[str]:
-    """Lines for --dry_run: each reward domain whose class is a ROLL worker's counterpart, with ROLL's path."""
-    ours_to_roll = {ours: roll_path for roll_path, ours in ROLL_REWARD_WORKERS.items()}
+    """Lines for --dry_run: each reward domain whose config named a ROLL worker, with roll's class for it (a
+    config that names roll's class already gets none)."""
     lines = [
-        f"  rewards.{domain}: {ours_to_roll[reward.worker_cls]} -> {reward.worker_cls}"
+        f"  rewards.{domain}: {reward.roll_worker_cls} -> {reward.worker_cls}"
         for domain, reward in config.rewards.items()
-        if reward.worker_cls in ours_to_roll
+        if getattr(reward, "roll_worker_cls", None)
     ]
     return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
 

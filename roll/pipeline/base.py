@@ -349,7 +349,9 @@ class BasePipeline:
         metrics.update(overhead_and_busy(metrics, busy))
         self.profiler.stop()  # writing the traces is not part of the step's time
         metrics["system/recoveries"] = self.recoveries
-        self.tracker.log(metrics, step)
+        # steps as a person reads them, 1-based (the progress line's [N/max], checkpoint step-N, samples step-N,
+        # learning_curves.png); validation before training is step 0 (docs/quickstart.md)
+        self.tracker.log(metrics, step + 1)
         if step % config.logging_steps == 0 or last:
             logger.info("%s %s", eta.line(step), progress(metrics))
         if config.save_steps and ((step + 1) % config.save_steps == 0 or last):

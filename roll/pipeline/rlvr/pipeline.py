@@ -275,7 +275,7 @@ class RLVRPipeline(BasePipeline):
         taken = self.rollout.take(step, timer)
         metrics.update(taken.metrics)
         for name, values in taken.histograms.items():
-            self.tracker.histogram(name, values, step)
+            self.tracker.histogram(name, values, step + 1)  # the tracker counts steps from 1, as the progress line
         return taken.batch, taken.rows
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
