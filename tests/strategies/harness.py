@@ -328,12 +328,14 @@ def _gathered_metrics(metrics: dict) -> dict:
 def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
     """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
-    run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
+    run the remaining steps), [offload] (offload + reload watched by offload_probe + a scoring forward before
+    every step),
     [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
     [loss_agg_mode] (instead of LOSS's), [worker] (WorkerConfig fields to override, e.g. dynamic batching),
     [record_micro_rows] (record the rows of each micro-batch split_train_batch makes, per step)."""
     from roll.strategies import create_strategy
     from roll.strategies.train_common import split_train_batch
+    from tests.strategies import offload_probe
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
@@ -360,14 +362,13 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
     own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
-    steps, scored, micro_counts = [], [], []
+    steps, scored, micro_counts, round_trips = [], [], [], []
     for step in range(first_step, scenario.get("steps", STEPS)):
         batch = as_proto(batches[step], own_rows, scenario.get("loss_agg_mode"))
         if scenario.get("record_micro_rows"):  # rows per micro-batch of each step (collective)
             micro_counts.append([len(part) for part in split_train_batch(config, batch)])
-        if scenario.get("offload"):
-            strategy.offload()
-            strategy.reload()
+        if scenario.get("offload"):  # watched: every engine tensor leaves at offload, returns unchanged
+            round_trips.append(offload_probe.round_trip(strategy))
             scored.append(strategy.compute_log_probs(batch))  # the pipeline scores between phases
         steps.append(_gathered_metrics(strategy.train_step(batch, value_loss_fn if critic else loss_fn)))
         if scenario.get("save_after") == step + 1:
@@ -393,6 +394,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         "log_probs": everyone,
         "checksum": checksum,
         "micro_rows": micro_counts,
+        "round_trips": round_trips,
     }
     if scenario.get("save_after"):
         hf_dir = workdir / scenario["name"] / "hf"

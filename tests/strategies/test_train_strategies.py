@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tests.strategies import harness as h
+from tests.strategies import offload_probe
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL, SAME_RUN_ATOL = 1e-5, 1e-6, 2e-5, 0.0
 FSDP2 = {"reshard_after_forward": True}
@@ -34,7 +35,7 @@ EQUIVALENCE = {  # name: (strategy, strategy_config, gradient checkpointing)
 }
 RESUMED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INVARIANCE = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
-OFFLOADED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
+OFFLOADED = ("ds_zero0", "ds_zero1", "ds_zero2", "ds_zero3", "fsdp2")
 INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_infer", h.ds_config(3))}
 # token-mean needs the step's global token count (train_common.global_batch_info) to be split-invariant
 TOKEN_MEAN_INVARIANCE = ("ds_zero2", "fsdp2")
@@ -281,6 +282,13 @@ def test_offload_reload_leaves_training_unchanged(runs, name):
     plain, offloaded = runs["results"][name], runs["results"][f"{name}/offload"]
     _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=SAME_RUN_ATOL)
     assert _max_param_diff(offloaded["params"], plain["params"]) <= SAME_RUN_ATOL
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_moves_every_parameter_and_optimizer_tensor(runs, name):
+    """Watched by offload_probe: out of compute memory at offload, back bit-identical at reload (fails on an
+    offload that returns early)."""
+    offload_probe.assert_every_tensor_moved(runs["results"][f"{name}/offload"]["round_trips"])
 
 
 @pytest.mark.parametrize("name", CRITIC)
