@@ -4,7 +4,8 @@ production PPO loss (ActorWorker._policy_loss: vanilla clip + low-var KL loss + 
 weight decay, linear LR schedule with warm-up, gradient clipping that binds).
 
 Also: micro-batch 1 × accumulation 8 = micro-batch 8 × accumulation 1; save → load → continue = the
-uninterrupted run; offload + reload between steps changes nothing; forward-only strategies score like HF.
+uninterrupted run; offload + reload between steps changes nothing and moves every tensor (offload_probe.py);
+forward-only strategies score like HF.
 
 All scenarios run in one pair of spawned processes (see harness.py); each test checks one of them.
 
