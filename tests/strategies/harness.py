@@ -408,23 +408,26 @@ def _uneven_rows(rank: int) -> slice:
 
 
 def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
-    """Forward-only strategies: log-probs of the saved model, checksum, then a weight load (as a weight
-    sync would send) and the state it leaves."""
+    """Forward-only strategies: [offload] (an offload/reload round trip watched by offload_probe first),
+    log-probs of the saved model, checksum, then a weight load (as a weight sync would send) and the
+    state it leaves."""
     import torch.distributed as dist
 
     from roll.strategies import create_strategy
+    from tests.strategies import offload_probe
 
     config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, WORLD_SIZE)
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
     strategy.initialize()
+    round_trips = [offload_probe.round_trip(strategy)] if scenario.get("offload") else []  # before scoring
 
     def gathered_log_probs():
         everyone = [None] * WORLD_SIZE
         dist.all_gather_object(everyone, strategy.compute_log_probs(as_proto(batches[0], _uneven_rows(rank))))
         return everyone
 
-    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum()}
+    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum(), "round_trips": round_trips}
     if scenario.get("load_weights"):
         shifted = [(name, tensor.detach().cpu().clone() + 0.01) for name, tensor in strategy.named_hf_parameters()]
         strategy.load_weights(shifted)

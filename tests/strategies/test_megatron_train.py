@@ -84,7 +84,7 @@ def scenarios() -> list[dict]:
                 offload=True,
             )
         )
-    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
+    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True, offload=True))
     out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
     for name in DYNAMIC_BATCHING:  # token-budget micro-batches (train and scoring) vs the fixed split
         config, micro, accumulation = LAYOUTS[name]
@@ -170,6 +170,11 @@ def test_offload_moves_parameters_gradient_buffers_and_optimizer_state(runs, nam
     ChainedOptimizer's ProxyDict state): every parameter, main_grad and optimizer tensor of every chained
     optimizer leaves compute memory at offload and is back bit-identical at reload."""
     offload_probe.assert_every_tensor_moved(runs["results"][f"{name}/offload"]["round_trips"], gradients=True)
+
+
+def test_megatron_infer_offload_moves_every_weight(runs):
+    """A round trip before scoring: the weights leave and come back (log-probs vs HF checked below)."""
+    offload_probe.assert_every_tensor_moved(runs["results"]["infer_tp2"]["round_trips"], optimizer=False)
 
 
 def test_megatron_infer_scores_like_hf_and_loads_weights(runs):
