@@ -43,14 +43,11 @@ class HostParking:
             return {}
         storages, moved = self._storages(groups)
         pin = self.compute_device.type == "cuda"
-        for storage, _ in storages.values():
+        for storage, _ in storages.values():  # one storage at a time: the peak is one extra storage
             host = torch.empty(storage.nbytes(), dtype=torch.uint8, device=OFFLOAD_DEVICE, pin_memory=pin)
-            host.copy_(_bytes_of(storage))
-            self._parked.append((storage, host))
-        if pin:
-            torch.cuda.synchronize()  # the host copies are complete before their sources are freed
-        for storage, _ in storages.values():
+            host.copy_(_bytes_of(storage))  # blocking: done before the source is freed
             storage.resize_(0)
+            self._parked.append((storage, host))
         if pin:
             torch.cuda.empty_cache()
         return moved
