@@ -345,7 +345,9 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
         zero = self.model.optimizer
         if OffloadStateTypeEnum.lp_params in zero.offloaded_states:
             return
-        host_buffer = zero.lp_param_buffer.to(OFFLOAD_DEVICE, copy=True)  # a copy on CPU too, as on a GPU
+        buffer = zero.lp_param_buffer
+        host_buffer = torch.empty_like(buffer, device=OFFLOAD_DEVICE, pin_memory=buffer.is_cuda)  # fresh on CPU too
+        host_buffer.copy_(buffer)
         zero.lp_param_buffer.data = host_buffer
         for tensor, offset, numel in get_mapping_to_flat_buffer(zero._get_parameter_partitions()):
             tensor.data = host_buffer.narrow(0, offset, numel)
