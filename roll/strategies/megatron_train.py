@@ -43,6 +43,7 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
     gradient_clip_value,
@@ -188,7 +189,7 @@ def check_micro_batching(config, parallel: dict) -> None:
         raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer with megatron: {reason}")
 
 
-class MegatronInferStrategy(InferenceStrategy):
+class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
 
     roles = frozenset({"score"})
@@ -248,7 +249,6 @@ class MegatronInferStrategy(InferenceStrategy):
         )
         self.model.to(self.device)
         self.load_weights(self._hf_state_from_disk())
-        self._said_nothing_to_move = False
         self._wrap_for_training(total_steps)
         self.model.train(self.training)
 
@@ -435,33 +435,10 @@ class MegatronInferStrategy(InferenceStrategy):
         return checksum(self.named_hf_parameters())
 
     # --- memory -------------------------------------------------------------------------------------------
-    def offload(self) -> None:
-        self._move(torch.device("cpu"))
-
-    def reload(self) -> None:
-        self._move(self.device)
-
-    def _move(self, device: torch.device) -> None:
-        """GPU path (not verified here): parameters (and gradient buffers via module.to), then optimizer
-        state. On a CPU-only machine everything is in host memory already: logged once, skipped."""
-        if self.device.type == "cpu":
-            if not self._said_nothing_to_move:
-                self.logger.info(
-                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                    "optimizer state are in host memory already)",
-                    type(self).__name__,
-                )
-                self._said_nothing_to_move = True
-            return
-        self.model.to(device)
-        for state in (
-            getattr(getattr(self, "optimizer", None), "state", {}).values() if hasattr(self, "optimizer") else ()
-        ):
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
-        if device.type == "cpu":
-            torch.cuda.empty_cache()
+    def _offload_groups(self) -> dict:
+        """offload() parks these in host memory by storage (roll/strategies/offload.py), so the views
+        megatron keeps into its contiguous buffers stay valid; training adds gradients and optimizer."""
+        return {"parameters": list(self.model.parameters())}
 
 
 class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
@@ -548,6 +525,22 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         out["grad_norm"] = float(grad_norm) if grad_norm is not None else 0.0
         out["lr"] = self.config.training_args.learning_rate * self.lr_factor(self.steps_done)
         return out
+
+    def _offload_groups(self) -> dict:
+        """Parameters (with the distributed optimizer: views of the DDP param buffers), gradient buffers
+        (`main_grad` views), and each chained optimizer's torch-optimizer state and fp32 main params.
+        The ChainedOptimizer's own `state` is a ProxyDict (no .values()): its parts are read instead."""
+        params = list(self.model.parameters())
+        buffers = self.model.buffers + self.model.expert_parallel_buffers  # megatron DDP's, not Module.buffers()
+        optimizers = [part.optimizer for part in self._optimizers() if getattr(part, "optimizer", None) is not None]
+        return {
+            "parameters": params + [b.param_data for b in buffers],
+            "gradients": [getattr(p, "main_grad", None) for p in params]
+            + [p.grad for p in params]
+            + [b.grad_data for b in buffers],
+            "optimizer": [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+            + [value for opt in optimizers for state in opt.state.values() for value in state.values()],
+        }
 
     # --- checkpoints --------------------------------------------------------------------------------------
     def _rank_file(self, path: str) -> Path:
