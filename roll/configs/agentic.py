@@ -87,6 +87,10 @@ class EnvManagerConfig:
         None, "sampling for these environments; null = actor_infer.generating_args for training, greedy for validation"
     )
     rpc_timeout: float = field_help(600.0, "seconds any call to the environment workers may take")
+    system_envs: dict[str, str] = field_help(
+        default_factory=dict,
+        help="environment variables of these environment workers, over the pipeline's system_envs (ROLL's key)",
+    )
 
     @property
     def num_envs(self) -> int:

@@ -109,7 +109,9 @@ class RLAlgorithmConfig(PipelineConfig):
     tau_pos: float = field_help(1.0, "sapo: temperature for positive advantages")
     tau_neg: float = field_help(1.05, "sapo: temperature for negative advantages")
     entropy_loss_coef: float = field_help(0.0, "entropy bonus coefficient (0 = off)")
-    value_clip: float = field_help(0.5, "critic value clip range (GAE)")
+    value_clip: float | None = field_help(
+        0.5, "critic value clip range (GAE); null = no clipping (ROLL's meaning: the plain squared error)"
+    )
 
     # --- KL ---------------------------------------------------------------------------------------------
     use_kl_loss: bool = field_help(False, "add kl_loss_coef × KL(actor‖reference) to the policy loss")

@@ -10,8 +10,11 @@ import dataclasses
 import importlib.util
 import posixpath
 
+from roll.configs import roll_ignored
+from roll.configs.roll_examples import examples_section, load_results
 from roll.configs.roll_keys import (
     DTYPES,
+    ENV_YAML_VARIABLES,
     REFUSED,
     ROLL_ACTOR_WORKERS,
     ROLL_KEYS,
@@ -39,6 +42,8 @@ def translate(data: dict) -> list:
         if isinstance(env, dict):
             _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
             _lift_env_settings(env, f"custom_envs.{tag}", problems)
+    if isinstance(data.get("validation"), dict):
+        _apply_block(data["validation"], "validation", "validation", problems)
     if isinstance(data.get("reward_normalization"), dict):
         _apply_block(data["reward_normalization"], "reward_normalization", "reward_normalization", problems)
     _walk(data, "", problems)
@@ -333,10 +338,16 @@ _ALIASES = {
     },
     ("", "render_save_dir"): _drop,
     ("", "batch_adjust_mode"): _inert(("copy", "auto")),
-    **{
-        ("", key): _drop
-        for key in ("all_response_pattern", "single_prompt_agent_system_template", "single_prompt_agent_template")
-    },
+    **{("", key): _drop for key in ENV_YAML_VARIABLES},
+    **{key: roll_ignored.ignored(*key) for key in roll_ignored.IGNORED},
+    **{key: roll_ignored.unread_number(*key) for key in roll_ignored.UNREAD_NUMBERS},
+    ("", "rpc_timeout"): roll_ignored.rpc_timeout,
+    ("", "model_download_type"): roll_ignored.model_download_type,
+    ("", "enable_old_logprobs_recompute"): _thread_lock,
+    ("<role>", "offload_nccl"): roll_ignored.offload_nccl,
+    ("<role>", "sequence_packing_args"): roll_ignored.sequence_packing_args,
+    ("generating_args", "include_stop_str_in_output"): roll_ignored.include_stop_str_in_output,
+    ("custom_envs", "max_env_step_concurrent"): roll_ignored.max_env_step_concurrent,
     ("custom_envs", "max_steps"): _column("max_turns"),
     ("custom_envs", "env_manager_cls"): _env_manager_cls,
     ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),
@@ -590,6 +601,7 @@ def compatibility_page() -> str:
         "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",
         "megatron_train/megatron_infer, fsdp2_train/fsdp2_infer); see docs/strategies.md for the key lists.",
     ]
+    lines += examples_section(load_results())
     return "\n".join(lines) + "\n"
 
 

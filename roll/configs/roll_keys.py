@@ -22,6 +22,15 @@ class RollKey:
     note: str
 
 
+ENV_YAML_VARIABLES = (
+    "all_response_pattern",
+    "single_prompt_agent_system_template",
+    "single_prompt_agent_template",
+    "custom_env",
+    "default_history_length",
+    *(f"gem_{kind}" for kind in ("games", "rg", "math", "qa", "code")),
+)
+_IGNORED = "accepted with a logged note, no effect: "
 _UNREAD = "ROLL's example YAMLs set this key but ROLL's code never reads it, so another value would mislead"
 
 ROLL_KEYS: list[RollKey] = [
@@ -104,10 +113,11 @@ ROLL_KEYS: list[RollKey] = [
             "",
             key,
             ALIAS,
-            "accepted and unused: a variable of ROLL's env YAMLs that ROLL's code never reads (templates are set per "
+            "accepted and unused: a variable or env library of ROLL's env YAMLs (examples/config/*envs*.yaml) that "
+            "the file does not use and ROLL's code never reads (templates are set per "
             "environment: custom_envs.<tag>.agent_template, agent_system_template, action_pattern)",
         )
-        for key in ("all_response_pattern", "single_prompt_agent_system_template", "single_prompt_agent_template")
+        for key in ENV_YAML_VARIABLES
     ],
     *[
         RollKey(
@@ -139,11 +149,73 @@ ROLL_KEYS: list[RollKey] = [
     RollKey(
         "<role>",
         "sequence_packing_args",
-        REFUSED,
-        "roll packs each micro-batch whole (use_sequence_packing); its size comes from per_device_train_batch_size / "
-        "infer_batch_size or, with use_dynamic_batching_in_train/_infer, max_tokens_per_microbatch_in_train/_infer. "
-        "ROLL's packing algorithms and per-pack lengths have no counterpart",
+        ALIAS,
+        "read with use_sequence_packing: true, as in ROLL. algorithm none = roll's packing of each micro-batch as "
+        "batched; load_balance = packing with dynamic batching: max_packed_sequence_length_train / _forward become "
+        "max_tokens_per_microbatch_in_train / _in_infer (use_dynamic_batching_in_train / _in_infer on); "
+        "min_num_micro_batches_* (positive integers) have no counterpart and no effect",
     ),
+    RollKey("<role>", "use_remove_padding", ALIAS, _IGNORED + "not a field of ROLL's WorkerConfig (ROLL drops it)"),
+    RollKey(
+        "<role>",
+        "offload_nccl",
+        ALIAS,
+        "true | false, no effect: roll's offload moves weights, optimizer state and KV cache, never NCCL communicators",
+    ),
+    RollKey(
+        "",
+        "rpc_timeout",
+        ALIAS,
+        "= rpc_timeout (seconds) of every role, reward domain and env manager that sets none (ROLL's one timeout "
+        "for its remote calls)",
+    ),
+    RollKey(
+        "",
+        "model_download_type",
+        ALIAS,
+        "null | HUGGINGFACE_HUB: a model_name_or_path that is not a directory is fetched by transformers from the "
+        "Hugging Face Hub; MODELSCOPE is refused (download the model first and give its directory)",
+    ),
+    RollKey("", "positive_loss_coef", ALIAS, _IGNORED + "not a field of ROLL's RLVRConfig (ROLL drops it)"),
+    RollKey(
+        "",
+        "use_topr_neg_loss_coef",
+        ALIAS,
+        "a number, " + _IGNORED + "ROLL declares it as a float and reads it nowhere",
+    ),
+    RollKey(
+        "",
+        "enable_old_logprobs_recompute",
+        ALIAS,
+        "true | false, no effect: ROLL overwrites it from its batch arithmetic; roll always recomputes the old "
+        "log-probs with actor_train",
+    ),
+    RollKey(
+        "",
+        "train_infer_correction",
+        REFUSED,
+        "ROLL's train-infer mismatch filters and IS weights are not built as such; roll's rollout correction is "
+        "rollout_is_threshold / rollout_is / rollout_is_level / rollout_is_mode (docs/configuration.md)",
+    ),
+    RollKey(
+        "",
+        "rollout_dump_dir",
+        REFUSED,
+        "ROLL's per-step pickled rollout dumps have no counterpart; roll writes each step's samples (prompt, "
+        "response, reward) under <output_dir>/samples every sample_log_steps",
+    ),
+    RollKey(
+        "",
+        "rollout_mock",
+        REFUSED,
+        "ROLL's rollout dump/replay for precision-alignment tests is not built in roll",
+    ),
+    RollKey(
+        "validation",
+        "eval_steps",
+        ALIAS,
+        _IGNORED + "not a field of ROLL's validation block (ROLL drops it); the top-level eval_steps sets the cadence",
+    ),  # fmt: skip
     RollKey(
         "",
         "batch_adjust_mode",
@@ -158,6 +230,13 @@ ROLL_KEYS: list[RollKey] = [
         "env_manager_cls",
         ALIAS,
         "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step; other classes are refused",
+    ),
+    RollKey(
+        "custom_envs",
+        "max_env_step_concurrent",
+        ALIAS,
+        "an integer ≥ 0, no effect: ROLL caps concurrent env.step calls of the tag with it (0 = no cap); roll's "
+        "env steps run one at a time per environment worker",
     ),
     RollKey("custom_envs", "agent_runner_cls", ALIAS, "null only (ROLL's default: the env manager plays the episode)"),
     RollKey(
@@ -194,6 +273,18 @@ ROLL_KEYS: list[RollKey] = [
         "1 or null only: Ulysses sequence parallelism is not built in roll; long sequences are split by "
         "megatron_train's tensor/pipeline parallelism instead",
     ),
+    RollKey(
+        "model_args",
+        "flash_attn",
+        ALIAS,
+        _IGNORED + "not a field of ROLL's ModelArguments (ROLL drops it; attention is chosen by attn_implementation)",
+    ),
+    RollKey(
+        "model_args",
+        "freeze_module_prefix",
+        REFUSED,
+        "freezing parameters by name prefix is not built in roll (LoRA trains adapters only: lora_target)",
+    ),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
     RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),
@@ -214,6 +305,12 @@ ROLL_KEYS: list[RollKey] = [
         ALIAS,
         "1 only (sampling); beam search is refused: its samples have "
         "no per-token sampling probability, which every policy-gradient estimator here needs",
+    ),
+    RollKey(
+        "generating_args",
+        "include_stop_str_in_output",
+        ALIAS,
+        "true or null only (ROLL's default): roll keeps a matched stop string in the response; false is refused",
     ),
     # training_args
     # actor_train: ROLL keeps its actor-loss settings in the actor's block, roll at the top level

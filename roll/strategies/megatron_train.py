@@ -50,6 +50,7 @@ from roll.strategies.train_common import (
     mean_metrics,
     save_tokenizer,
     split_train_batch,
+    warmup_steps,
 )
 from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
@@ -506,7 +507,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
         # biases and norms)
         self.optimizer = get_megatron_optimizer(optimizer_config, [self.model], config_overrides={})
-        self.lr_factor = lr_lambda(args.lr_scheduler_type, args.warmup_steps, max(total_steps, 1))
+        self.lr_factor = lr_lambda(args.lr_scheduler_type, warmup_steps(args, max(total_steps, 1)), max(total_steps, 1))
         self.steps_done = 0
 
     def _set_lr(self, step: int) -> float:

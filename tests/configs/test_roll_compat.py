@@ -106,7 +106,7 @@ def test_roll_agentic_recipe_passes_dry_run_unedited(capsys):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["+actor_train.sequence_packing_args={algorithm:load_balance}"], "sequence_packing_args' is refused"),
+        (["+actor_train.sequence_packing_args={algorithm:greedy}"], "sequence_packing_args.algorithm' = 'greedy'"),
         (["batch_adjust_mode=delete"], "batch_adjust_mode' = 'delete' is refused"),
         (["+actor_train.model_args.ulysses_size=2"], "ulysses_size' = 2 is refused"),
         (["val_batch_size=32"], "'val_batch_size' = 32, but validation plays one episode per"),

@@ -63,6 +63,7 @@ class AgenticPipeline(BasePipeline):
                     worker_cls=ENV_WORKER,
                     world_size=num_env_workers(manager),
                     rpc_timeout=manager.rpc_timeout,
+                    system_envs=manager.system_envs,
                 )
         return roles
 

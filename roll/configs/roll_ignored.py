@@ -1,0 +1,124 @@
+"""ROLL keys that ROLL's own loader drops or never reads, and ROLL run-level keys spread over roll's roles.
+
+ROLL builds its configs with dacite's non-strict `from_dict`, which drops any key that is not a field; a few
+fields it declares are read nowhere. Such keys are accepted here with a logged note, since ROLL ignores them
+too (a user porting a ROLL file sees the note instead of a silent drop). Aliases of roll.configs.roll_keys.
+"""
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+# (block, key) → why ROLL ignores it (checked against ROLL's source: roll/configs/*.py and its pipelines)
+IGNORED = {
+    ("model_args", "flash_attn"): "not a field of ROLL's ModelArguments (attention is chosen by attn_implementation)",
+    ("validation", "eval_steps"): "not a field of ROLL's validation block (the top-level eval_steps is the one read)",
+    ("<role>", "use_remove_padding"): "not a field of ROLL's WorkerConfig",
+    ("", "positive_loss_coef"): "not a field of ROLL's RLVRConfig (ROLL declares `postive_loss_coef`, unread)",
+}
+# declared by ROLL with this type but read nowhere
+UNREAD_NUMBERS = {("", "use_topr_neg_loss_coef"): "declared as a float in ROLL's RLVRConfig and read nowhere"}
+
+
+def ignored(block: str, key: str):
+    why = IGNORED[(block, key)]
+
+    def note(target, value, path):
+        logger.warning("'%s' = %r is ignored: %s, so ROLL ignores it too", path, value, why)
+        return None
+
+    return note
+
+
+def unread_number(block: str, key: str):
+    why = UNREAD_NUMBERS[(block, key)]
+
+    def note(target, value, path):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"'{path}' = {value!r}: expected a number (ROLL's type; its value is not used: {why})"
+        logger.warning("'%s' = %r is ignored: %s", path, value, why)
+        return None
+
+    return note
+
+
+ROLES = ("actor_train", "actor_infer", "reference", "critic", "train_env_manager", "val_env_manager")
+
+
+def rpc_timeout(top, value, path):
+    """ROLL's one timeout for its remote calls → every role's and env manager's rpc_timeout left unset."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return f"'{path}' = {value!r}: expected a positive number of seconds"
+    blocks = [top[r] for r in ROLES if isinstance(top.get(r), dict)]
+    blocks += [b for b in (top.get("rewards") or {}).values() if isinstance(b, dict)]
+    for block in blocks:
+        block.setdefault("rpc_timeout", value)
+    return None
+
+
+def model_download_type(block, value, path):
+    if value in (None, "HUGGINGFACE_HUB"):
+        return None
+    return (
+        f"'{path}' = {value!r} is refused: roll loads model_name_or_path with transformers (a local directory, or a "
+        "Hugging Face Hub id: HUGGINGFACE_HUB); ModelScope downloads are not built: download the model first and "
+        "give its directory"
+    )
+
+
+def include_stop_str_in_output(block, value, path):
+    if value is None or value is True:
+        return None
+    return (
+        f"'{path}' = {value!r} is refused: roll keeps a matched stop string in the response (ROLL's default, true); "
+        "dropping it is not built"
+    )
+
+
+def offload_nccl(block, value, path):
+    return None if isinstance(value, bool) else f"'{path}' = {value!r}: expected true or false"
+
+
+def max_env_step_concurrent(block, value, path):
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return None if ok else f"'{path}' = {value!r}: expected an integer ≥ 0 (0 = no cap)"
+
+
+PACKING_KEYS = {
+    "algorithm",
+    "max_packed_sequence_length_train",
+    "max_packed_sequence_length_forward",
+    "min_num_micro_batches_train",
+    "min_num_micro_batches_forward",
+}
+
+
+def sequence_packing_args(block, value, path):
+    """ROLL's packing settings onto roll's packing: 'none' packs each micro-batch as it is (roll's
+    use_sequence_packing); 'load_balance' regroups rows into micro-batches of at most max_packed_sequence_length
+    tokens, which is roll's dynamic batching with that token budget."""
+    if not isinstance(value, dict):
+        return f"'{path}' = {value!r}: expected a mapping ({', '.join(sorted(PACKING_KEYS))})"
+    problems = [
+        f"unknown key '{path}.{k}' (valid: {', '.join(sorted(PACKING_KEYS))})" for k in set(value) - PACKING_KEYS
+    ]
+    algorithm = value.get("algorithm", "none")
+    if algorithm not in ("none", "load_balance"):
+        problems.append(f"'{path}.algorithm' = {algorithm!r}: valid 'none', 'load_balance'")
+    for key in PACKING_KEYS - {"algorithm"}:
+        number = value.get(key)
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
+            problems.append(f"'{path}.{key}' = {number!r}: expected a positive integer or null")
+    if problems or algorithm != "load_balance" or not block.get("use_sequence_packing"):
+        return "; ".join(problems) or None  # ROLL reads the packing settings only with use_sequence_packing
+    for phase, ours in (("train", "train"), ("forward", "infer")):
+        budget = value.get(f"max_packed_sequence_length_{phase}")
+        if budget is None:
+            continue
+        key = f"max_tokens_per_microbatch_in_{ours}"
+        if block.setdefault(key, budget) != budget:
+            problems.append(
+                f"'{path}.max_packed_sequence_length_{phase}' = {budget} conflicts with '{key}' = {block[key]}"
+            )
+        block.setdefault(f"use_dynamic_batching_in_{ours}", True)
+    return "; ".join(problems) or None
