@@ -58,9 +58,12 @@ class EnvConfig:
     )
     agent_template: str | None = field_help(
         None,
-        "traj manager: each turn's user message, ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
-        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step); the environment's instructions "
-        "precede the first one. null = the observation itself",
+        "each turn's user message. traj manager: ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
+        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step), {suffix} (the last step's "
+        "info['suffix'], '' if none); the environment's instructions precede the first one. step manager: ROLL's "
+        "{env_instruction}, {history} (the last history_length turns as '(step: k, observation: …, action: …, "
+        "reward: …)'), {step_count}, {history_length}, {current_step}, {current_observation}, "
+        "{max_response_length}. null = the observation itself (step: after the history window)",
     )
 
 
@@ -321,7 +324,17 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
 
 
-TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length")
+TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length", "suffix")
+# ROLL's StepEnvManager placeholders (its step_envs.yaml template uses all of them)
+STEP_TEMPLATE_FIELDS = (
+    "env_instruction",
+    "history",
+    "step_count",
+    "history_length",
+    "current_step",
+    "current_observation",
+    "max_response_length",
+)
 
 
 def _check_env_templates(tag: str, env: EnvConfig) -> None:
@@ -337,17 +350,15 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
         raise ConfigError(f"'{where}.format_penalty' = {env.format_penalty}: a penalty must be ≤ 0")
     if env.agent_template is None:
         return
-    if env.env_manager != "traj":
-        raise ConfigError(
-            f"'{where}.agent_template' is read by the traj manager only; the step manager builds each prompt from "
-            "the history window (history_length)"
-        )
+    fields = TEMPLATE_FIELDS if env.env_manager == "traj" else STEP_TEMPLATE_FIELDS
     try:
-        env.agent_template.format(**{name: 0 for name in TEMPLATE_FIELDS})
+        env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
-            f"'{where}.agent_template': placeholders may be {['{' + n + '}' for n in TEMPLATE_FIELDS]} ({error!r}); "
+            f"'{where}.agent_template' ({env.env_manager} manager): placeholders may be "
+            f"{['{' + n + '}' for n in fields]} ({error!r}); "
             "write literal braces as {{ }}"
         ) from None
-    if "{observation}" not in env.agent_template:
-        raise ConfigError(f"'{where}.agent_template' has no {{observation}}: the model would never see the board")
+    seen = "{observation}" if env.env_manager == "traj" else "{current_observation}"
+    if seen not in env.agent_template:
+        raise ConfigError(f"'{where}.agent_template' has no {seen}: the model would never see the board")

@@ -38,6 +38,7 @@ def translate(data: dict) -> list:
         if isinstance(data.get(role), dict):
             _apply_block(data[role], "<role>", role, problems)
     _drop_lora_copies(data)
+    roll_ignored.critic_value_head(data)
     for tag, env in (data.get("custom_envs") or {}).items():
         if isinstance(env, dict):
             _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
@@ -340,7 +341,7 @@ _ALIASES = {
     ("", "batch_adjust_mode"): _inert(("copy", "auto")),
     **{("", key): _drop for key in ENV_YAML_VARIABLES},
     **{key: roll_ignored.ignored(*key) for key in roll_ignored.IGNORED},
-    **{key: roll_ignored.unread_number(*key) for key in roll_ignored.UNREAD_NUMBERS},
+    **{key: roll_ignored.unread(*key) for key in roll_ignored.UNREAD},
     ("", "rpc_timeout"): roll_ignored.rpc_timeout,
     ("", "model_download_type"): roll_ignored.model_download_type,
     ("", "enable_old_logprobs_recompute"): _thread_lock,
@@ -355,11 +356,6 @@ _ALIASES = {
     ("reward_normalization", "method"): _normalization_method,
     ("", "is_num_return_sequences_expand"): _num_return_sequences_expand,
     ("", "max_running_requests"): _max_running_requests,
-    **{("", key): _inert((None, "None")) for key in ("reward_norm",)},
-    **{
-        ("", key): _inert((False,))
-        for key in ("reward_shift", "reward_scale", "use_reward_norm", "add_len_reward", "use_topr_loss")
-    },
     ("model_args", "dtype"): _dtype,
     ("data_args", "prompt"): _column("prompt_key"),
     ("data_args", "messages"): _column("messages_key"),
@@ -538,6 +534,16 @@ DIFFERENCES = [
     (
         "custom_envs.<tag>.agent_template",
         "the traj manager renders it for every turn; the step manager's prompt (history window) takes no template",
+    ),
+    (
+        "critic.model_args.model_type: trl",
+        "taken as auto_token_classification, roll's critic value head (one scalar per token from the LM's last "
+        "hidden state, as trl's value head); ROLL's trl-format critic checkpoints (v_head.*) do not load into it",
+    ),
+    (
+        "custom_envs.<tag>.agent_template (step manager)",
+        "{history} lists every turn of the history window; ROLL's StepEnvManager lists only the turns whose "
+        "action was invalid (its history entries are appended inside the invalid-action branch)",
     ),
     (
         "importance_sampling: seq",

@@ -25,6 +25,7 @@ OUT_OF_SCOPE = [
 ]
 AGENTIC_KEYS = ("custom_envs", "train_env_manager", "val_env_manager")
 BROKEN = "broken in ROLL"
+LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d [A-Z] \[")  # roll's log lines (warnings on ignored keys) on stderr
 
 
 def scope(path: str) -> str | None:
@@ -58,7 +59,8 @@ def check_one(path: Path) -> tuple[str, str]:
     if code == 0:
         return "pass", ""
     text = stderr.getvalue()  # also holds Hydra's warnings and the notes on ignored keys: keep the error only
-    reason = text[text.find("config error: ") :].removeprefix("config error: ").strip()
+    error = text[text.find("config error: ") :].removeprefix("config error: ")
+    reason = "\n".join(line for line in error.splitlines() if not LOG_LINE.match(line)).strip()
     if env and any(f"oc.env:{name}" in reason or name in reason for name in env):
         return BROKEN, f"needs the environment variable(s) {', '.join(env)} set before it loads (${{oc.env:...}})"
     return "refused", reason

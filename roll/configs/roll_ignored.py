@@ -15,9 +15,21 @@ IGNORED = {
     ("validation", "eval_steps"): "not a field of ROLL's validation block (the top-level eval_steps is the one read)",
     ("<role>", "use_remove_padding"): "not a field of ROLL's WorkerConfig",
     ("", "positive_loss_coef"): "not a field of ROLL's RLVRConfig (ROLL declares `postive_loss_coef`, unread)",
+    **{
+        (
+            "",
+            key,
+        ): "not a field of ROLL's configs (ROLL drops it); normalise rewards with norm_mean_type / norm_std_type"
+        for key in ("reward_norm", "reward_shift", "reward_scale")
+    },
 }
-# declared by ROLL with this type but read nowhere
-UNREAD_NUMBERS = {("", "use_topr_neg_loss_coef"): "declared as a float in ROLL's RLVRConfig and read nowhere"}
+# declared by ROLL with this type but read nowhere: a value of another type is an error, as in ROLL's loader
+UNREAD = {
+    ("", "use_topr_neg_loss_coef"): (float, "declared as a float in ROLL's RLVRConfig and read nowhere"),
+    ("", "use_reward_norm"): (bool, "declared in ROLL's config and read nowhere; use norm_mean_type / norm_std_type"),
+    ("", "add_len_reward"): (bool, "declared in ROLL's config and read nowhere; shape by length with max_len_mask"),
+    ("", "use_topr_loss"): (bool, "declared in ROLL's RLVRConfig and read nowhere; select TOPR with pg_variant: topr"),
+}
 
 
 def ignored(block: str, key: str):
@@ -30,12 +42,14 @@ def ignored(block: str, key: str):
     return note
 
 
-def unread_number(block: str, key: str):
-    why = UNREAD_NUMBERS[(block, key)]
+def unread(block: str, key: str):
+    kind, why = UNREAD[(block, key)]
 
     def note(target, value, path):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"'{path}' = {value!r}: expected a number (ROLL's type; its value is not used: {why})"
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (isinstance(value, bool) if kind is bool else number):
+            expected = "true or false" if kind is bool else "a number"
+            return f"'{path}' = {value!r}: expected {expected} (ROLL's type; the value is not used: {why})"
         logger.warning("'%s' = %r is ignored: %s", path, value, why)
         return None
 
@@ -122,3 +136,16 @@ def sequence_packing_args(block, value, path):
             )
         block.setdefault(f"use_dynamic_batching_in_{ours}", True)
     return "; ".join(problems) or None
+
+
+def critic_value_head(data: dict) -> None:
+    """ROLL's critic with model_type trl (a causal LM with trl's value head) = roll's critic value model, a
+    one-label token-classification head on the same LM: one scalar per token from the last hidden state."""
+    critic = data.get("critic")
+    args = critic.get("model_args") if isinstance(critic, dict) else None
+    if isinstance(args, dict) and args.get("model_type") == "trl":
+        args["model_type"] = "auto_token_classification"
+        logger.warning(
+            "'critic.model_args.model_type' = 'trl' is taken as auto_token_classification: roll's value head "
+            "(ROLL's trl value-head checkpoints, v_head.*, do not load into it)"
+        )

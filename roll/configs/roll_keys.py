@@ -31,7 +31,8 @@ ENV_YAML_VARIABLES = (
     *(f"gem_{kind}" for kind in ("games", "rg", "math", "qa", "code")),
 )
 _IGNORED = "accepted with a logged note, no effect: "
-_UNREAD = "ROLL's example YAMLs set this key but ROLL's code never reads it, so another value would mislead"
+_UNREAD = "ROLL declares it and reads it nowhere"
+_DROPPED = "not a field of ROLL's configs, so ROLL's loader drops it"
 
 ROLL_KEYS: list[RollKey] = [
     # top level
@@ -84,14 +85,14 @@ ROLL_KEYS: list[RollKey] = [
         "sglang strategy_config.max_running_requests (hf_infer has no request queue: refused)",
     ),
     *[
-        RollKey("", key, ALIAS, f"{inert}: {why}")
-        for key, inert, why in (
-            ("reward_norm", "null only", _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
-            ("reward_shift", "false only", _UNREAD + "; subtract a mean with norm_mean_type"),
-            ("reward_scale", "false only", _UNREAD + "; divide by a std with norm_std_type"),
-            ("use_reward_norm", "false only", _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
-            ("add_len_reward", "false only", _UNREAD + "; shape by length with max_len_mask or the length masks"),
-            ("use_topr_loss", "false only", _UNREAD + "; select the TOPR loss with pg_variant: topr"),
+        RollKey("", key, ALIAS, _IGNORED + why)
+        for key, why in (
+            ("reward_norm", _DROPPED + "; normalise rewards with norm_mean_type / norm_std_type"),
+            ("reward_shift", _DROPPED + "; subtract a mean with norm_mean_type"),
+            ("reward_scale", _DROPPED + "; divide by a std with norm_std_type"),
+            ("use_reward_norm", "true | false; " + _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
+            ("add_len_reward", "true | false; " + _UNREAD + "; shape by length with max_len_mask or the length masks"),
+            ("use_topr_loss", "true | false; " + _UNREAD + "; select the TOPR loss with pg_variant: topr"),
         )
     ],
     RollKey(
@@ -203,6 +204,21 @@ ROLL_KEYS: list[RollKey] = [
         REFUSED,
         "ROLL's per-step pickled rollout dumps have no counterpart; roll writes each step's samples (prompt, "
         "response, reward) under <output_dir>/samples every sample_log_steps",
+    ),
+    RollKey(
+        "",
+        "reward_model",
+        REFUSED,
+        "ROLL's shared judge-server cluster (a top-level reward_model role called by rewards with "
+        "judge_model_type: cluster) is not built: roll's LLM judge runs its own engine (judge_model_type: inference) "
+        "or calls an OpenAI-compatible server (judge_model_type: api with judge_api_url)",
+    ),
+    RollKey(
+        "custom_envs",
+        "tool_wrapper",
+        REFUSED,
+        "ROLL's GEM tool wrappers (python code execution, search and MCP tools inside an environment) are not "
+        "built in roll's environments",
     ),
     RollKey(
         "",

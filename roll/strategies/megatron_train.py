@@ -54,6 +54,9 @@ from roll.strategies.train_common import (
 )
 from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
+from roll.utils.logging import get_logger
+
+config_logger = get_logger(__name__)
 
 MEGATRON_DEFAULTS = {
     "tensor_model_parallel_size": 1,
@@ -109,6 +112,12 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
                 f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
                 "which roll's megatron strategy does not use (local spec); set it to false"
             )
+    if "max_grad_norm" in given:  # ROLL overwrites it with the pipeline's max_grad_norm before megatron sees it
+        config_logger.warning(
+            "megatron strategy_config.max_grad_norm=%r is ignored, as in ROLL: the clip threshold is the role's "
+            "training_args.max_grad_norm (ROLL's top-level max_grad_norm)",
+            given.pop("max_grad_norm"),
+        )
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")

@@ -1,6 +1,7 @@
 """ROLL's vocabulary loads here: the migration corpus in tests/configs/roll_corpus, aliases and
 refused keys, every problem of a file at once, and docs/roll_compatibility.md kept current."""
 
+import copy
 import re
 import shutil
 from pathlib import Path
@@ -241,35 +242,48 @@ def test_agentic_yaml_with_roll_spellings(name):
 
 
 def test_refused_entries_name_their_reason():
+    from omegaconf import OmegaConf
+
+    agentic = OmegaConf.to_container(compose_config(str(CORPUS), "agentic_roll_frozen_lake"), resolve=True)
     for entry in ROLL_KEYS:
         assert entry.note, entry
-        if entry.status == "refused":
-            data = rlvr_dict()
-            if entry.block == "<role>":
-                data["actor_train"][entry.key] = 1
-            elif entry.block:
-                data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
-            else:
-                data[entry.key] = 1
-            with pytest.raises(ConfigError, match=re.escape("is refused: " + entry.note)):
-                load_rlvr_config(data)
+        if entry.status != "refused":
+            continue
+        data, load = rlvr_dict(), load_rlvr_config
+        if entry.block == "custom_envs":
+            data, load = copy.deepcopy(agentic), load_agentic_config
+            data["custom_envs"]["FrozenLake"][entry.key] = 1
+        elif entry.block == "<role>":
+            data["actor_train"][entry.key] = 1
+        elif entry.block:
+            data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
+        else:
+            data[entry.key] = 1
+        with pytest.raises(ConfigError, match=re.escape("is refused: " + entry.note)):
+            load(data)
 
 
 @pytest.mark.parametrize(
-    "key,inert,other",
+    "key,value,wrong",
     [
-        ("reward_norm", None, "batch"),
-        ("reward_shift", False, True),
-        ("reward_scale", False, True),
-        ("use_reward_norm", False, True),
-        ("add_len_reward", False, True),
-        ("use_topr_loss", False, True),
+        ("reward_norm", "batch", None),  # not a field of ROLL's configs: dropped by ROLL's loader
+        ("reward_shift", True, None),
+        ("reward_scale", True, None),
+        ("use_reward_norm", True, "yes"),  # declared bools ROLL reads nowhere: their type is still checked
+        ("add_len_reward", True, "yes"),
+        ("use_topr_loss", True, "yes"),
+        ("use_topr_neg_loss_coef", 0.5, "x_2"),
+        ("positive_loss_coef", "x_1", None),
     ],
 )
-def test_keys_roll_never_reads_take_only_their_no_op_value(key, inert, other):
-    load_rlvr_config(rlvr_dict(**{key: inert}))
-    with pytest.raises(ConfigError, match=f"'{key}' = {other!r} is refused: .*never reads it"):
-        load_rlvr_config(rlvr_dict(**{key: other}))
+def test_keys_roll_ignores_are_accepted_with_a_note(key, value, wrong, caplog):
+    with caplog.at_level("WARNING", logger="roll.configs.roll_ignored"):
+        config = load_rlvr_config(rlvr_dict(**{key: value}))
+    assert f"'{key}' = {value!r} is ignored" in caplog.text
+    assert not hasattr(config, key)
+    if wrong is not None:
+        with pytest.raises(ConfigError, match=f"'{key}' = {wrong!r}: expected"):
+            load_rlvr_config(rlvr_dict(**{key: wrong}))
 
 
 def test_max_running_requests_sets_the_engine_limit():
