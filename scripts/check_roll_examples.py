@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                 rows.append({"path": path, "status": "out of scope", "reason": excluded})
                 continue
             with contextlib.redirect_stdout(io.StringIO()):
-                status, reason = check_one(Path(tmp) / path)
+                status, reason = check_one(Path(tmp) / path, path)
             rows.append({"path": path, "status": status, "reason": reason})
             print(f"{status:<8} {path}" + (f"\n         {reason}" if reason else ""), flush=True)
     print(summary(rows))
