@@ -5,9 +5,9 @@ fields it declares are read nowhere. Such keys are accepted here with a logged n
 too (a user porting a ROLL file sees the note instead of a silent drop). Aliases of roll.configs.roll_keys.
 """
 
-import logging
+from roll.utils.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger("roll.config")
 
 # (block, key) → why ROLL ignores it (checked against ROLL's source: roll/configs/*.py and its pipelines)
 IGNORED = {
