@@ -147,6 +147,14 @@ class AgenticConfig(RLAlgorithmConfig):
         "generate call in flight; later turns use the new weights, so an episode can mix two policy versions); "
         "false: the sync waits until the episodes started on the old weights have ended",
     )
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = field_help(
+        "copy",
+        "a step's rows (trajectories, or turns with the step manager) that are not a multiple of the global train "
+        "batch (ROLL's key): copy = pad up with rows that carry no loss (ROLL repeats real rows instead); delete "
+        "= drop the surplus rows at random; random_sample = train on one global batch of random rows; auto = "
+        "delete unless that drops half the rows or more, then copy. Rows are dropped before the rewards are "
+        "normalised; with fewer rows than one global batch every mode pads",
+    )
     val_seed_offset: int = field_help(
         1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
     )

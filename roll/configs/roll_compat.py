@@ -131,7 +131,9 @@ def _column(ours):
     return rename
 
 
-ROLL_TEMPLATES = {"native": None, "qwen2_5": None, "qwen3": "qwen3", "chatml": "chatml"}
+# ROLL template name → roll's chat_template (None: the tokenizer's own). qwen3_coder is in no ROLL registry: its
+# agentic examples name it, and ROLL's env managers then apply the tokenizer's own template (Qwen3-Coder's)
+ROLL_TEMPLATES = {"native": None, "qwen2_5": None, "qwen3": "qwen3", "chatml": "chatml", "qwen3_coder": None}
 
 
 def _template(block, value, path):
@@ -338,7 +340,6 @@ _ALIASES = {
         for key in ("sequence_length_round_in_train", "sequence_length_round_in_infer")
     },
     ("", "render_save_dir"): _drop,
-    ("", "batch_adjust_mode"): _inert(("copy", "auto")),
     **{("", key): _drop for key in ENV_YAML_VARIABLES},
     **{key: roll_ignored.ignored(*key) for key in roll_ignored.IGNORED},
     **{key: roll_ignored.unread(*key) for key in roll_ignored.UNREAD},
@@ -534,6 +535,11 @@ DIFFERENCES = [
     (
         "custom_envs.<tag>.agent_template",
         "the traj manager renders it for every turn; the step manager's prompt (history window) takes no template",
+    ),
+    (
+        "batch_adjust_mode: copy",
+        "pads a step's rows up with rows that carry no loss; ROLL repeats randomly chosen real rows, which then "
+        "count twice in the loss",
     ),
     (
         "critic.model_args.model_type: trl",

@@ -232,13 +232,6 @@ ROLL_KEYS: list[RollKey] = [
         ALIAS,
         _IGNORED + "not a field of ROLL's validation block (ROLL drops it); the top-level eval_steps sets the cadence",
     ),  # fmt: skip
-    RollKey(
-        "",
-        "batch_adjust_mode",
-        ALIAS,
-        "copy | auto: roll fills a step's rows up to a multiple of the global batch with padding rows that carry no "
-        "loss (ROLL's copy repeats real rows); delete and random_sample (drop trajectories) are refused",
-    ),
     # agentic: custom_envs.<tag> and reward_normalization
     RollKey("custom_envs", "max_steps", ALIAS, "= max_turns (the model's moves per episode at most)"),
     RollKey(
@@ -310,8 +303,9 @@ ROLL_KEYS: list[RollKey] = [
         "template",
         ALIAS,
         "native, qwen2_5 = apply_chat_template: true (the tokenizer's chat template); qwen3 = the same with "
-        "enable_thinking (chat_template: qwen3); chatml = chat_template: chatml; ROLL's base, empty, "
-        "longCOT_qwen2.5, longcot_V3 (prompt rewrites) are refused",
+        "enable_thinking (chat_template: qwen3); chatml = chat_template: chatml; qwen3_coder (named by ROLL's "
+        "agentic examples, registered nowhere in ROLL, whose env managers use the tokenizer's template) = "
+        "apply_chat_template: true; ROLL's base, empty, longCOT_qwen2.5, longcot_V3 (prompt rewrites) are refused",
     ),
     RollKey("data_args", "dataset_dir", ALIAS, "directory that relative file_name entries are resolved against"),
     # generating_args

@@ -108,7 +108,7 @@ def test_roll_agentic_recipe_passes_dry_run_unedited(capsys):
     "overrides,message",
     [
         (["+actor_train.sequence_packing_args={algorithm:greedy}"], "sequence_packing_args.algorithm' = 'greedy'"),
-        (["batch_adjust_mode=delete"], "batch_adjust_mode' = 'delete' is refused"),
+        (["batch_adjust_mode=shuffle"], "'batch_adjust_mode' = 'shuffle' is not allowed"),
         (["+actor_train.model_args.ulysses_size=2"], "ulysses_size' = 2 is refused"),
         (["val_batch_size=32"], "'val_batch_size' = 32, but validation plays one episode per"),
         (
@@ -171,7 +171,9 @@ def test_column_alias_conflict_and_prompt_rewriting_template_are_errors():
     assert "template' = 'longCOT_qwen2.5' is not offered" in str(error.value)
 
 
-@pytest.mark.parametrize("template,chat_template", [("native", None), ("qwen2_5", None), ("qwen3", "qwen3")])
+@pytest.mark.parametrize(
+    "template,chat_template", [("native", None), ("qwen2_5", None), ("qwen3", "qwen3"), ("qwen3_coder", None)]
+)
 def test_named_templates(template, chat_template):
     data = rlvr_dict()
     data["actor_train"]["data_args"]["template"] = template

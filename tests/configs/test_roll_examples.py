@@ -250,3 +250,23 @@ def test_step_manager_renders_rolls_step_template():
     manager.env_config = EnvConfig(env_type="frozen_lake", agent_template="{observation}<{suffix}>", max_turns=5)
     manager.suffix = "2 boxes left"
     assert manager.turn_text("board") == "board<2 boxes left>"
+
+
+def test_batch_adjust_modes_follow_rolls_rules():
+    import numpy as np
+
+    from roll.pipeline.agentic.batch_adjust import rows_to_keep
+
+    def keep(count, multiple, mode, seed=0):
+        return rows_to_keep(count, multiple, mode, np.random.default_rng(seed))
+
+    assert len(keep(10, 4, "delete")) == 8  # 10 % 4 = 2 random rows dropped
+    assert len(keep(10, 4, "random_sample")) == 4  # one global batch of random rows
+    assert len(keep(10, 4, "auto")) == 8  # dropping 2 of 10 is under half: delete
+    assert keep(10, 4, "copy") is None  # padding fills up to 12
+    assert all(keep(3, 4, mode) is None for mode in ("copy", "delete", "auto", "random_sample"))  # < one batch
+    assert keep(12, 4, "delete") is None  # already a multiple
+    rows = keep(10, 4, "delete", seed=7)
+    assert list(rows) == sorted(set(rows)) and rows.max() < 10 and list(rows) == list(keep(10, 4, "delete", seed=7))
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", ["batch_adjust_mode=delete"]))
+    assert config.batch_adjust_mode == "delete"

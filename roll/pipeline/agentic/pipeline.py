@@ -23,6 +23,7 @@ from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.async_rollout import AgenticAsyncRollout
+from roll.pipeline.agentic.batch_adjust import rows_to_keep
 from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
@@ -31,6 +32,7 @@ from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
 ENV_WORKER = "roll.agentic.env_worker.EnvironmentWorker"
+BATCH_ADJUST_STREAM = 0xBA7C4  # the seed stream of batch_adjust_mode's row draws
 # tensors that carry loss or reward: zero in the padding rows a step-wise rollout needs
 LOSS_KEYS = ("response_mask", "token_level_scores", "scores", "rollout_log_probs")
 
@@ -162,6 +164,11 @@ class AgenticPipeline(BasePipeline):
             else:
                 self.memory.use("actor_infer")
                 batch, metrics = self.rollout(step)
+        # ROLL's batch_adjust_mode drops rows before the rewards are normalised (copy pads after, below)
+        rng = np.random.default_rng([config.seed, step, BATCH_ADJUST_STREAM])
+        keep = rows_to_keep(len(batch), self._train_multiple(), config.batch_adjust_mode, rng)
+        metrics["rollout/dropped_rows"] = 0 if keep is None else len(batch) - len(keep)
+        batch = batch if keep is None else batch[keep]
         norm = config.reward_normalization
         if get_adv_estimator_spec(config.adv_estimator).anchor_state_groups:
             rewards, episode, state = gigpo_rewards(
