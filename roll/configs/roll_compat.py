@@ -12,6 +12,7 @@ import posixpath
 
 from roll.configs import roll_ignored
 from roll.configs.roll_examples import examples_section, load_results
+from roll.configs.roll_judge import judge_server
 from roll.configs.roll_keys import (
     DTYPES,
     ENV_YAML_VARIABLES,
@@ -30,7 +31,7 @@ def _join(path: str, key: str) -> str:
 
 
 def translate(data: dict) -> list:
-    problems: list = []
+    problems: list = judge_server(data)  # first: the server's blocks then get the aliases of their new place
     _apply_block(data, "", "", problems)
     if isinstance(data.get("actor_train"), dict):
         _apply_block(data["actor_train"], "actor_train", "actor_train", problems, top=data)

@@ -208,10 +208,11 @@ ROLL_KEYS: list[RollKey] = [
     RollKey(
         "",
         "reward_model",
-        REFUSED,
-        "ROLL's shared judge-server cluster (a top-level reward_model role called by rewards with "
-        "judge_model_type: cluster) is not built: roll's LLM judge runs its own engine (judge_model_type: inference) "
-        "or calls an OpenAI-compatible server (judge_model_type: api with judge_api_url)",
+        ALIAS,
+        "ROLL's judge server, with exactly one rewards.<domain> of judge_model_type: cluster: its model_args, "
+        "strategy_args, device_mapping (and num_gpus_per_worker, infer_batch_size, generating_args, system_envs "
+        "the domain leaves unset) move into that domain, which then judges with its own engine "
+        "(judge_model_type: inference; world_size follows the devices instead of ROLL's client count)",
     ),
     RollKey(
         "custom_envs",

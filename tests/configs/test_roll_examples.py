@@ -270,3 +270,25 @@ def test_batch_adjust_modes_follow_rolls_rules():
     assert list(rows) == sorted(set(rows)) and rows.max() < 10 and list(rows) == list(keep(10, 4, "delete", seed=7))
     config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", ["batch_adjust_mode=delete"]))
     assert config.batch_adjust_mode == "delete"
+
+
+def test_judge_server_becomes_the_domains_own_engine():
+    judge = "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker"
+    data = rlvr_dict(
+        reward_model={
+            "name": "reward_llm",
+            "worker_cls": "roll.pipeline.base_worker.InferWorker",
+            "model_args": {"model_name_or_path": "/judge", "dtype": "bf16"},
+            "generating_args": {"max_new_tokens": 16, "temperature": 0.3},
+            "strategy_args": {"strategy_name": "vllm", "strategy_config": {"gpu_memory_utilization": 0.8}},
+            "device_mapping": "[1, 2]",
+        }
+    )
+    data["rewards"]["judge"] = {"worker_cls": judge, "judge_model_type": "cluster", "world_size": 32}
+    reward = load_rlvr_config(data).rewards["judge"]
+    assert reward.judge_model_type == "inference" and reward.model_args.model_name_or_path == "/judge"
+    assert reward.model_args.dtype == "bfloat16" and reward.generating_args.temperature == 0.3
+    assert reward.device_mapping == [1, 2] and reward.world_size == 2  # the engines, not ROLL's 32 clients
+    data = rlvr_dict(reward_model={"model_args": {"model_name_or_path": "/judge"}})
+    with pytest.raises(ConfigError, match="needs exactly one rewards.<domain> with judge_model_type: cluster"):
+        load_rlvr_config(data)
