@@ -535,7 +535,8 @@ DIFFERENCES = [
     ),
     (
         "custom_envs.<tag>.agent_template",
-        "the traj manager renders it for every turn; the step manager's prompt (history window) takes no template",
+        "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
+        "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
     ),
     (
         "batch_adjust_mode: copy",
