@@ -76,9 +76,9 @@ class EnvManagerConfig:
     num_env_groups: int = field_help(1, "groups of environments; a group's envs share each episode's seed")
     group_size: int = field_help(1, "environments per group (the GRPO group: trajectories from one initial state)")
     max_traj_per_env: int = field_help(
-        1,
+        -1,
         "episodes one environment may run per pipeline step; rollout_batch_size / (num_env_groups × group_size) "
-        "must not exceed it",
+        "must not exceed it. -1 (ROLL's default) = as many as rollout_batch_size needs",
     )
     max_env_num_per_worker: int = field_help(
         16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)"
@@ -156,12 +156,14 @@ class AgenticConfig(RLAlgorithmConfig):
         "normalised; with fewer rows than one global batch every mode pads",
     )
     val_seed_offset: int = field_help(
-        1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
+        1_000_000,
+        "validation episode group g uses seed val_seed_offset + g, round r's groups continue after round r−1's "
+        "(the same episodes at every evaluation)",
     )
     val_batch_size: int | None = field_help(
         None,
-        "ROLL's validation trajectories per evaluation: roll plays one episode per val_env_manager environment, "
-        "so it must equal val_env_manager.num_env_groups × group_size (null = that number)",
+        "ROLL's validation trajectories per evaluation: a multiple of val_env_manager.num_env_groups × group_size; "
+        "each environment plays val_batch_size / that many episodes, each round on new seeds (null = one round)",
     )
 
     @property
@@ -171,6 +173,13 @@ class AgenticConfig(RLAlgorithmConfig):
     @property
     def episodes_per_env(self) -> int:
         return self.rollout_batch_size // self.train_env_manager.num_envs
+
+    @property
+    def val_rounds(self) -> int:
+        """Validation episodes per val_env_manager environment (val_batch_size / its environments; default 1)."""
+        if self.val_batch_size is None or self.val_env_manager is None:
+            return 1
+        return self.val_batch_size // self.val_env_manager.num_envs
 
 
 def check_agentic(config: AgenticConfig) -> None:
@@ -228,11 +237,12 @@ def check_agentic(config: AgenticConfig) -> None:
     for key, manager in managers:
         _check_manager(key, manager, config)
     if config.val_batch_size is not None:
-        episodes = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
-        if config.val_batch_size != episodes:
+        envs = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
+        if not envs or config.val_batch_size < envs or config.val_batch_size % envs:
             raise ConfigError(
-                f"'val_batch_size' = {config.val_batch_size}, but validation plays one episode per val_env_manager "
-                f"environment: num_env_groups × group_size = {episodes}; set them equal or remove val_batch_size"
+                f"'val_batch_size' = {config.val_batch_size}, but validation plays whole rounds of one episode per "
+                f"val_env_manager environment: num_env_groups × group_size = {envs}; set a multiple of it or remove "
+                "val_batch_size"
             )
     train = config.train_env_manager
     if config.rollout_batch_size % train.group_size:
@@ -246,7 +256,7 @@ def check_agentic(config: AgenticConfig) -> None:
             f"training environments num_env_groups × group_size = {train.num_envs}; every "
             f"environment runs the same number of episodes per step"
         )
-    if config.episodes_per_env > train.max_traj_per_env:
+    if train.max_traj_per_env != -1 and config.episodes_per_env > train.max_traj_per_env:
         raise ConfigError(
             f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
             f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
@@ -274,8 +284,11 @@ def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -
             f"'{key}.tags' names {unknown}, which are not in custom_envs (defined: {sorted(config.custom_envs)})"
         )
     for name in ("num_env_groups", "group_size", "max_traj_per_env", "max_env_num_per_worker"):
-        if getattr(manager, name) < 1:
-            raise ConfigError(f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1")
+        if getattr(manager, name) < 1 and not (name == "max_traj_per_env" and manager.max_traj_per_env == -1):
+            raise ConfigError(
+                f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1"
+                + (" or -1 (no cap)" if name == "max_traj_per_env" else "")
+            )
     if manager.num_groups_partition is not None:
         if len(manager.num_groups_partition) != len(manager.tags):
             raise ConfigError(

@@ -77,6 +77,12 @@ ROLL_IGNORED_FSDP2_KEYS = {
     "use_batched_model_update": "ROLL's FSDP2 strategy never reads it (roll's weight sync is bucketed by "
     "model_update_buffer_size_mb)"
 }
+# ROLL FSDP2 keys for features roll does not build: refused with the reason
+ROLL_UNBUILT_FSDP2_KEYS = {
+    "apply_tiled_mlp": "ROLL's tiled MLP (the MLP computed in shards to save activation memory) is not built",
+    "tiled_num_shards": "it sets the shards of ROLL's tiled MLP, which is not built",
+    "apply_expert_patch": "it patches MoE expert layers; roll builds dense families only (qwen2, llama)",
+}
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
 
 
@@ -99,6 +105,13 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
     for key in sorted(set(given) & set(ROLL_IGNORED_FSDP2_KEYS)):
         config_logger.warning("fsdp2 strategy_config.%s is ignored: %s", key, ROLL_IGNORED_FSDP2_KEYS[key])
         del given[key]
+    unbuilt = sorted(set(given) & set(ROLL_UNBUILT_FSDP2_KEYS))
+    if unbuilt:
+        raise ValueError(
+            "; ".join(
+                f"fsdp2 strategy_config.{key} (ROLL's) is refused: {ROLL_UNBUILT_FSDP2_KEYS[key]}" for key in unbuilt
+            )
+        )
     unknown = sorted(set(given) - set(FSDP2_DEFAULTS) - set(ROLL_FSDP2_KEYS))
     if unknown:
         raise ValueError(

@@ -118,6 +118,12 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "training_args.max_grad_norm (ROLL's top-level max_grad_norm)",
             given.pop("max_grad_norm"),
         )
+    if given.get("moe_layer_recompute"):  # a key of ROLL's mcore_adapter
+        raise ValueError(
+            "megatron strategy_config.moe_layer_recompute (ROLL's) is refused: it recomputes MoE layers, and roll "
+            "builds dense families only (qwen2, llama)"
+        )
+    given.pop("moe_layer_recompute", None)  # false: nothing to recompute
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")

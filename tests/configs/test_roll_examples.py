@@ -199,7 +199,7 @@ def test_roll_examples_table_is_well_formed():
         assert (row["status"] == "out of scope") == (scope(row["path"]) is not None), row  # the rule as coded
     passes = sum(row["status"] == "pass" for row in rows)
     in_scope = sum(row["status"] != "out of scope" for row in rows)
-    assert passes >= 31 and in_scope >= 70  # the recorded floor (31 of 75 at 8eb27cc); never silently lower
+    assert passes >= 33 and in_scope >= 70  # the recorded floor (33 of 75 at 8eb27cc); never silently lower
     broken = {row["path"] for row in rows if row["status"] == "broken in ROLL"}
     assert {
         "examples/qwen2.5-0.5B-agentic/agentic_val_webshop.yaml",
@@ -292,3 +292,44 @@ def test_judge_server_becomes_the_domains_own_engine():
     data = rlvr_dict(reward_model={"model_args": {"model_name_or_path": "/judge"}})
     with pytest.raises(ConfigError, match="needs exactly one rewards.<domain> with judge_model_type: cluster"):
         load_rlvr_config(data)
+
+
+def test_val_batch_size_plays_rounds_on_new_seeds():
+    """ROLL's val_batch_size = validation trajectories: each environment plays val_batch_size / envs episodes."""
+    from types import SimpleNamespace
+
+    from roll.pipeline.agentic.pipeline import AgenticPipeline
+
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", ["val_batch_size=128"]))
+    envs = config.val_env_manager.num_envs
+    assert config.val_rounds == 128 // envs == 2
+    calls = []
+
+    class RecordingRollout:  # test double of EnvRollout: records the assignments, plays nothing
+        def run(self, assignments, generation, seed):
+            calls.append(assignments)
+            episode = {"tag": "FrozenLake", "success": 1.0, "score": 1.0, "num_turns": 1, "invalid_actions": 0}
+            return [], [{**episode, "truncated": 0} for _ in assignments], []
+
+    pipeline = SimpleNamespace(
+        config=config,
+        memory=SimpleNamespace(use=lambda *roles: None),
+        rollouts={"val_env": RecordingRollout()},
+        _generation=lambda manager, validation: {},
+    )
+    AgenticPipeline.validate(pipeline, step=0)
+    assert len(calls) == 2 and all(len(call) == envs for call in calls)
+    seeds = [seed for call in calls for seed, _, _ in call.values()]
+    groups = config.val_env_manager.num_env_groups
+    assert sorted(set(seeds)) == [config.val_seed_offset + g for g in range(2 * groups)]  # round 2: new groups
+    assert calls[0][0] == (config.val_seed_offset, "val-0", "val-0")  # round 1 = the single-round episodes
+
+
+def test_max_traj_per_env_defaults_to_rolls_no_cap():
+    two_rounds = ["rollout_batch_size=256"]  # 128 training environments, 2 episodes each
+    assert (
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", two_rounds)).episodes_per_env == 2
+    )
+    capped = [*two_rounds, "+train_env_manager.max_traj_per_env=1"]
+    with pytest.raises(ConfigError, match="exceeds 'train_env_manager.max_traj_per_env' = 1"):
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", capped))

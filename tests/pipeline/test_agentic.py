@@ -93,6 +93,7 @@ def test_user_defined_environment_example_runs(ray_session, agentic_model, tmp_p
             *SMALL,
             "eval_steps=1",
             "val_env_manager.num_env_groups=4",
+            "val_batch_size=8",  # ROLL's: two validation rounds of the 4 environments
             "train_env_manager.num_env_groups=2",
             "train_env_manager.group_size=4",
             "rollout_batch_size=8",

@@ -211,20 +211,25 @@ class AgenticPipeline(BasePipeline):
 
     # ---- validation ---------------------------------------------------------------------------------
     def validate(self, step: int) -> dict:
-        """One episode per validation environment, the same seeds every time; success rate per tag."""
+        """val_rounds episodes per validation environment (ROLL's val_batch_size), the same seeds every time;
+        success rate per tag."""
         manager = self.config.val_env_manager
         if manager is None:
             return {}
         self.memory.use("actor_infer")
-        assignments = {
-            env_id: (
-                self.config.val_seed_offset + env_id // manager.group_size,
-                f"val-{env_id // manager.group_size}",
-                f"val-{env_id}",
-            )
-            for env_id in range(manager.num_envs)
-        }
-        _, episodes, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+        episodes = []
+        for round_ in range(self.config.val_rounds):
+            first_group, first_env = round_ * manager.num_env_groups, round_ * manager.num_envs
+            assignments = {
+                env_id: (
+                    self.config.val_seed_offset + first_group + env_id // manager.group_size,
+                    f"val-{first_group + env_id // manager.group_size}",
+                    f"val-{first_env + env_id}",
+                )
+                for env_id in range(manager.num_envs)
+            }
+            _, part, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+            episodes += part
         metrics = episode_metrics(episodes, "val")
         metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
         return metrics
