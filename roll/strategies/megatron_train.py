@@ -43,6 +43,7 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.megatron.roll_keys import take_roll_keys
 from roll.strategies.train_common import (
     checksum,
     gradient_clip_value,
@@ -54,9 +55,6 @@ from roll.strategies.train_common import (
 )
 from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
-from roll.utils.logging import get_logger
-
-config_logger = get_logger(__name__)
 
 MEGATRON_DEFAULTS = {
     "tensor_model_parallel_size": 1,
@@ -112,18 +110,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
                 f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
                 "which roll's megatron strategy does not use (local spec); set it to false"
             )
-    if "max_grad_norm" in given:  # ROLL overwrites it with the pipeline's max_grad_norm before megatron sees it
-        config_logger.warning(
-            "megatron strategy_config.max_grad_norm=%r is ignored, as in ROLL: the clip threshold is the role's "
-            "training_args.max_grad_norm (ROLL's top-level max_grad_norm)",
-            given.pop("max_grad_norm"),
-        )
-    if given.get("moe_layer_recompute"):  # a key of ROLL's mcore_adapter
-        raise ValueError(
-            "megatron strategy_config.moe_layer_recompute (ROLL's) is refused: it recomputes MoE layers, and roll "
-            "builds dense families only (qwen2, llama)"
-        )
-    given.pop("moe_layer_recompute", None)  # false: nothing to recompute
+    take_roll_keys(given)
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
