@@ -346,6 +346,7 @@ _ALIASES = {
     **{key: roll_ignored.ignored(*key) for key in roll_ignored.IGNORED},
     **{key: roll_ignored.unread(*key) for key in roll_ignored.UNREAD},
     ("", "rpc_timeout"): roll_ignored.rpc_timeout,
+    ("", "skip_mock_system_prompt"): roll_ignored.skip_mock_system_prompt,
     ("", "model_download_type"): roll_ignored.model_download_type,
     ("", "enable_old_logprobs_recompute"): _thread_lock,
     ("<role>", "offload_nccl"): roll_ignored.offload_nccl,

@@ -15,6 +15,7 @@ IGNORED = {
     ("validation", "eval_steps"): "not a field of ROLL's validation block (the top-level eval_steps is the one read)",
     ("<role>", "use_remove_padding"): "not a field of ROLL's WorkerConfig",
     ("", "positive_loss_coef"): "not a field of ROLL's RLVRConfig (ROLL declares `postive_loss_coef`, unread)",
+    ("", "model_name"): "not a field of ROLL's configs (its agentic examples set it; ROLL's loader drops it)",
     **{
         (
             "",
@@ -149,3 +150,14 @@ def critic_value_head(data: dict) -> None:
             "'critic.model_args.model_type' = 'trl' is taken as auto_token_classification: roll's value head "
             "(ROLL's trl value-head checkpoints, v_head.*, do not load into it)"
         )
+
+
+def skip_mock_system_prompt(block, value, path):
+    """ROLL's switch for prompts without a system message: true renders the tokenizer's template as it is, which
+    is what roll does; false (ROLL's default) strips the template's default system block, which roll does not."""
+    if value is True:
+        return None
+    return (
+        f"'{path}' = {value!r} is refused: roll renders the tokenizer's chat template as it is (ROLL's true); "
+        "stripping the default system block of prompts without a system message is not built"
+    )

@@ -178,6 +178,21 @@ ROLL_KEYS: list[RollKey] = [
         "Hugging Face Hub; MODELSCOPE is refused (download the model first and give its directory)",
     ),
     RollKey("", "positive_loss_coef", ALIAS, _IGNORED + "not a field of ROLL's RLVRConfig (ROLL drops it)"),
+    RollKey("", "model_name", ALIAS, _IGNORED + "not a field of ROLL's configs (ROLL drops it)"),
+    RollKey(
+        "",
+        "skip_mock_system_prompt",
+        ALIAS,
+        "true only: roll renders the tokenizer's chat template as it is; ROLL's false (its default) strips the "
+        "template's default system block from prompts without a system message, which roll does not",
+    ),
+    RollKey(
+        "",
+        "parse_tool_call_parameter_to_dict",
+        REFUSED,
+        "it converts tool-call arguments for ROLL's agent-native env managers (tool-calling agents), which roll "
+        "does not build",
+    ),
     RollKey(
         "",
         "use_topr_neg_loss_coef",
@@ -446,6 +461,11 @@ DIFFERENCES = [
         "custom_envs.<tag>.agent_template",
         "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
         "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
+    ),
+    (
+        "agentic prompts without a system message",
+        "rendered with the tokenizer's chat template as it is (Qwen2.5's then adds its default system prompt); "
+        "ROLL by default (skip_mock_system_prompt: false) strips that default system block",
     ),
     (
         "batch_adjust_mode: copy",

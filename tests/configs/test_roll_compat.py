@@ -276,6 +276,7 @@ def test_refused_entries_name_their_reason():
         ("use_topr_loss", True, "yes"),
         ("use_topr_neg_loss_coef", 0.5, "x_2"),
         ("positive_loss_coef", "x_1", None),
+        ("model_name", "run-1", None),
     ],
 )
 def test_keys_roll_ignores_are_accepted_with_a_note(key, value, wrong, config_notes):

@@ -124,6 +124,12 @@ def test_sequence_packing_args_are_checked(packing, message):
         load_rlvr_config(data)
 
 
+def test_skip_mock_system_prompt_takes_rolls_rendering_only():
+    assert load_rlvr_config(rlvr_dict(skip_mock_system_prompt=True))
+    with pytest.raises(ConfigError, match="'skip_mock_system_prompt' = False is refused: roll renders"):
+        load_rlvr_config(rlvr_dict(skip_mock_system_prompt=False))
+
+
 def test_include_stop_str_in_output_false_is_refused():
     data = rlvr_dict()
     data["actor_infer"]["generating_args"] = {"include_stop_str_in_output": False}
