@@ -334,10 +334,16 @@ def agentic_optimizer_steps(config: AgenticConfig) -> dict:
 
 def _check_env_config(tag: str, env: EnvConfig) -> None:
     """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
-    class is only imported by the pipeline)."""
+    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error."""
     from roll.agentic.envs.registry import list_envs, make_env
 
     if env.env_type not in list_envs():
+        if "." not in env.env_type:  # not a dotted class path either: the pipeline could not resolve it
+            raise ConfigError(
+                f"'custom_envs.{tag}.env_type' = {env.env_type!r}: not an environment roll ships {list_envs()} nor a "
+                "dotted class path; give the dotted path of your BaseEnv subclass (ROLL's other environments have "
+                "no counterpart here)"
+            )
         return
     try:
         make_env(env.env_type, dict(env.env_config))
