@@ -10,13 +10,13 @@ import dataclasses
 import importlib.util
 import posixpath
 
-from roll.configs import roll_ignored
+from roll.configs import roll_example_keys
 from roll.configs.roll_examples import examples_section, load_results
 from roll.configs.roll_judge import judge_server
 from roll.configs.roll_keys import (
-    DIFFERENCES,
     DTYPES,
     ENV_YAML_VARIABLES,
+    EXAMPLE_DIFFERENCES,
     REFUSED,
     ROLL_ACTOR_WORKERS,
     ROLL_KEYS,
@@ -40,7 +40,7 @@ def translate(data: dict) -> list:
         if isinstance(data.get(role), dict):
             _apply_block(data[role], "<role>", role, problems)
     _drop_lora_copies(data)
-    roll_ignored.critic_value_head(data)
+    roll_example_keys.critic_value_head(data)
     for tag, env in (data.get("custom_envs") or {}).items():
         if isinstance(env, dict):
             _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
@@ -343,16 +343,7 @@ _ALIASES = {
     },
     ("", "render_save_dir"): _drop,
     **{("", key): _drop for key in ENV_YAML_VARIABLES},
-    **{key: roll_ignored.ignored(*key) for key in roll_ignored.IGNORED},
-    **{key: roll_ignored.unread(*key) for key in roll_ignored.UNREAD},
-    ("", "rpc_timeout"): roll_ignored.rpc_timeout,
-    ("", "skip_mock_system_prompt"): roll_ignored.skip_mock_system_prompt,
-    ("", "model_download_type"): roll_ignored.model_download_type,
-    ("", "enable_old_logprobs_recompute"): _thread_lock,
-    ("<role>", "offload_nccl"): roll_ignored.offload_nccl,
-    ("<role>", "sequence_packing_args"): roll_ignored.sequence_packing_args,
-    ("generating_args", "include_stop_str_in_output"): roll_ignored.include_stop_str_in_output,
-    ("custom_envs", "max_env_step_concurrent"): roll_ignored.max_env_step_concurrent,
+    **roll_example_keys.aliases(),  # the keys of ROLL's current example YAMLs
     ("custom_envs", "max_steps"): _column("max_turns"),
     ("custom_envs", "env_manager_cls"): _env_manager_cls,
     ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),
@@ -466,6 +457,88 @@ def reward_mapping(config) -> list[str]:
     return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
 
 
+# Keys roll declares under ROLL's name whose meaning differs; the algorithm-key differences are added by the
+# branches that implement those keys.
+DIFFERENCES = [
+    (
+        "logging_dir",
+        "the TensorBoard/wandb/swanlab root (runs under <logging_dir>/<exp_name>); ROLL writes its log files "
+        "there. roll's log lines go to the console (stderr) and Ray's session logs",
+    ),
+    (
+        "output_dir",
+        "samples and learning curves; checkpoints go to <checkpoint_dir>/checkpoints/step-N, where ROLL's "
+        "checkpoint_config.output_dir becomes checkpoint_dir (null: output_dir)",
+    ),
+    (
+        "track_with",
+        "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
+        "Set tracker_kwargs.mode: online to upload",
+    ),
+    (
+        "generate_opt_level",
+        "default 0 (one batched generate call per step, reproducible); ROLL's default is 1 (its request "
+        "scheduler, which roll has as generate_opt_level: 1). ROLL requires 1 for async_generation_ratio > 0; "
+        "roll runs async with either (0: whole steps queued ahead, docs/async.md)",
+    ),
+    # ROLL defects in its algorithm keys: roll implements the evident intent (docs/algorithms.md §11)
+    (
+        "error_max_len_clip",
+        "judges only samples with score ≤ 0; ROLL drops every sample whose score is not exactly 0 or 1",
+    ),
+    (
+        "norm_std_type: group",
+        "each row is divided by its own group's std, also with a non-group mean; ROLL crashes on that mix",
+    ),
+    ("norm_mean_type / norm_std_type: group", "with one sample per prompt σ = 1; ROLL gives NaN"),
+    (
+        "adv_estimator: grpo",
+        "leaves norm_mean_type / norm_std_type as set (grpo normalises in the estimator); ROLL overwrites them",
+    ),
+    (
+        "difficulty_loss_weight",
+        "applied, or a clear error when the difficulty column is missing; ROLL silently skips it for object arrays",
+    ),
+    ("use_reward_scaling", "divides the scores by their batch std; ROLL declares the key and reads it nowhere"),
+    ("reward_clip", "applied once, at response level; ROLL applies it twice (response and token level)"),
+    (
+        "adv_estimator: gigpo",
+        "step groups are formed within each episode group (the GiGPO paper); ROLL pools equal states across groups",
+    ),
+    ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
+    ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
+    (
+        "pg_variant",
+        "a top-level key (ROLL's actor_train.pg_variant is taken as an alias); roll's ActorWorker runs every "
+        "variant, so ROLL's ActorPGWorker path maps to it",
+    ),
+    (
+        "pretrain / reward_pretrain",
+        "fill only the model paths left unset; ROLL overwrites the paths of actor_train, actor_infer and reference "
+        "with pretrain as soon as one of them is unset",
+    ),
+    (
+        "interleave_probs",
+        "draws each prompt's file with these probabilities; ROLL declares the key and reads it nowhere (a single "
+        "1.0 is taken as ROLL's no-op)",
+    ),
+    (
+        "eval_steps",
+        "without validation data, a warning says no validation will run; ROLL skips validation silently",
+    ),
+    (
+        "custom_envs.<tag>.agent_template",
+        "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
+        "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
+    ),
+    (
+        "importance_sampling: seq",
+        "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
+        "silently ignores it",
+    ),
+]
+
+
 def compatibility_page() -> str:
     """docs/roll_compatibility.md: the table, the reward mapping, and the keys shared under ROLL's names."""
     from roll.configs.agentic import AgenticConfig
@@ -514,7 +587,7 @@ def compatibility_page() -> str:
         names = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls) if f.init and f.name != "name")
         lines.append(f"- **{title}**: {names}")
     lines += ["", "## Same name, different meaning here", ""]
-    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES]
+    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES + EXAMPLE_DIFFERENCES]
     lines += [
         "",
         "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",

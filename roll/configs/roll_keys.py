@@ -388,80 +388,9 @@ ROLL_REWARD_WORKERS = {
 }
 ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."
 
-# Keys roll declares under ROLL's name whose meaning differs; the algorithm-key differences are added by the
-# branches that implement those keys.
-DIFFERENCES = [
-    (
-        "logging_dir",
-        "the TensorBoard/wandb/swanlab root (runs under <logging_dir>/<exp_name>); ROLL writes its log files "
-        "there. roll's log lines go to the console (stderr) and Ray's session logs",
-    ),
-    (
-        "output_dir",
-        "samples and learning curves; checkpoints go to <checkpoint_dir>/checkpoints/step-N, where ROLL's "
-        "checkpoint_config.output_dir becomes checkpoint_dir (null: output_dir)",
-    ),
-    (
-        "track_with",
-        "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
-        "Set tracker_kwargs.mode: online to upload",
-    ),
-    (
-        "generate_opt_level",
-        "default 0 (one batched generate call per step, reproducible); ROLL's default is 1 (its request "
-        "scheduler, which roll has as generate_opt_level: 1). ROLL requires 1 for async_generation_ratio > 0; "
-        "roll runs async with either (0: whole steps queued ahead, docs/async.md)",
-    ),
-    # ROLL defects in its algorithm keys: roll implements the evident intent (docs/algorithms.md §11)
-    (
-        "error_max_len_clip",
-        "judges only samples with score ≤ 0; ROLL drops every sample whose score is not exactly 0 or 1",
-    ),
-    (
-        "norm_std_type: group",
-        "each row is divided by its own group's std, also with a non-group mean; ROLL crashes on that mix",
-    ),
-    ("norm_mean_type / norm_std_type: group", "with one sample per prompt σ = 1; ROLL gives NaN"),
-    (
-        "adv_estimator: grpo",
-        "leaves norm_mean_type / norm_std_type as set (grpo normalises in the estimator); ROLL overwrites them",
-    ),
-    (
-        "difficulty_loss_weight",
-        "applied, or a clear error when the difficulty column is missing; ROLL silently skips it for object arrays",
-    ),
-    ("use_reward_scaling", "divides the scores by their batch std; ROLL declares the key and reads it nowhere"),
-    ("reward_clip", "applied once, at response level; ROLL applies it twice (response and token level)"),
-    (
-        "adv_estimator: gigpo",
-        "step groups are formed within each episode group (the GiGPO paper); ROLL pools equal states across groups",
-    ),
-    ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
-    ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
-    (
-        "pg_variant",
-        "a top-level key (ROLL's actor_train.pg_variant is taken as an alias); roll's ActorWorker runs every "
-        "variant, so ROLL's ActorPGWorker path maps to it",
-    ),
-    (
-        "pretrain / reward_pretrain",
-        "fill only the model paths left unset; ROLL overwrites the paths of actor_train, actor_infer and reference "
-        "with pretrain as soon as one of them is unset",
-    ),
-    (
-        "interleave_probs",
-        "draws each prompt's file with these probabilities; ROLL declares the key and reads it nowhere (a single "
-        "1.0 is taken as ROLL's no-op)",
-    ),
-    (
-        "eval_steps",
-        "without validation data, a warning says no validation will run; ROLL skips validation silently",
-    ),
-    (
-        "custom_envs.<tag>.agent_template",
-        "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
-        "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
-    ),
+
+# Differences met by ROLL's current example YAMLs (added to docs/roll_compatibility.md after DIFFERENCES)
+EXAMPLE_DIFFERENCES = [
     (
         "agentic prompts without a system message",
         "rendered with the tokenizer's chat template as it is (Qwen2.5's then adds its default system prompt); "
@@ -481,10 +410,5 @@ DIFFERENCES = [
         "custom_envs.<tag>.agent_template (step manager)",
         "{history} lists every turn of the history window; ROLL's StepEnvManager lists only the turns whose "
         "action was invalid (its history entries are appended inside the invalid-action branch)",
-    ),
-    (
-        "importance_sampling: seq",
-        "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
-        "silently ignores it",
     ),
 ]

@@ -1,8 +1,9 @@
-"""ROLL keys that ROLL's own loader drops or never reads, and ROLL run-level keys spread over roll's roles.
+"""Aliases for the keys of ROLL's current example YAMLs: keys ROLL's own loader drops or never reads, ROLL's
+run-level keys spread over roll's roles, and its packing / rendering / engine switches.
 
 ROLL builds its configs with dacite's non-strict `from_dict`, which drops any key that is not a field; a few
 fields it declares are read nowhere. Such keys are accepted here with a logged note, since ROLL ignores them
-too (a user porting a ROLL file sees the note instead of a silent drop). Aliases of roll.configs.roll_keys.
+too (a user porting a ROLL file sees the note instead of a silent drop). Used by roll.configs.roll_compat.
 """
 
 from roll.utils.logging import get_logger
@@ -90,10 +91,6 @@ def include_stop_str_in_output(block, value, path):
     )
 
 
-def offload_nccl(block, value, path):
-    return None if isinstance(value, bool) else f"'{path}' = {value!r}: expected true or false"
-
-
 def max_env_step_concurrent(block, value, path):
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
     return None if ok else f"'{path}' = {value!r}: expected an integer ≥ 0 (0 = no cap)"
@@ -161,3 +158,23 @@ def skip_mock_system_prompt(block, value, path):
         f"'{path}' = {value!r} is refused: roll renders the tokenizer's chat template as it is (ROLL's true); "
         "stripping the default system block of prompts without a system message is not built"
     )
+
+
+def boolean(block, value, path):
+    return None if isinstance(value, bool) else f"'{path}' = {value!r}: expected true or false"
+
+
+def aliases() -> dict:
+    """(block, key) → alias function, for roll.configs.roll_compat's table."""
+    return {
+        **{key: ignored(*key) for key in IGNORED},
+        **{key: unread(*key) for key in UNREAD},
+        ("", "rpc_timeout"): rpc_timeout,
+        ("", "skip_mock_system_prompt"): skip_mock_system_prompt,
+        ("", "model_download_type"): model_download_type,
+        ("", "enable_old_logprobs_recompute"): boolean,
+        ("<role>", "offload_nccl"): boolean,
+        ("<role>", "sequence_packing_args"): sequence_packing_args,
+        ("generating_args", "include_stop_str_in_output"): include_stop_str_in_output,
+        ("custom_envs", "max_env_step_concurrent"): max_env_step_concurrent,
+    }
