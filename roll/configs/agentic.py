@@ -58,9 +58,12 @@ class EnvConfig:
     )
     agent_template: str | None = field_help(
         None,
-        "traj manager: each turn's user message, ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
-        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step); the environment's instructions "
-        "precede the first one. null = the observation itself",
+        "each turn's user message. traj manager: ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
+        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step), {suffix} (the last step's "
+        "info['suffix'], '' if none); the environment's instructions precede the first one. step manager: ROLL's "
+        "{env_instruction}, {history} (the last history_length turns as '(step: k, observation: …, action: …, "
+        "reward: …)'), {step_count}, {history_length}, {current_step}, {current_observation}, "
+        "{max_response_length}. null = the observation itself (step: after the history window)",
     )
 
 
@@ -73,9 +76,9 @@ class EnvManagerConfig:
     num_env_groups: int = field_help(1, "groups of environments; a group's envs share each episode's seed")
     group_size: int = field_help(1, "environments per group (the GRPO group: trajectories from one initial state)")
     max_traj_per_env: int = field_help(
-        1,
+        -1,
         "episodes one environment may run per pipeline step; rollout_batch_size / (num_env_groups × group_size) "
-        "must not exceed it",
+        "must not exceed it. -1 (ROLL's default) = as many as rollout_batch_size needs",
     )
     max_env_num_per_worker: int = field_help(
         16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)"
@@ -87,6 +90,10 @@ class EnvManagerConfig:
         None, "sampling for these environments; null = actor_infer.generating_args for training, greedy for validation"
     )
     rpc_timeout: float = field_help(600.0, "seconds any call to the environment workers may take")
+    system_envs: dict[str, str] = field_help(
+        default_factory=dict,
+        help="environment variables of these environment workers, over the pipeline's system_envs (ROLL's key)",
+    )
 
     @property
     def num_envs(self) -> int:
@@ -148,13 +155,23 @@ class AgenticConfig(RLAlgorithmConfig):
         "generate call in flight; later turns use the new weights, so an episode can mix two policy versions); "
         "false: the sync waits until the episodes started on the old weights have ended",
     )
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = field_help(
+        "copy",
+        "a step's rows (trajectories, or turns with the step manager) that are not a multiple of the global train "
+        "batch (ROLL's key): copy = pad up with rows that carry no loss (ROLL repeats real rows instead); delete "
+        "= drop the surplus rows at random; random_sample = train on one global batch of random rows; auto = "
+        "delete unless that drops half the rows or more, then copy. Rows are dropped before the rewards are "
+        "normalised; with fewer rows than one global batch every mode pads",
+    )
     val_seed_offset: int = field_help(
-        1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
+        1_000_000,
+        "validation episode group g uses seed val_seed_offset + g, round r's groups continue after round r−1's "
+        "(the same episodes at every evaluation)",
     )
     val_batch_size: int | None = field_help(
         None,
-        "ROLL's validation trajectories per evaluation: roll plays one episode per val_env_manager environment, "
-        "so it must equal val_env_manager.num_env_groups × group_size (null = that number)",
+        "ROLL's validation trajectories per evaluation: a multiple of val_env_manager.num_env_groups × group_size; "
+        "each environment plays val_batch_size / that many episodes, each round on new seeds (null = one round)",
     )
 
     @property
@@ -164,6 +181,13 @@ class AgenticConfig(RLAlgorithmConfig):
     @property
     def episodes_per_env(self) -> int:
         return self.rollout_batch_size // self.train_env_manager.num_envs
+
+    @property
+    def val_rounds(self) -> int:
+        """Validation episodes per val_env_manager environment (val_batch_size / its environments; default 1)."""
+        if self.val_batch_size is None or self.val_env_manager is None:
+            return 1
+        return self.val_batch_size // self.val_env_manager.num_envs
 
 
 def check_agentic(config: AgenticConfig) -> None:
@@ -221,11 +245,12 @@ def check_agentic(config: AgenticConfig) -> None:
     for key, manager in managers:
         _check_manager(key, manager, config)
     if config.val_batch_size is not None:
-        episodes = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
-        if config.val_batch_size != episodes:
+        envs = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
+        if not envs or config.val_batch_size < envs or config.val_batch_size % envs:
             raise ConfigError(
-                f"'val_batch_size' = {config.val_batch_size}, but validation plays one episode per val_env_manager "
-                f"environment: num_env_groups × group_size = {episodes}; set them equal or remove val_batch_size"
+                f"'val_batch_size' = {config.val_batch_size}, but validation plays whole rounds of one episode per "
+                f"val_env_manager environment: num_env_groups × group_size = {envs}; set a multiple of it or remove "
+                "val_batch_size"
             )
     train = config.train_env_manager
     if config.rollout_batch_size % train.group_size:
@@ -239,7 +264,7 @@ def check_agentic(config: AgenticConfig) -> None:
             f"training environments num_env_groups × group_size = {train.num_envs}; every "
             f"environment runs the same number of episodes per step"
         )
-    if config.episodes_per_env > train.max_traj_per_env:
+    if train.max_traj_per_env != -1 and config.episodes_per_env > train.max_traj_per_env:
         raise ConfigError(
             f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
             f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
@@ -267,8 +292,11 @@ def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -
             f"'{key}.tags' names {unknown}, which are not in custom_envs (defined: {sorted(config.custom_envs)})"
         )
     for name in ("num_env_groups", "group_size", "max_traj_per_env", "max_env_num_per_worker"):
-        if getattr(manager, name) < 1:
-            raise ConfigError(f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1")
+        if getattr(manager, name) < 1 and not (name == "max_traj_per_env" and manager.max_traj_per_env == -1):
+            raise ConfigError(
+                f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1"
+                + (" or -1 (no cap)" if name == "max_traj_per_env" else "")
+            )
     if manager.num_groups_partition is not None:
         if len(manager.num_groups_partition) != len(manager.tags):
             raise ConfigError(
@@ -314,10 +342,16 @@ def agentic_optimizer_steps(config: AgenticConfig) -> dict:
 
 def _check_env_config(tag: str, env: EnvConfig) -> None:
     """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
-    class is only imported by the pipeline)."""
+    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error."""
     from roll.agentic.envs.registry import list_envs, make_env
 
     if env.env_type not in list_envs():
+        if "." not in env.env_type:  # not a dotted class path either: the pipeline could not resolve it
+            raise ConfigError(
+                f"'custom_envs.{tag}.env_type' = {env.env_type!r}: not an environment roll ships {list_envs()} nor a "
+                "dotted class path; give the dotted path of your BaseEnv subclass (ROLL's other environments have "
+                "no counterpart here)"
+            )
         return
     try:
         make_env(env.env_type, dict(env.env_config))
@@ -325,7 +359,17 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
 
 
-TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length")
+TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length", "suffix")
+# ROLL's StepEnvManager placeholders (its step_envs.yaml template uses all of them)
+STEP_TEMPLATE_FIELDS = (
+    "env_instruction",
+    "history",
+    "step_count",
+    "history_length",
+    "current_step",
+    "current_observation",
+    "max_response_length",
+)
 
 
 def _check_env_templates(tag: str, env: EnvConfig) -> None:
@@ -341,17 +385,15 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
         raise ConfigError(f"'{where}.format_penalty' = {env.format_penalty}: a penalty must be ≤ 0")
     if env.agent_template is None:
         return
-    if env.env_manager != "traj":
-        raise ConfigError(
-            f"'{where}.agent_template' is read by the traj manager only; the step manager builds each prompt from "
-            "the history window (history_length)"
-        )
+    fields = TEMPLATE_FIELDS if env.env_manager == "traj" else STEP_TEMPLATE_FIELDS
     try:
-        env.agent_template.format(**{name: 0 for name in TEMPLATE_FIELDS})
+        env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
-            f"'{where}.agent_template': placeholders may be {['{' + n + '}' for n in TEMPLATE_FIELDS]} ({error!r}); "
+            f"'{where}.agent_template' ({env.env_manager} manager): placeholders may be "
+            f"{['{' + n + '}' for n in fields]} ({error!r}); "
             "write literal braces as {{ }}"
         ) from None
-    if "{observation}" not in env.agent_template:
-        raise ConfigError(f"'{where}.agent_template' has no {{observation}}: the model would never see the board")
+    seen = "{observation}" if env.env_manager == "traj" else "{current_observation}"
+    if seen not in env.agent_template:
+        raise ConfigError(f"'{where}.agent_template' has no {seen}: the model would never see the board")

@@ -114,7 +114,9 @@ class RLAlgorithmConfig(PipelineConfig):
         "factor on the policy loss plus the KL loss (not on the entropy bonus), as ROLL's RLVR actor: "
         "loss = rl_loss_coef·(pg + kl_loss_coef·kl) − entropy_loss_coef·entropy",
     )
-    value_clip: float = field_help(0.5, "critic value clip range (GAE)")
+    value_clip: float | None = field_help(
+        0.5, "critic value clip range (GAE); null = no clipping (ROLL's meaning: the plain squared error)"
+    )
 
     # --- KL ---------------------------------------------------------------------------------------------
     use_kl_loss: bool = field_help(False, "add kl_loss_coef × KL(actor‖reference) to the policy loss")

@@ -170,12 +170,12 @@ def describe(hint) -> str:
 
 
 _RANGE = re.compile(r"^\s*list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)\s*$")
-_LIST = re.compile(r"^list\(\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\]\)$")
+_LIST = re.compile(r"^(list\()?\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\](?(1)\))$")  # list([...]) or [...]
 
 
 def parse_device_mapping(value, path: str):
     """A YAML list of ints, or a string of ROLL's forms parsed without eval(): 'list(range(a, b[, step]))',
-    'list([0, 1, 8, 9])', or such parts joined by '+'."""
+    'list([0, 1, 8, 9])', '[6, 7]', or such parts joined by '+'."""
     if value is None or isinstance(value, list):
         return value
     if isinstance(value, str):
@@ -190,7 +190,7 @@ def parse_device_mapping(value, path: str):
                     raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
                 ids += list(range(*numbers))
             elif literal:
-                ids += [int(n) for n in re.findall(r"\d+", literal.group(1))]
+                ids += [int(n) for n in re.findall(r"\d+", literal.group(2))]
             else:
                 break
         else:

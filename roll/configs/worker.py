@@ -85,6 +85,15 @@ class TrainingArgs:
     max_grad_norm: float = field_help(1.0, "gradient-norm clipping threshold")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = field_help("constant", "learning-rate schedule")
     warmup_steps: int = field_help(0, "optimizer steps of linear warm-up")
+    warmup_ratio: float = field_help(
+        0.0,
+        "with warmup_steps 0: warm up over ceil(warmup_ratio × the run's optimizer steps) instead (ROLL's key), "
+        "in [0, 1]",
+    )
+
+    def __post_init__(self):
+        if not 0 <= self.warmup_ratio <= 1:
+            raise ConfigError(f"'warmup_ratio' = {self.warmup_ratio}: must be in [0, 1]")
 
 
 @dataclass
@@ -110,7 +119,8 @@ class DataArgs:
         None,
         "actor_train: share of each reward domain in every step's prompts (ROLL): domain d gets "
         "int(p_d × rollout_batch_size) prompts, the last listed domain the rest; each domain's rows are drawn "
-        "in their own shuffled order. Probabilities ≥ 0 summing to 1; every domain of the data listed (0 = unused)",
+        "in their own shuffled order. Shares ≥ 0 summing to at most 1 (what they leave goes to the last domain, as "
+        "in ROLL); every domain of the data listed (0 = unused)",
     )
     interleave_probs: str | list[float] | None = field_help(
         None,
@@ -134,11 +144,19 @@ class DataArgs:
                 raise ConfigError(
                     f"'interleave_probs' = {self.interleave_probs!r}: comma-separated numbers, e.g. '0.7,0.3'"
                 ) from None
-        for key in ("interleave_probs", "domain_interleave_probs"):
-            probs = getattr(self, key)
-            values = list(probs.values()) if isinstance(probs, dict) else probs
-            if values is not None and (any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-6):
-                raise ConfigError(f"'{key}' = {probs}: probabilities must be ≥ 0 and sum to 1 (sum {sum(values)})")
+        if self.interleave_probs is not None:
+            values = self.interleave_probs
+            if any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-6:
+                raise ConfigError(
+                    f"'interleave_probs' = {values}: probabilities must be ≥ 0 and sum to 1 (sum {sum(values)})"
+                )
+        if self.domain_interleave_probs is not None:  # quotas: ROLL gives what they leave to the last domain
+            probs = self.domain_interleave_probs
+            if any(v < 0 for v in probs.values()) or not 0 < sum(probs.values()) <= 1 + 1e-6:
+                raise ConfigError(
+                    f"'domain_interleave_probs' = {probs}: shares must be ≥ 0 with a sum in (0, 1] (sum "
+                    f"{sum(probs.values())}); what they leave goes to the last listed domain"
+                )
         files = [self.file_name] if isinstance(self.file_name, str) else self.file_name
         if self.interleave_probs == [1.0]:
             self.interleave_probs = None  # one probability for the whole data (ROLL's "1.0"): the files as one pool
@@ -160,7 +178,11 @@ class GeneratingArgs:
     )
     temperature: float = field_help(1.0, "sampling temperature (log-probs everywhere use the same temperature)")
     top_p: float = field_help(1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's")
-    top_k: int = field_help(0, "top-k sampling (0 = off); > 0 makes rollout log-probs differ from the trainer's")
+    top_k: int = field_help(
+        0,
+        "top-k sampling (0 = off; ROLL's and vLLM's -1 = off too, stored as 0); > 0 makes rollout log-probs differ "
+        "from the trainer's",
+    )
     do_sample: bool = field_help(True, "sample (true) or decode greedily (false)")
     num_return_sequences: int | None = field_help(
         None, "samples per prompt; null means num_return_sequences_in_group (validation: 1)"
@@ -190,8 +212,10 @@ class GeneratingArgs:
             raise ConfigError(f"'top_p' = {self.top_p}: must be in (0, 1] (1 = off)")
         if not self.repetition_penalty > 0:
             raise ConfigError(f"'repetition_penalty' = {self.repetition_penalty}: must be > 0 (1 = off)")
+        if self.top_k == -1:
+            self.top_k = 0  # ROLL's and vLLM's "off"; every engine here spells it 0
         if self.top_k < 0:
-            raise ConfigError(f"'top_k' = {self.top_k}: must be >= 0 (0 = off)")
+            raise ConfigError(f"'top_k' = {self.top_k}: must be >= 0 or -1 (0 and -1 = off)")
 
 
 @dataclass
@@ -257,6 +281,10 @@ class WorkerConfig:
         None, "this role's profiling; unset keys take the pipeline's `profiler` values (docs/profiling.md)"
     )
     rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
+    system_envs: dict[str, str] = field_help(
+        default_factory=dict,
+        help="environment variables of this role's workers, over the pipeline's system_envs (ROLL's role-level key)",
+    )
     start_timeout: float = field_help(
         300.0, "seconds a worker process of this role may take to start (imports, placement) before start-up fails"
     )

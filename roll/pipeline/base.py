@@ -131,7 +131,7 @@ class BasePipeline:
                 resource_manager=self.resource_manager,
                 worker_config=worker_config,
                 seed=config.seed,
-                runtime_env=_nsight_env(config, name, worker_config),
+                runtime_env=_runtime_env(config, name, worker_config),
             )
         # where every worker landed (node, device); the first call each worker answers: the roles' start_timeout
         start_timeout = max(cluster.start_timeout for cluster in self.clusters.values())
@@ -357,6 +357,15 @@ class BasePipeline:
         if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
             self.checkpointer.save(completed_steps=step + 1)
         return metrics
+
+
+def _runtime_env(config, name: str, worker_config) -> dict | None:
+    """Ray's runtime_env of a role's workers: its own system_envs over the pipeline's, and Nsight when profiled."""
+    env = _nsight_env(config, name, worker_config)
+    if worker_config.system_envs:
+        env = env or {}
+        env["env_vars"] = {**config.system_envs, **worker_config.system_envs}
+    return env
 
 
 def _nsight_env(config, name: str, worker_config) -> dict | None:

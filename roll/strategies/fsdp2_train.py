@@ -59,6 +59,9 @@ from roll.strategies.train_common import (
     split_train_batch,
 )
 from roll.utils.checkpoint import load_state
+from roll.utils.logging import get_logger
+
+config_logger = get_logger(__name__)
 
 FSDP2_DEFAULTS = {
     "reshard_after_forward": True,
@@ -67,14 +70,49 @@ FSDP2_DEFAULTS = {
     "reduce_dtype": "float32",
     "wrap_modules": None,
 }
-# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (roll shards over all the role's ranks)
-ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size")
+# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (roll shards over all the role's ranks);
+# wrap_policy.transformer_layer_cls_to_wrap = wrap_modules
+ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size", "wrap_policy")
+# keys of ROLL's example YAMLs that ROLL's own FSDP2 strategy never reads: accepted with a logged note
+ROLL_IGNORED_FSDP2_KEYS = {
+    "use_batched_model_update": "ROLL's FSDP2 strategy never reads it (roll's weight sync is bucketed by "
+    "model_update_buffer_size_mb)"
+}
+# ROLL FSDP2 keys for features roll does not build: refused with the reason
+ROLL_UNBUILT_FSDP2_KEYS = {
+    "apply_tiled_mlp": "ROLL's tiled MLP (the MLP computed in shards to save activation memory) is not built",
+    "tiled_num_shards": "it sets the shards of ROLL's tiled MLP, which is not built",
+    "apply_expert_patch": "it patches MoE expert layers; roll builds dense families only (qwen2, llama)",
+}
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
+
+
+def _roll_wrap_policy(policy):
+    """ROLL's wrap_policy: transformer_layer_cls_to_wrap = wrap_modules; its embedding, LM-head and MoE-expert
+    wrapping has no counterpart here (roll wraps the listed classes and the root)."""
+    if policy is None:
+        return None
+    if not isinstance(policy, dict) or set(policy) - {"transformer_layer_cls_to_wrap"}:
+        raise ValueError(
+            f"fsdp2 strategy_config.wrap_policy={policy!r}: only transformer_layer_cls_to_wrap (= wrap_modules) is "
+            "built; ROLL's wrap_embeddings / wrap_lm_output / moe_experts wrapping is not"
+        )
+    return list(policy.get("transformer_layer_cls_to_wrap") or []) or None
 
 
 def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | None = None) -> dict:
     """strategy_config with defaults filled in; unknown keys and bad values are errors."""
     given = dict(strategy_config or {})
+    for key in sorted(set(given) & set(ROLL_IGNORED_FSDP2_KEYS)):
+        config_logger.warning("fsdp2 strategy_config.%s is ignored: %s", key, ROLL_IGNORED_FSDP2_KEYS[key])
+        del given[key]
+    unbuilt = sorted(set(given) & set(ROLL_UNBUILT_FSDP2_KEYS))
+    if unbuilt:
+        raise ValueError(
+            "; ".join(
+                f"fsdp2 strategy_config.{key} (ROLL's) is refused: {ROLL_UNBUILT_FSDP2_KEYS[key]}" for key in unbuilt
+            )
+        )
     unknown = sorted(set(given) - set(FSDP2_DEFAULTS) - set(ROLL_FSDP2_KEYS))
     if unknown:
         raise ValueError(
@@ -82,6 +120,9 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
             f"(ROLL's {list(ROLL_FSDP2_KEYS)} too; a DeepSpeed config such as ${{deepspeed_zero2}} does not apply "
             f"to fsdp2: set strategy_config to null or to these keys)"
         )
+    layers = _roll_wrap_policy(given.pop("wrap_policy", None))
+    if layers is not None and given.setdefault("wrap_modules", layers) != layers:
+        raise ValueError(f"fsdp2 strategy_config.wrap_policy={layers!r} conflicts with wrap_modules: set one")
     policy = given.pop("offload_policy", None)
     if policy is not None:
         if given.setdefault("cpu_offload", policy) != policy:

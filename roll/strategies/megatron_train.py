@@ -43,6 +43,7 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.megatron.roll_keys import take_roll_keys
 from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
@@ -51,6 +52,7 @@ from roll.strategies.train_common import (
     mean_metrics,
     save_tokenizer,
     split_train_batch,
+    warmup_steps,
 )
 from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
@@ -109,6 +111,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
                 f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
                 "which roll's megatron strategy does not use (local spec); set it to false"
             )
+    take_roll_keys(given)
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
@@ -494,7 +497,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
         # biases and norms)
         self.optimizer = get_megatron_optimizer(optimizer_config, [self.model], config_overrides={})
-        self.lr_factor = lr_lambda(args.lr_scheduler_type, args.warmup_steps, max(total_steps, 1))
+        self.lr_factor = lr_lambda(args.lr_scheduler_type, warmup_steps(args, max(total_steps, 1)), max(total_steps, 1))
         self.steps_done = 0
 
     def _set_lr(self, step: int) -> float:

@@ -23,6 +23,7 @@ from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.async_rollout import AgenticAsyncRollout
+from roll.pipeline.agentic.batch_adjust import rows_to_keep
 from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
 from roll.pipeline.agentic.first_prompts import check_first_prompts, first_prompt_ids
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
@@ -32,6 +33,7 @@ from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
 ENV_WORKER = "roll.agentic.env_worker.EnvironmentWorker"
+BATCH_ADJUST_STREAM = 0xBA7C4  # the seed stream of batch_adjust_mode's row draws
 # tensors that carry loss or reward: zero in the padding rows a step-wise rollout needs
 LOSS_KEYS = ("response_mask", "token_level_scores", "scores", "rollout_log_probs")
 
@@ -65,6 +67,7 @@ class AgenticPipeline(BasePipeline):
                     worker_cls=ENV_WORKER,
                     world_size=num_env_workers(manager),
                     rpc_timeout=manager.rpc_timeout,
+                    system_envs=manager.system_envs,
                 )
         return roles
 
@@ -159,6 +162,11 @@ class AgenticPipeline(BasePipeline):
             else:
                 self.memory.use("actor_infer")
                 batch, metrics = self.rollout(step)
+        # ROLL's batch_adjust_mode drops rows before the rewards are normalised (copy pads after, below)
+        rng = np.random.default_rng([config.seed, step, BATCH_ADJUST_STREAM])
+        keep = rows_to_keep(len(batch), self._train_multiple(), config.batch_adjust_mode, rng)
+        metrics["rollout/dropped_rows"] = 0 if keep is None else len(batch) - len(keep)
+        batch = batch if keep is None else batch[keep]
         norm = config.reward_normalization
         if get_adv_estimator_spec(config.adv_estimator).anchor_state_groups:
             rewards, episode, state = gigpo_rewards(
@@ -201,20 +209,25 @@ class AgenticPipeline(BasePipeline):
 
     # ---- validation ---------------------------------------------------------------------------------
     def validate(self, step: int) -> dict:
-        """One episode per validation environment, the same seeds every time; success rate per tag."""
+        """val_rounds episodes per validation environment (ROLL's val_batch_size), the same seeds every time;
+        success rate per tag."""
         manager = self.config.val_env_manager
         if manager is None:
             return {}
         self.memory.use("actor_infer")
-        assignments = {
-            env_id: (
-                self.config.val_seed_offset + env_id // manager.group_size,
-                f"val-{env_id // manager.group_size}",
-                f"val-{env_id}",
-            )
-            for env_id in range(manager.num_envs)
-        }
-        _, episodes, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+        episodes = []
+        for round_ in range(self.config.val_rounds):
+            first_group, first_env = round_ * manager.num_env_groups, round_ * manager.num_envs
+            assignments = {
+                env_id: (
+                    self.config.val_seed_offset + first_group + env_id // manager.group_size,
+                    f"val-{first_group + env_id // manager.group_size}",
+                    f"val-{first_env + env_id}",
+                )
+                for env_id in range(manager.num_envs)
+            }
+            _, part, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+            episodes += part
         metrics = episode_metrics(episodes, "val")
         metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
         return metrics
