@@ -24,12 +24,14 @@ from roll.configs.checks import (
     check_model_types,
     check_roles,
     check_run_length,
+    check_strategy_configs,
     describe_reference,
     reference_source,
     roles,
 )
 from roll.configs.generation_checks import check_async, check_generation
 from roll.configs.loader import ConfigError, build, collected
+from roll.configs.policy_loss import effective_policy_loss_mode, policy_loss_config
 from roll.configs.profiler import check_profiler
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (
@@ -211,8 +213,6 @@ def _build_with_roll_keys(cls, data: dict):
 
 def _check_engines(config) -> None:
     """Every role's strategy_config through its engine's validator, so --dry_run catches engine-key mistakes."""
-    from roll.configs.roll_compat import check_strategy_configs
-
     problems = check_strategy_configs(config)
     if problems:
         raise collected(problems)
@@ -259,49 +259,6 @@ def _name_role(parent: dict, key: str, name: str) -> None:
         if "name" in block:
             raise ConfigError(f"'{name}.name' is set from the role's key; remove it")
         block["name"] = name
-
-
-def policy_loss_config(config: RLVRConfig):
-    """ROLL-style clip keys → roll.algorithms.PolicyLossConfig (the one mapping; docs/configuration.md)."""
-    from roll.algorithms import PolicyLossConfig
-
-    low = config.pg_clip if config.pg_clip_low is None else config.pg_clip_low
-    high = config.pg_clip if config.pg_clip_high is None else config.pg_clip_high
-    if config.use_pg_clip_range is False:  # ROLL: the range keys are ignored unless use_pg_clip_range
-        low = high = config.pg_clip
-    return PolicyLossConfig(
-        clip_ratio=config.pg_clip,
-        clip_ratio_low=low,
-        clip_ratio_high=high,
-        # no dual clip = a cap that never binds
-        clip_ratio_c=config.dual_clip_ratio_c if config.dual_clip_loss else float("inf"),
-        clip_cov_ratio=config.clip_cov_ratio,
-        clip_cov_lb=config.clip_cov_lb,
-        clip_cov_ub=config.clip_cov_ub,
-        kl_cov_ratio=config.kl_cov_ratio,
-        ppo_kl_coef=config.ppo_kl_coef,
-        tau_pos=config.tau_pos,
-        tau_neg=config.tau_neg,
-        tis_lower_bound=config.tis_lower_bound,
-        tis_upper_bound=config.tis_upper_bound,
-        kimi15_tau=config.kimi15_tau,
-        topr_positive_weight=config.topr_positive_weight,
-        topr_negative_weight=config.topr_negative_weight,
-        importance_sampling=_ratio_level(config),
-    )
-
-
-def _ratio_level(config) -> str:
-    # ROLL's agentic `ratio_type: segment` is the PPO ratio's third level (only AgenticConfig has the key)
-    return "segment" if getattr(config, "ratio_type", "token") == "segment" else config.importance_sampling
-
-
-PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "topr": "topr", "cispo": "cispo", "kimi15": "kimi15"}
-
-
-def effective_policy_loss_mode(config) -> str:
-    """ROLL's `pg_variant`, when set, names the loss; else `policy_loss_mode`."""
-    return config.policy_loss_mode if config.pg_variant is None else PG_VARIANTS[config.pg_variant]
 
 
 def describe_config(config) -> str:

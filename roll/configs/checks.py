@@ -8,6 +8,8 @@ never rewritten: only fields left null are filled, and the report says what they
 from dataclasses import dataclass
 
 from roll.configs.loader import ConfigError, closest
+from roll.configs.policy_loss import effective_policy_loss_mode
+from roll.utils.patterns import is_regex
 
 DEFAULT_WORKERS = {
     "actor_train": "roll.workers.actor_worker.ActorWorker",
@@ -289,8 +291,6 @@ def check_lora(name: str, worker) -> None:
             f"{strategies_with('lora', role=name)} or remove the lora_* keys (full fine-tuning)"
         )
     if args.lora_target is not None:
-        from roll.strategies.lora import is_regex
-
         target = args.lora_target.strip()
         if not target or (not is_regex(target) and not [t for t in target.split(",") if t.strip()]):
             raise ConfigError(
@@ -368,7 +368,6 @@ def check_algorithm(config) -> None:
         get_adv_estimator_spec,
         get_policy_loss_fn,
     )
-    from roll.configs import effective_policy_loss_mode
 
     for key, lookup in (("adv_estimator", get_adv_estimator_fn), ("policy_loss_mode", get_policy_loss_fn)):
         try:
@@ -517,3 +516,25 @@ def check_micro_batching(config) -> None:
                 f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
                 f"supported: {packing}; set it to false"
             )
+
+
+def check_strategy_configs(config) -> list:
+    """Each role's strategy_config through its engine's own check (the strategy class's
+    `check_strategy_config`, found through the registry), at load time and by --dry_run."""
+    from roll.strategies import strategy_class
+
+    problems = []
+    for worker in roles(config).values():
+        args = worker.strategy_args
+        if args is None:
+            continue
+        dtype = worker.model_args.dtype if worker.model_args else "float32"
+        mapping = worker.device_mapping
+        world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
+        try:
+            strategy_class(args.strategy_name).check_strategy_config(
+                args.strategy_config, dtype=dtype, world_size=world
+            )
+        except ValueError as error:
+            problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
+    return problems

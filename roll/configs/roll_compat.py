@@ -411,44 +411,6 @@ def check_roll_keys(config, extra: dict) -> list:
     return problems
 
 
-def check_strategy_configs(config) -> list:
-    """Each role's strategy_config through its engine's own validator (run by --dry_run, not only at start)."""
-    from roll.configs.checks import roles
-
-    problems = []
-    for worker in roles(config).values():
-        args = worker.strategy_args
-        if args is None:
-            continue
-        try:
-            _validate_engine(args.strategy_name, args.strategy_config, worker)
-        except ValueError as error:
-            problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
-    return problems
-
-
-def _validate_engine(name: str, strategy_config, worker) -> None:
-    dtype = worker.model_args.dtype if worker.model_args else "float32"
-    mapping = worker.device_mapping
-    world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
-    if name == "vllm":
-        from roll.strategies.vllm_args import validate_strategy_config
-
-        validate_strategy_config(strategy_config, on_cpu=False)
-    elif name == "sglang":
-        from roll.strategies.sglang_infer import validate_strategy_config
-
-        validate_strategy_config(strategy_config, dtype)
-    elif name in ("megatron_train", "megatron_infer"):
-        from roll.strategies.megatron_train import resolve_megatron_config
-
-        resolve_megatron_config(strategy_config, world, dtype)
-    elif name in ("fsdp2_train", "fsdp2_infer"):
-        from roll.strategies.fsdp2_train import resolve_fsdp2_config
-
-        resolve_fsdp2_config(strategy_config, dtype, world)
-
-
 def note_roll_spellings(config, extra: dict) -> None:
     """Keeps on each reward domain the ROLL worker path the config gave (`roll_worker_cls`, not a config
     field), so --dry_run shows the mapping only where one happened."""

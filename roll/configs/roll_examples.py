@@ -1,11 +1,9 @@
-"""ROLL's own example YAMLs: which are in scope, one dry run each, and the table of results.
+"""ROLL's own example YAMLs: which are in scope, and the table of results.
 
-scripts/check_roll_examples.py runs `check_one` on every in-scope example of a ROLL checkout and stores the
-results in docs/roll_examples.json; `examples_section` renders them into docs/roll_compatibility.md.
+scripts/check_roll_examples.py dry-runs every in-scope example of a ROLL checkout through the launcher and stores
+the results in docs/roll_examples.json; `examples_section` renders them into docs/roll_compatibility.md.
 """
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -23,17 +21,6 @@ OUT_OF_SCOPE = [
     (r"^examples/qwen3\.5-\d", "Qwen3.5 is multimodal: ROLL runs these with start_rlvr_vl_pipeline.py"),
     (r"^examples/agentic_deepeyes/", "DeepEyes: a vision-language agent (Qwen2.5-VL, image tools)"),
 ]
-AGENTIC_KEYS = ("custom_envs", "train_env_manager", "val_env_manager")
-BROKEN = "broken in ROLL"
-VALID_KEYS = re.compile(r"\s*\(valid keys of [^)]*\)")
-# files ROLL's own loader cannot load either, checked against ROLL's source; the dry run must also fail on them
-KNOWN_BROKEN = {
-    "examples/docs_examples/example_topr.yaml": (
-        "placeholders x_1 / x_2 stand where numbers belong: ROLL's type-checked loader (dacite) refuses "
-        "use_topr_neg_loss_coef: x_2 too"
-    ),
-}
-LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d [A-Z] \[")  # roll's log lines (warnings on ignored keys) on stderr
 
 
 def scope(path: str) -> str | None:
@@ -41,58 +28,6 @@ def scope(path: str) -> str | None:
     for pattern, reason in OUT_OF_SCOPE:
         if re.search(pattern, path):
             return reason
-    return None
-
-
-def check_one(path: Path, name: str) -> tuple[str, str]:
-    """The launcher's dry run on one unedited file (`name`: its path in ROLL's tree): ("pass", "") or
-    (status, reason)."""
-    from roll.cli import launch
-    from roll.configs import load_agentic_config, load_rlvr_config
-
-    text = path.read_text()
-    if not text.strip():
-        return BROKEN, "the file is empty"
-    missing = _missing_defaults(path, text)
-    if missing:
-        return BROKEN, f"its defaults name {missing}, which is not in ROLL's tree"
-    env = sorted(set(re.findall(r"\$\{oc\.env:(\w+)\}", text)))
-    agentic = re.search(rf"^({'|'.join(AGENTIC_KEYS)}):", text, re.M) or "envs@_here_" in text
-    load = load_agentic_config if agentic else load_rlvr_config
-    stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
-        code = launch(
-            ["--config_path", str(path.parent), "--config_name", path.stem, "--dry_run"],
-            "", path.parent, "", "", load, lambda config: None,
-        )  # fmt: skip
-    if code == 0:
-        return "pass", ""
-    text = stderr.getvalue()  # also holds Hydra's warnings and the notes on ignored keys: keep the error only
-    error = text[text.find("config error: ") :].removeprefix("config error: ")
-    reason = "; ".join(_messages(error))
-    if env and any(f"oc.env:{name}" in reason or name in reason for name in env):
-        return BROKEN, f"needs the environment variable(s) {', '.join(env)} set before it loads (${{oc.env:...}})"
-    known = KNOWN_BROKEN.get(name)
-    if known:
-        return BROKEN, f"{known}; here: {reason}"
-    return "refused", reason
-
-
-def _messages(error: str) -> list[str]:
-    """A config error's messages, one each, without the valid-key lists and the block headers."""
-    messages = []
-    for line in error.splitlines():
-        line = line.strip()
-        if not line or LOG_LINE.match(line) or line.startswith("[") or "problems in the config" in line:
-            continue
-        messages.append(VALID_KEYS.sub("", line.removeprefix("- ")).strip())
-    return messages
-
-
-def _missing_defaults(path: Path, text: str) -> str | None:
-    for entry in re.findall(r"^\s*-\s*(\.\./[\w/]+)@", text, re.M):
-        if not (path.parent / f"{entry}.yaml").is_file():
-            return entry
     return None
 
 

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
 from roll.configs import describe_reference, optimizer_steps, reference_source
+from roll.configs.policy_loss import loss_settings
 from roll.configs.profiler import role_profile
 from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
@@ -28,7 +29,6 @@ from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer
 from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
-from roll.workers.loss_settings import LossSettings
 
 logger = get_logger("roll.pipeline")
 MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
@@ -202,7 +202,7 @@ class BasePipeline:
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
-        LossSettings.from_config(self.config, step).attach(batch)
+        loss_settings(self.config, step).attach(batch)
         metrics = {}
         if self.critic is not None:
             self.memory.use("critic")

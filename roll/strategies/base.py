@@ -90,6 +90,12 @@ class InferenceStrategy:
         return world_size
 
     @classmethod
+    def check_strategy_config(cls, strategy_config: dict | None, *, dtype: str, world_size: int) -> None:
+        """A ValueError naming the bad key and what would be valid, where this engine cannot take
+        `strategy_config` (run at load time and by --dry_run, before any worker starts). The default accepts
+        anything: a strategy with keys of its own overrides this."""
+
+    @classmethod
     def dynamic_batching_limit(cls, strategy_config: dict | None) -> str | None:
         """Why this strategy_config rules out dynamic batching (None: it does not). Read by the config checks."""
         return None

@@ -241,6 +241,10 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     dynamic_batching_infer = True
     sequence_packing = True
 
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        resolve_fsdp2_config(strategy_config, dtype, world_size)
+
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
         self.device = _device()

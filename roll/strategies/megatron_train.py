@@ -201,6 +201,10 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     training = False
 
     @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        resolve_megatron_config(strategy_config, world_size, dtype)
+
+    @classmethod
     def data_parallel_size(cls, world_size: int, strategy_config: dict | None) -> int:
         """world_size / (TP × PP × CP): the ranks of one model-parallel group pool their rows."""
         settings = strategy_config or {}

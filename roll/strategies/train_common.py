@@ -10,7 +10,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import max_over_ranks, train_micro_batches
-from roll.workers.loss_settings import LOSS_KEY, LossSettings
+from roll.strategies.loss_settings import LOSS_KEY, LossSettings
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 

@@ -180,6 +180,10 @@ class VLLMInferStrategy(InferenceStrategy):
     stop_strings = True
     lora_adapters = True  # load_adapter: vLLM's LoRA support (strategy_config enable_lora: true)
 
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        validate_strategy_config(strategy_config, on_cpu=False)
+
     def initialize(self, total_steps: int = 0) -> None:
         on_cpu = not torch.cuda.is_available()
         strategy_args = self.config.strategy_args

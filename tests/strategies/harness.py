@@ -27,8 +27,8 @@ transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars, onc
 from roll.algorithms import PolicyLossConfig  # noqa: E402 - after the progress-bar switch
 from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig  # noqa: E402 - after the progress-bar switch
 from roll.distributed.data_proto import DataProto  # noqa: E402 - after the progress-bar switch
+from roll.strategies.loss_settings import LossSettings  # noqa: E402 - after the progress-bar switch
 from roll.utils.functional import compute_position_ids  # noqa: E402 - after the progress-bar switch
-from roll.workers.loss_settings import LossSettings  # noqa: E402 - after the progress-bar switch
 
 WORLD_SIZE = 2
 STEPS = 3
