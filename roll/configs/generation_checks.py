@@ -117,9 +117,6 @@ def check_async(config) -> None:
     stale = getattr(config, "async_stale_samples", "regenerate")  # RLVR only (agentic: lag = k by schedule)
     if stale not in ("regenerate", "drop"):
         raise ConfigError(f"'async_stale_samples' = {stale!r}; valid: ['regenerate', 'drop']")
-    max_lag = getattr(config, "async_max_lag", None)
-    if max_lag is not None and max_lag < 0:
-        raise ConfigError(f"'async_max_lag' = {max_lag}: must be >= 0 or null")
     from roll.algorithms import get_adv_estimator_spec
 
     if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:

@@ -26,6 +26,7 @@ import re
 import shutil
 from pathlib import Path
 
+from roll.utils.errors import MissingInput
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.checkpoint")
@@ -185,14 +186,14 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
     if isinstance(resume_from_checkpoint, str):
         path = Path(resume_from_checkpoint)
         if not path.is_dir():
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {path} is not a checkpoint directory; give a "
                 f"'<output_dir>/checkpoints/step-N' directory or true to resume from the latest one"
             )
         try:
             verify(path, checksums=False)
         except IncompleteCheckpoint as error:
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {error}; give a complete '<output_dir>/checkpoints/step-N' directory "
                 f"or true to resume from the newest complete one"
             ) from None
@@ -218,7 +219,7 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
             logger.warning("resuming from %s, the newest complete checkpoint", path)
         return path
     if skipped:
-        raise FileNotFoundError(
+        raise MissingInput(
             f"resume_from_checkpoint: no complete checkpoint under {root}: " + "; ".join(skipped) + ". Pass "
             "resume_from_checkpoint: false to start over, or a complete <output_dir>/checkpoints/step-N"
         )

@@ -29,7 +29,7 @@ class LossSettings:
     kl_loss_coef: float
     kl_loss_type: str  # KL estimator of the KL loss (roll.algorithms.kl_penalty)
     entropy_loss_coef: float  # entropy bonus coefficient; 0 = off
-    value_clip: float  # the critic's value clip range
+    value_clip: float | None  # the critic's value clip range; None = no clipping
     # agg_loss arguments of this optimizer step (global token / row counts over all ranks and micro-batches):
     # set per train_step by the training strategy (train_common.split_train_batch); None = local formulas
     global_batch_info: dict | None = None

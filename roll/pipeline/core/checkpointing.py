@@ -18,6 +18,7 @@ import uuid
 import torch
 
 from roll.utils import checkpoint
+from roll.utils.errors import InputError, MissingInput
 from roll.utils.logging import get_logger
 from roll.utils.seeding import get_rng_state, set_rng_state
 
@@ -77,7 +78,7 @@ class PipelineCheckpointer:
         if path is None:
             return
         if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
@@ -91,7 +92,7 @@ class PipelineCheckpointer:
             if saved.get(key, current[key]) != current[key]
         ]
         if differ:
-            raise ValueError(
+            raise InputError(
                 f"resume_from_checkpoint: {path} was saved by a different configuration: {'; '.join(differ)}. "
                 f"Resume with the same values, or start a new run (resume_from_checkpoint: false or another output_dir)"
             )
@@ -117,9 +118,9 @@ class PipelineCheckpointer:
         try:
             checkpoint.verify(path)  # sizes and sha256 of every file of the checkpoint that is loaded
         except checkpoint.IncompleteCheckpoint as error:
-            raise FileNotFoundError(f"resume_from_checkpoint: {error}") from None
+            raise MissingInput(f"resume_from_checkpoint: {error}") from None
         if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
