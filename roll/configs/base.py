@@ -95,6 +95,12 @@ class PipelineConfig:
         "true: continue from the newest checkpoint in checkpoint_dir / output_dir (fresh start if none); "
         "a path: continue from that step directory",
     )
+    overwrite_output_dir: bool = field_help(
+        False,
+        "a fresh run (resume_from_checkpoint: false) into a checkpoint directory holding an earlier run's "
+        "checkpoints: false refuses to start; true deletes them first (HF TrainingArguments' key; "
+        "docs/reliability.md)",
+    )
     system_envs: dict[str, str] = field_help(
         default_factory=dict, help="environment variables set in every Ray worker (see roll/configs/blocks/envs.yaml)"
     )

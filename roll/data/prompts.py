@@ -135,6 +135,13 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
     import datasets
 
     files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+    if data_args.apply_chat_template and data_args.chat_template != "chatml" and not tokenizer.chat_template:
+        raise InputError(
+            f"data_args.apply_chat_template is true but the tokenizer of {tokenizer.name_or_path} has no chat "
+            f"template, so the prompts of {files} cannot be wrapped: set data_args.chat_template: chatml (ROLL: "
+            f"data_args.template) for the ChatML format, give the tokenizer a chat_template (tokenizer_config.json), "
+            f"or set data_args.apply_chat_template: false to use the prompt text as it is"
+        )
     kind = _builder_for(files)
     for name in files:
         _check_text_file(name, kind)
@@ -165,6 +172,7 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
                     "ground_truth": truth,
                     "tag": row.get(data_args.tag_key),
                     "source": source,
+                    "where": where,  # file and row, for errors found later (routing, a missing ground truth)
                 }
             )
     if too_long:
