@@ -14,6 +14,7 @@ before training starts.
 
 import os
 import shutil
+import traceback
 import uuid
 
 import torch
@@ -62,7 +63,12 @@ class PipelineCheckpointer:
         except Exception as error:
             if not checkpoint.out_of_space(error, staged):
                 raise
-            # the partial save would go on filling the disk and block the next try: remove it now
+            # the partial save would go on filling the disk and block the next try: remove it now, and drop the
+            # failed writers' frames so their open files (deleted, still holding space) are closed
+            seen = error
+            while seen is not None:
+                traceback.clear_frames(seen.__traceback__)
+                seen = seen.__cause__ or seen.__context__
             shutil.rmtree(staged, ignore_errors=True)
             previous = checkpoint.find_checkpoint(output_dir, True)
             raise SaveFailed(
