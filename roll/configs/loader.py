@@ -78,7 +78,7 @@ class Bounds:
             return str(int(x)) if float(x).is_integer() else str(x)
 
         if self.low == -math.inf and self.high == math.inf:
-            text = "a finite number"
+            text = "a finite number" if self.low_open and self.high_open else "a number (not NaN)"
         elif self.high == math.inf:
             text = f"{'>' if self.low_open else '≥'} {number(self.low)}"
         elif self.low == -math.inf:
@@ -99,7 +99,7 @@ def field_help(
     """A dataclass field documented where it is declared (the help text feeds docs/configuration.md).
 
     `bounds` (interval notation, see Bounds; required for every int and float field) is checked by `build`
-    together with every other problem of the file; a list field's bounds apply to each element."""
+    together with every other problem of the file; a list's or mapping's bounds apply to each of its numbers."""
     metadata = {"help": help}
     if bounds is not None:
         metadata["bounds"] = Bounds.parse(bounds, also)
@@ -113,12 +113,14 @@ def out_of_bounds(field, value, path: str) -> list:
     bounds = field.metadata.get("bounds")
     if bounds is None:
         return []
-    items = enumerate(value) if isinstance(value, list) else [(None, value)]
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}", item) for key, item in value.items())
+    else:
+        items = ((f"{path}[{i}]", item) for i, item in enumerate(value)) if isinstance(value, list) else [(path, value)]
     problems = []
-    for index, item in items:
+    for where, item in items:
         if isinstance(item, bool) or not isinstance(item, (int, float)) or bounds.allows(item):
             continue
-        where = path if index is None else f"{path}[{index}]"
         problems.append((where, f"'{where}' = {item!r}: must be {bounds.describe()}"))
     return problems
 

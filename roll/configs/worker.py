@@ -115,6 +115,7 @@ class DataArgs:
         "actor_train: share of each reward domain in every step's prompts (ROLL): domain d gets "
         "int(p_d × rollout_batch_size) prompts, the last listed domain the rest; each domain's rows are drawn "
         "in their own shuffled order. Probabilities ≥ 0 summing to 1; every domain of the data listed (0 = unused)",
+        bounds="[0, 1]",
     )
     interleave_probs: str | list[float] | None = field_help(
         None,
@@ -296,6 +297,7 @@ class RewardFilterConfig:
         default_factory=dict,
         help="thresholds of the filter type: mean_filter reads threshold_up (default inf) and threshold_down "
         "(default -1); std_filter reads std_threshold (default -1); any other key is an error",
+        bounds="[-inf, inf]",
     )
 
     def check(self, where: str) -> None:
