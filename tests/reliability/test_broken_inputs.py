@@ -23,7 +23,6 @@ import torch
 import yaml
 
 from roll.pipeline.core.checkpointing import STATE_FILE, config_fingerprint
-from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.utils import checkpoint
 from tests.pipeline.helpers import make_config
 
@@ -71,6 +70,8 @@ def places(small_demo, tmp_path_factory):
         (checkpoint.staging_dir(str(earlier), step) / STATE_FILE).write_bytes(b"state")
         checkpoint.commit(str(earlier), step)
     (root / "tmp").mkdir()
+    from roll.pipeline.core.output_dir import claim_output_dirs
+
     locked = SimpleNamespace(output_dir=str(root / "locked"), checkpoint_dir=None, resume_from_checkpoint=False)
     holder = claim_output_dirs(locked)  # as a running pipeline holds its output_dir
     with read_only_dir(root / "readonly") as readonly:
