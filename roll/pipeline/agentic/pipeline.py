@@ -27,6 +27,7 @@ from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scor
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
+from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
@@ -47,7 +48,7 @@ class AgenticPipeline(BasePipeline):
             try:
                 self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
             except (ImportError, TypeError, ValueError) as error:
-                raise ValueError(f"custom_envs.{tag}.env_type: {error}") from None
+                raise InputError(f"custom_envs.{tag}.env_type: {error}") from None
         if self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
             self.async_rollout = AgenticAsyncRollout(self)
         elif self.config.async_generation_ratio == 0:
