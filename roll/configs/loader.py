@@ -2,6 +2,7 @@
 
 Every key must name a field: an unknown key fails with its full path and the closest valid name.
 Every value must have the field's type: a wrong one fails with the expected type or allowed set.
+Every number must lie in its field's declared range (`field_help(..., bounds="[1, inf)")`).
 Nothing is coerced silently except int → float (YAML writes `1` for a float field).
 """
 
