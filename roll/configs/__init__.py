@@ -102,7 +102,8 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
             f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})"
         )
     searchpath = _searchpath_override(directory / f"{config_name}.yaml", overrides)
-    overrides = [_set_or_add(o) for o in overrides if _override_key(o) != "hydra.searchpath"] + [searchpath]
+    overrides = [_set_or_add(_quote_list_call(o)) for o in overrides if _override_key(o) != "hydra.searchpath"]
+    overrides.append(searchpath)
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             return compose(config_name=config_name, overrides=overrides)
@@ -148,6 +149,15 @@ def _searchpath_override(primary: Path, overrides) -> str:
 
 def _override_key(override: str) -> str:
     return override.lstrip("+~").partition("=")[0].strip()
+
+
+def _quote_list_call(override: str) -> str:
+    """`key=list(range(2,4))`: Hydra's override grammar reads list(...) as a function call and refuses it; quoted,
+    it is the same string the YAML form `key: list(range(2,4))` gives (parse_device_mapping reads it, no eval)."""
+    key, equals, value = override.partition("=")
+    if equals and value.strip().startswith("list("):
+        return f"{key}='{value.strip()}'"
+    return override
 
 
 def _set_or_add(override: str) -> str:

@@ -104,12 +104,8 @@ def check_run_length(config) -> None:
                 "'actor_train.training_args.num_train_epochs': an agentic run has no prompt dataset to count "
                 "epochs over; set max_steps"
             )
-        if not epochs > 0:
-            raise ConfigError(f"'actor_train.training_args.num_train_epochs' = {epochs}: must be > 0")
     if config.max_steps is None and epochs is None:
         config.max_steps = 1  # the documented default when neither is set
-    if config.max_steps is not None and config.max_steps < 1:
-        raise ConfigError(f"'max_steps' = {config.max_steps}: must be ≥ 1")
 
 
 LLM_JUDGE_WORKER = "roll.workers.rewards.llm_judge.LLMJudgeRewardWorker"
@@ -141,13 +137,9 @@ def check_roles(config) -> None:
             "'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
             "roll.workers.rewards.math_rule.MathRuleRewardWorker"
         )
-    if config.num_gpus_per_node < 1:
-        raise ConfigError(f"'num_gpus_per_node' = {config.num_gpus_per_node}: must be ≥ 1")
     if config.num_nodes is None:  # derived from the mappings, as ROLL does
         ids = [d for worker in roles(config).values() for d in worker.device_mapping or []]
         config.num_nodes = max(1, -(-(max(ids, default=0) + 1) // config.num_gpus_per_node))
-    elif config.num_nodes < 1:
-        raise ConfigError(f"'num_nodes' = {config.num_nodes}: must be ≥ 1 (or null: derived from device_mapping)")
     for name, worker in roles(config).items():
         _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
     check_lora_weight_sync(config)
@@ -304,12 +296,6 @@ def check_lora(name: str, worker) -> None:
                 raise ConfigError(
                     f"'{path}.lora_target' = {args.lora_target!r} is not a valid regex: {error}"
                 ) from None
-    if args.lora_rank < 1:
-        raise ConfigError(f"'{path}.lora_rank' = {args.lora_rank}: must be ≥ 1")
-    if args.lora_alpha is not None and args.lora_alpha <= 0:
-        raise ConfigError(f"'{path}.lora_alpha' = {args.lora_alpha}: must be > 0 (or null = 2 × lora_rank)")
-    if not 0.0 <= args.lora_dropout < 1.0:
-        raise ConfigError(f"'{path}.lora_dropout' = {args.lora_dropout}: must be in [0, 1)")
     if args.adapter_name_or_path is not None:
         from pathlib import Path
 
@@ -428,11 +414,7 @@ def check_algorithm(config) -> None:
             "(model_args.lora_target: the base model with adapters disabled is then the reference), or turn "
             "both off"
         )
-    if config.dual_clip_loss and config.dual_clip_ratio_c <= 1.0:
-        raise ConfigError(f"'dual_clip_ratio_c' = {config.dual_clip_ratio_c}: must be > 1")
     if config.rollout_is_threshold is not None:
-        if config.rollout_is_threshold <= 0:
-            raise ConfigError(f"'rollout_is_threshold' = {config.rollout_is_threshold}: must be > 0 (or null = off)")
         strategy = config.actor_infer.strategy_args.strategy_name
         rollout_log_probs = strategies_with("rollout_log_probs", role="actor_infer")
         if strategy not in rollout_log_probs:
@@ -463,16 +445,6 @@ def batch_plan(config) -> BatchPlan:
             )
         global_batch[name] = size
         optimizer_steps[name] = config.ppo_epochs * samples // size
-    for key in (
-        "rollout_batch_size",
-        "num_return_sequences_in_group",
-        "prompt_length",
-        "response_length",
-        "ppo_epochs",
-        "val_batch_size",
-    ):
-        if getattr(config, key) < 1:
-            raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
     check_micro_batching(config)
     return BatchPlan(config.rollout_batch_size, samples, dp, global_batch, optimizer_steps)
 

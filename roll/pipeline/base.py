@@ -22,6 +22,7 @@ from roll.pipeline.core import preflight, step_maths
 from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir, checkpoint_base
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
+from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
@@ -51,6 +52,14 @@ class BasePipeline:
         self.placements: list[dict] = []  # every worker's describe_placement(), filled at start-up
         set_seed(config.seed)
         preflight.check_roles(config)  # model directories, worker classes: before anything loads them
+        self.output_lock = claim_output_dirs(config)  # writable, not in use, no earlier run's checkpoints
+        try:
+            self._set_up(config)
+        except BaseException:
+            self.output_lock.release()
+            raise
+
+    def _set_up(self, config) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -171,6 +180,7 @@ class BasePipeline:
             self.resource_manager.shutdown()
             self.resource_manager = None
         self.tracker.close()
+        self.output_lock.release()
 
     def __enter__(self) -> "BasePipeline":
         return self

@@ -279,6 +279,8 @@ class InferenceStrategy:
         if request:
             merged["seed"] = None
         merged.update(overrides)
+        if merged.get("top_k") is not None and merged["top_k"] < 0:
+            merged["top_k"] = 0  # ROLL's and vLLM's top_k: -1 = off, roll's engines all read 0 as off
         return merged
 
     # --- weights ------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from roll.configs import ConfigError, compose_config, load_agentic_config, load_
 from roll.configs.roll_examples import RESULTS, examples_section, scope
 from tests.configs.test_roll_compat import CORPUS, ROOT, rlvr_dict
 
+TINY = ROOT / "examples" / "tiny_rlvr"
+
 NOTES: list[str] = []  # what roll.config logged while `current` loaded
 
 
@@ -62,7 +64,7 @@ def test_top_k_minus_one_is_off_and_other_negatives_are_refused():
     data["actor_infer"]["generating_args"] = {"top_k": -1}
     assert load_rlvr_config(data).actor_infer.generating_args.top_k == 0
     data["actor_infer"]["generating_args"] = {"top_k": -2}
-    with pytest.raises(ConfigError, match=r"'actor_infer.generating_args.top_k' = -2: must be >= 0 or -1"):
+    with pytest.raises(ConfigError, match=r"'actor_infer.generating_args.top_k' = -2: must be ≥ 0 or -1"):
         load_rlvr_config(data)
 
 
@@ -143,8 +145,8 @@ def test_warmup_ratio_is_rolls_ceil_of_the_run():
 
     assert warmup_steps(TrainingArgs(warmup_ratio=0.1), 25) == 3  # ceil(2.5), ROLL's rule
     assert warmup_steps(TrainingArgs(warmup_steps=7, warmup_ratio=0.1), 25) == 7  # warmup_steps wins
-    with pytest.raises(ConfigError, match="'warmup_ratio' = 1.5"):
-        TrainingArgs(warmup_ratio=1.5)
+    with pytest.raises(ConfigError, match=r"'actor_train.training_args.warmup_ratio' = 1.5: must be in \[0, 1\]"):
+        load_rlvr_config(compose_config(str(TINY), "rlvr_tiny", ["actor_train.training_args.warmup_ratio=1.5"]))
 
 
 def test_role_system_envs_reach_the_workers_runtime_env(current):

@@ -29,6 +29,7 @@ from roll.pipeline.agentic.first_prompts import check_first_prompts, first_promp
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
+from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
@@ -50,7 +51,7 @@ class AgenticPipeline(BasePipeline):
             try:
                 self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
             except (ImportError, TypeError, ValueError) as error:
-                raise ValueError(f"custom_envs.{tag}.env_type: {error}") from None
+                raise InputError(f"custom_envs.{tag}.env_type: {error}") from None
         check_first_prompts(self.config, self.chat, self.env_classes)  # before any worker: names the tag
         if self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
             self.async_rollout = AgenticAsyncRollout(self)
