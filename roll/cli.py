@@ -6,11 +6,16 @@
 --config_path is a directory (absolute, relative to the current directory, or relative to examples/).
 --dry_run composes and validates the config, prints it with the batch arithmetic and the placement
 plan, and exits without starting Ray.
+
+A refusal of the user's config, data, model or checkpoint (roll.utils.errors.UserError, ConfigError included)
+prints its message alone and exits with status 2; --traceback or ROLL_TRACEBACK=1 adds the traceback. Any other
+error is unexpected and keeps its traceback.
 """
 
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,20 +36,26 @@ def launch(
     parser.add_argument("--config_path", default=default_path, help="directory holding the YAML")
     parser.add_argument("--config_name", default=default_name, help="YAML file name without .yaml")
     parser.add_argument("--dry_run", action="store_true", help="validate and print the plan, then exit")
+    parser.add_argument(
+        "--traceback", action="store_true", help="with a refused input, print the traceback too (or ROLL_TRACEBACK=1)"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides such as max_steps=5")
     args = parser.parse_args(argv)
+    show_traceback = args.traceback or os.environ.get("ROLL_TRACEBACK", "").lower() in ("1", "true", "yes")
 
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         os.environ.setdefault(name, "1")  # one readable line per step instead of a bar per file read
     from roll.configs import ConfigError, compose_config, describe_config
+    from roll.utils.errors import UserError
 
     try:
         config = load(compose_config(str(config_dir(args.config_path, examples)), args.config_name, args.overrides))
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
+        print(describe_config(config), flush=True)
+        if not args.dry_run:
+            run(config)
+    except UserError as error:
+        if show_traceback:
+            traceback.print_exception(error)
+        print(f"{'config error' if isinstance(error, ConfigError) else 'error'}: {error}", file=sys.stderr)
         return 2
-    print(describe_config(config), flush=True)
-    if args.dry_run:
-        return 0
-    run(config)
     return 0

@@ -34,9 +34,13 @@ class EnvConfig:
         "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
         "step: one sample per turn with a history window and discounted step returns",
     )
-    max_turns: int = field_help(5, "model replies per episode at most (the environment may end it earlier)")
-    max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn")
-    history_length: int = field_help(2, "step manager: earlier (observation, action) turns shown in each prompt")
+    max_turns: int = field_help(
+        5, "model replies per episode at most (the environment may end it earlier)", bounds="[1, inf)"
+    )
+    max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn", bounds="[1, inf)")
+    history_length: int = field_help(
+        2, "step manager: earlier (observation, action) turns shown in each prompt", bounds="[0, inf)"
+    )
     action_pattern: str | None = field_help(
         None,
         "ROLL's reply parser: a regex searched in the reply; its last matching group is the action the environment "
@@ -47,6 +51,7 @@ class EnvConfig:
         None,
         "this environment's penalty for an invalid action (ROLL's env_config.format_penalty); null = the env "
         "manager's format_penalty",
+        bounds="(-inf, 0]",
     )
     env_instruction: str | None = field_help(
         None,
@@ -58,9 +63,12 @@ class EnvConfig:
     )
     agent_template: str | None = field_help(
         None,
-        "traj manager: each turn's user message, ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
-        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step); the environment's instructions "
-        "precede the first one. null = the observation itself",
+        "each turn's user message. traj manager: ROLL's placeholders {observation}, {turn_idx}, {actions_left} "
+        "(max_turns − turns taken), {max_response_length} (max_tokens_per_step), {suffix} (the last step's "
+        "info['suffix'], '' if none); the environment's instructions precede the first one. step manager: ROLL's "
+        "{env_instruction}, {history} (the last history_length turns as '(step: k, observation: …, action: …, "
+        "reward: …)'), {step_count}, {history_length}, {current_step}, {current_observation}, "
+        "{max_response_length}. null = the observation itself (step: after the history window)",
     )
 
 
@@ -68,25 +76,39 @@ class EnvConfig:
 class EnvManagerConfig:
     tags: list[str] = field_help(default_factory=list, help="custom_envs keys these environments are drawn from")
     num_groups_partition: list[int] | None = field_help(
-        None, "env groups per tag (same order as tags, summing to num_env_groups); null = as even as possible"
+        None,
+        "env groups per tag (same order as tags, summing to num_env_groups); null = as even as possible",
+        bounds="[0, inf)",
     )
-    num_env_groups: int = field_help(1, "groups of environments; a group's envs share each episode's seed")
-    group_size: int = field_help(1, "environments per group (the GRPO group: trajectories from one initial state)")
+    num_env_groups: int = field_help(
+        1, "groups of environments; a group's envs share each episode's seed", bounds="[1, inf)"
+    )
+    group_size: int = field_help(
+        1, "environments per group (the GRPO group: trajectories from one initial state)", bounds="[1, inf)"
+    )
     max_traj_per_env: int = field_help(
-        1,
+        -1,
         "episodes one environment may run per pipeline step; rollout_batch_size / (num_env_groups × group_size) "
-        "must not exceed it",
+        "must not exceed it. -1 (ROLL's default) = as many as rollout_batch_size needs",
+        bounds="[1, inf)",
+        also=(-1,),
     )
     max_env_num_per_worker: int = field_help(
-        16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)"
+        16, "environments per environment worker (a CPU-only Ray actor); workers = ceil(envs / this)", bounds="[1, inf)"
     )
     format_penalty: float = field_help(
-        0.0, "added to a turn's reward when its reply does not match the environment's action pattern (use a value ≤ 0)"
+        0.0,
+        "added to a turn's reward when its reply does not match the environment's action pattern (use a value ≤ 0)",
+        bounds="(-inf, 0]",
     )
     generating_args: GeneratingArgs | None = field_help(
         None, "sampling for these environments; null = actor_infer.generating_args for training, greedy for validation"
     )
-    rpc_timeout: float = field_help(600.0, "seconds any call to the environment workers may take")
+    rpc_timeout: float = field_help(600.0, "seconds any call to the environment workers may take", bounds="(0, inf)")
+    system_envs: dict[str, str] = field_help(
+        default_factory=dict,
+        help="environment variables of these environment workers, over the pipeline's system_envs (ROLL's key)",
+    )
 
     @property
     def num_envs(self) -> int:
@@ -111,7 +133,9 @@ class RewardNormalization:
 @dataclass
 class AgenticConfig(RLAlgorithmConfig):
     custom_envs: dict[str, EnvConfig] = field_help(
-        default_factory=dict, help="environments by tag: custom_envs.<tag> with env_type and env_config"
+        default_factory=dict,
+        help="environments by tag: custom_envs.<tag> with env_type and env_config; `custom_envs.<tag>: null` "
+        "drops one an included YAML defines",
     )
     train_env_manager: EnvManagerConfig = field_help(
         default_factory=EnvManagerConfig, help="the environments that produce training trajectories"
@@ -120,14 +144,20 @@ class AgenticConfig(RLAlgorithmConfig):
         None, "held-out environments, run every eval_steps; success rate per tag"
     )
     rollout_batch_size: int = field_help(
-        8, "trajectories per pipeline step (a multiple of train_env_manager.group_size)"
+        8, "trajectories per pipeline step (a multiple of train_env_manager.group_size)", bounds="[1, inf)"
     )
     reward_normalization: RewardNormalization = field_help(
         default_factory=RewardNormalization, help="episode-reward normalisation before advantages"
     )
-    step_reward_gamma: float = field_help(1.0, "step manager: discount of later turns' rewards in each turn's return")
-    episode_reward_weight: float = field_help(1.0, "gigpo: weight of the episode-level (trajectory group) advantage")
-    step_reward_weight: float = field_help(1.0, "gigpo: weight of the step-level (same state) advantage")
+    step_reward_gamma: float = field_help(
+        1.0, "step manager: discount of later turns' rewards in each turn's return", bounds="[0, 1]"
+    )
+    episode_reward_weight: float = field_help(
+        1.0, "gigpo: weight of the episode-level (trajectory group) advantage", bounds="(-inf, inf)"
+    )
+    step_reward_weight: float = field_help(
+        1.0, "gigpo: weight of the step-level (same state) advantage", bounds="(-inf, inf)"
+    )
     ratio_type: Literal["token", "segment"] = field_help(
         "token",
         "ratio of the PPO loss (policy_loss_mode vanilla / pg_variant ppo): token = per token; segment = one "
@@ -139,6 +169,7 @@ class AgenticConfig(RLAlgorithmConfig):
         "off-policy rollout: the episodes of step t+k are played while step t trains (k = this value, a whole "
         "number; 0 = the synchronous loop), each with the weights of step max(first, t) throughout. Needs "
         "actor_infer on devices no other model role uses (docs/async.md)",
+        bounds="[0, inf)",
     )
     partial_rollout: bool = field_help(
         False,
@@ -146,13 +177,25 @@ class AgenticConfig(RLAlgorithmConfig):
         "generate call in flight; later turns use the new weights, so an episode can mix two policy versions); "
         "false: the sync waits until the episodes started on the old weights have ended",
     )
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = field_help(
+        "copy",
+        "a step's rows (trajectories, or turns with the step manager) that are not a multiple of the global train "
+        "batch (ROLL's key): copy = pad up with rows that carry no loss (ROLL repeats real rows instead); delete "
+        "= drop the surplus rows at random; random_sample = train on one global batch of random rows; auto = "
+        "delete unless that drops half the rows or more, then copy. Rows are dropped before the rewards are "
+        "normalised; with fewer rows than one global batch every mode pads",
+    )
     val_seed_offset: int = field_help(
-        1_000_000, "validation episode g uses seed val_seed_offset + g (the same episodes at every evaluation)"
+        1_000_000,
+        "validation episode group g uses seed val_seed_offset + g, round r's groups continue after round r−1's "
+        "(the same episodes at every evaluation)",
+        bounds="[0, inf)",
     )
     val_batch_size: int | None = field_help(
         None,
-        "ROLL's validation trajectories per evaluation: roll plays one episode per val_env_manager environment, "
-        "so it must equal val_env_manager.num_env_groups × group_size (null = that number)",
+        "ROLL's validation trajectories per evaluation: a multiple of val_env_manager.num_env_groups × group_size; "
+        "each environment plays val_batch_size / that many episodes, each round on new seeds (null = one round)",
+        bounds="[1, inf)",
     )
 
     @property
@@ -162,6 +205,13 @@ class AgenticConfig(RLAlgorithmConfig):
     @property
     def episodes_per_env(self) -> int:
         return self.rollout_batch_size // self.train_env_manager.num_envs
+
+    @property
+    def val_rounds(self) -> int:
+        """Validation episodes per val_env_manager environment (val_batch_size / its environments; default 1)."""
+        if self.val_batch_size is None or self.val_env_manager is None:
+            return 1
+        return self.val_batch_size // self.val_env_manager.num_envs
 
 
 def check_agentic(config: AgenticConfig) -> None:
@@ -196,17 +246,12 @@ def check_agentic(config: AgenticConfig) -> None:
             "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
-        for key in ("max_turns", "max_tokens_per_step"):
-            if getattr(env, key) < 1:
-                raise ConfigError(f"'custom_envs.{tag}.{key}' = {getattr(env, key)}: must be ≥ 1")
         if env.max_tokens_per_step >= config.response_length:
             raise ConfigError(
                 f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
                 f"than response_length = {config.response_length} (a cut reply gets an end-of-turn "
                 f"token)"
             )
-        if env.history_length < 0:
-            raise ConfigError(f"'custom_envs.{tag}.history_length' = {env.history_length}: must be ≥ 0")
         _check_env_config(tag, env)
         _check_env_templates(tag, env)
     managers = [("train_env_manager", config.train_env_manager)]
@@ -219,11 +264,12 @@ def check_agentic(config: AgenticConfig) -> None:
     for key, manager in managers:
         _check_manager(key, manager, config)
     if config.val_batch_size is not None:
-        episodes = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
-        if config.val_batch_size != episodes:
+        envs = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
+        if not envs or config.val_batch_size < envs or config.val_batch_size % envs:
             raise ConfigError(
-                f"'val_batch_size' = {config.val_batch_size}, but validation plays one episode per val_env_manager "
-                f"environment: num_env_groups × group_size = {episodes}; set them equal or remove val_batch_size"
+                f"'val_batch_size' = {config.val_batch_size}, but validation plays whole rounds of one episode per "
+                f"val_env_manager environment: num_env_groups × group_size = {envs}; set a multiple of it or remove "
+                "val_batch_size"
             )
     train = config.train_env_manager
     if config.rollout_batch_size % train.group_size:
@@ -237,7 +283,7 @@ def check_agentic(config: AgenticConfig) -> None:
             f"training environments num_env_groups × group_size = {train.num_envs}; every "
             f"environment runs the same number of episodes per step"
         )
-    if config.episodes_per_env > train.max_traj_per_env:
+    if train.max_traj_per_env != -1 and config.episodes_per_env > train.max_traj_per_env:
         raise ConfigError(
             f"rollout_batch_size / (num_env_groups × group_size) = {config.episodes_per_env} episodes "
             f"per environment exceeds 'train_env_manager.max_traj_per_env' = {train.max_traj_per_env}; "
@@ -246,12 +292,7 @@ def check_agentic(config: AgenticConfig) -> None:
     args, budget = config.actor_infer.generating_args, max(e.max_tokens_per_step for e in config.custom_envs.values())
     if args.max_new_tokens is None:  # each turn passes its env's max_tokens_per_step; this is the default
         args.max_new_tokens = budget
-    elif args.max_new_tokens < 1:
-        raise ConfigError(f"'actor_infer.generating_args.max_new_tokens' = {args.max_new_tokens}: must be ≥ 1")
     # else (ROLL's rule): a turn generates at most min(custom_envs.<tag>.max_tokens_per_step, max_new_tokens)
-    for key in ("rollout_batch_size", "prompt_length", "response_length", "ppo_epochs"):
-        if getattr(config, key) < 1:
-            raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
 
 
 def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -> None:
@@ -264,9 +305,6 @@ def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -
         raise ConfigError(
             f"'{key}.tags' names {unknown}, which are not in custom_envs (defined: {sorted(config.custom_envs)})"
         )
-    for name in ("num_env_groups", "group_size", "max_traj_per_env", "max_env_num_per_worker"):
-        if getattr(manager, name) < 1:
-            raise ConfigError(f"'{key}.{name}' = {getattr(manager, name)}: must be ≥ 1")
     if manager.num_groups_partition is not None:
         if len(manager.num_groups_partition) != len(manager.tags):
             raise ConfigError(
@@ -278,8 +316,6 @@ def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -
                 f"'{key}.num_groups_partition' = {manager.num_groups_partition} sums to "
                 f"{sum(manager.num_groups_partition)}, not num_env_groups = {manager.num_env_groups}"
             )
-    if manager.format_penalty > 0:
-        raise ConfigError(f"'{key}.format_penalty' = {manager.format_penalty}: a penalty must be ≤ 0")
 
 
 def group_tags(manager: EnvManagerConfig) -> list[str]:
@@ -312,10 +348,16 @@ def agentic_optimizer_steps(config: AgenticConfig) -> dict:
 
 def _check_env_config(tag: str, env: EnvConfig) -> None:
     """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
-    class is only imported by the pipeline)."""
+    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error."""
     from roll.agentic.envs.registry import list_envs, make_env
 
     if env.env_type not in list_envs():
+        if "." not in env.env_type:  # not a dotted class path either: the pipeline could not resolve it
+            raise ConfigError(
+                f"'custom_envs.{tag}.env_type' = {env.env_type!r}: not an environment roll ships {list_envs()} nor a "
+                "dotted class path; give the dotted path of your BaseEnv subclass (ROLL's other environments have "
+                "no counterpart here)"
+            )
         return
     try:
         make_env(env.env_type, dict(env.env_config))
@@ -323,7 +365,17 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
 
 
-TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length")
+TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length", "suffix")
+# ROLL's StepEnvManager placeholders (its step_envs.yaml template uses all of them)
+STEP_TEMPLATE_FIELDS = (
+    "env_instruction",
+    "history",
+    "step_count",
+    "history_length",
+    "current_step",
+    "current_observation",
+    "max_response_length",
+)
 
 
 def _check_env_templates(tag: str, env: EnvConfig) -> None:
@@ -335,21 +387,17 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             re.compile(env.action_pattern)
         except re.error as error:
             raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
-    if env.format_penalty is not None and env.format_penalty > 0:
-        raise ConfigError(f"'{where}.format_penalty' = {env.format_penalty}: a penalty must be ≤ 0")
     if env.agent_template is None:
         return
-    if env.env_manager != "traj":
-        raise ConfigError(
-            f"'{where}.agent_template' is read by the traj manager only; the step manager builds each prompt from "
-            "the history window (history_length)"
-        )
+    fields = TEMPLATE_FIELDS if env.env_manager == "traj" else STEP_TEMPLATE_FIELDS
     try:
-        env.agent_template.format(**{name: 0 for name in TEMPLATE_FIELDS})
+        env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:
         raise ConfigError(
-            f"'{where}.agent_template': placeholders may be {['{' + n + '}' for n in TEMPLATE_FIELDS]} ({error!r}); "
+            f"'{where}.agent_template' ({env.env_manager} manager): placeholders may be "
+            f"{['{' + n + '}' for n in fields]} ({error!r}); "
             "write literal braces as {{ }}"
         ) from None
-    if "{observation}" not in env.agent_template:
-        raise ConfigError(f"'{where}.agent_template' has no {{observation}}: the model would never see the board")
+    seen = "{observation}" if env.env_manager == "traj" else "{current_observation}"
+    if seen not in env.agent_template:
+        raise ConfigError(f"'{where}.agent_template' has no {seen}: the model would never see the board")

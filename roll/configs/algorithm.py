@@ -25,9 +25,11 @@ class RLAlgorithmConfig(PipelineConfig):
     )
     critic: WorkerConfig | None = field_help(None, "value model; required by adv_estimator: gae, unused otherwise")
     # --- batch shape ----------------------------------------------------------------------------
-    prompt_length: int = field_help(256, "maximum prompt tokens (left-padded to this)")
-    response_length: int = field_help(256, "maximum response tokens (right-padded to this)")
-    ppo_epochs: int = field_help(1, "passes over each step's samples, one optimizer step per mini-batch")
+    prompt_length: int = field_help(256, "maximum prompt tokens (left-padded to this)", bounds="[1, inf)")
+    response_length: int = field_help(256, "maximum response tokens (right-padded to this)", bounds="[1, inf)")
+    ppo_epochs: int = field_help(
+        1, "passes over each step's samples, one optimizer step per mini-batch", bounds="[1, inf)"
+    )
 
     # --- advantages ---------------------------------------------------------------------------------
     adv_estimator: str = field_help(
@@ -35,8 +37,8 @@ class RLAlgorithmConfig(PipelineConfig):
         "advantage estimator registered in roll.algorithms: gae, grpo, grpo_vectorized, grpo_passk, rloo, "
         "rloo_vectorized, opo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gpg, ...",
     )
-    gamma: float = field_help(1.0, "discount (GAE, REINFORCE++)")
-    lambd: float = field_help(1.0, "GAE lambda")
+    gamma: float = field_help(1.0, "discount (GAE, REINFORCE++)", bounds="[0, 1]")
+    lambd: float = field_help(1.0, "GAE lambda", bounds="[0, 1]")
     norm_adv_by_std_in_grpo: bool = field_help(True, "divide GRPO advantages by the group std (false = Dr.GRPO)")
 
     # ROLL reward/advantage shaping (docs/algorithms.md §11; all off by default)
@@ -44,12 +46,18 @@ class RLAlgorithmConfig(PipelineConfig):
     difficulty_mask: bool = field_help(
         False, "drop a prompt's samples from the loss unless low < its mean score < high (both strict)"
     )
-    difficulty_low_threshold: float = field_help(0.0, "difficulty_mask: lower bound of the group mean score")
-    difficulty_high_threshold: float = field_help(1.0, "difficulty_mask: upper bound of the group mean score")
+    difficulty_low_threshold: float = field_help(
+        0.0, "difficulty_mask: lower bound of the group mean score", bounds="(-inf, inf)"
+    )
+    difficulty_high_threshold: float = field_help(
+        1.0, "difficulty_mask: upper bound of the group mean score", bounds="(-inf, inf)"
+    )
     error_max_len_clip: bool = field_help(
         False, "drop samples with score ≤ 0 that are at least error_max_len_threshold tokens long"
     )
-    error_max_len_threshold: int = field_help(9999999999, "error_max_len_clip: length limit of failed samples")
+    error_max_len_threshold: int = field_help(
+        9999999999, "error_max_len_clip: length limit of failed samples", bounds="[0, inf)"
+    )
     difficulty_loss_weight: bool = field_help(
         False, "weight each sample's loss by 0.5 + 1.5·difficulty (dataset column 'difficulty' in [0, 1])"
     )
@@ -61,10 +69,14 @@ class RLAlgorithmConfig(PipelineConfig):
         None, "divide scores by the (unbiased) std of the batch or the prompt group; null = no scaling"
     )
     use_reward_scaling: bool = field_help(False, "divide scores by their batch std (no shift), after norm_*")
-    reward_clip: float | None = field_help(None, "clamp sample scores to ±reward_clip after normalisation")
+    reward_clip: float | None = field_help(
+        None, "clamp sample scores to ±reward_clip after normalisation", bounds="(0, inf)"
+    )
     whiten_rewards: bool = field_help(False, "whiten token rewards over the batch's valid tokens")
     whiten_advantages: bool = field_help(False, "whiten advantages over the batch's valid tokens")
-    advantage_clip: float | None = field_help(None, "clamp advantages to ±advantage_clip after whitening")
+    advantage_clip: float | None = field_help(
+        None, "clamp advantages to ±advantage_clip after whitening", bounds="(0, inf)"
+    )
     use_pg_clip_range: bool | None = field_help(
         None,
         "true: clip ratio to [1 − pg_clip_low, 1 + pg_clip_high] (ROLL); false: [1 − pg_clip, 1 + pg_clip] even "
@@ -82,43 +94,56 @@ class RLAlgorithmConfig(PipelineConfig):
         "ratio of the PPO loss (policy_loss_mode vanilla / pg_variant ppo): token = per token; seq = one ratio "
         "per sample, exp(mean of the token log-ratios) (ROLL; docs/algorithms.md §11.7)",
     )
-    topr_positive_weight: float = field_help(1.0, "pg_variant topr: weight of the samples with score > 0")
-    topr_negative_weight: float = field_help(1.0, "pg_variant topr: weight of the samples with score ≤ 0")
-    tis_lower_bound: float = field_help(0.0, "pg_variant tis: lower bound of the truncated ratio weight")
-    tis_upper_bound: float = field_help(1.0, "pg_variant tis: upper bound of the truncated ratio weight")
-    kimi15_tau: float = field_help(0.1, "pg_variant kimi15: weight τ of the ½(log π − log π_old)² term")
+    topr_positive_weight: float = field_help(
+        1.0, "pg_variant topr: weight of the samples with score > 0", bounds="(-inf, inf)"
+    )
+    topr_negative_weight: float = field_help(
+        1.0, "pg_variant topr: weight of the samples with score ≤ 0", bounds="(-inf, inf)"
+    )
+    tis_lower_bound: float = field_help(
+        0.0, "pg_variant tis: lower bound of the truncated ratio weight", bounds="[0, inf)"
+    )
+    tis_upper_bound: float = field_help(
+        1.0, "pg_variant tis: upper bound of the truncated ratio weight", bounds="(0, inf)"
+    )
+    kimi15_tau: float = field_help(
+        0.1, "pg_variant kimi15: weight τ of the ½(log π − log π_old)² term", bounds="[0, inf)"
+    )
     # --- policy loss --------------------------------------------------------------------------------
     policy_loss_mode: str = field_help(
         "vanilla",
         "policy loss registered in roll.algorithms: vanilla, gspo, gpg, clip_cov, kl_cov, geo_mean, cispo, sapo",
     )
     loss_agg_mode: LossAggMode = field_help("token-mean", "how token losses become one loss")
-    pg_clip: float = field_help(0.2, "PPO ratio clip ε")
-    pg_clip_low: float | None = field_help(None, "lower clip ε (1 − ε_low); null means pg_clip")
-    pg_clip_high: float | None = field_help(None, "upper clip ε (1 + ε_high); null means pg_clip")
+    pg_clip: float = field_help(0.2, "PPO ratio clip ε", bounds="[0, inf)")
+    pg_clip_low: float | None = field_help(None, "lower clip ε (1 − ε_low); null means pg_clip", bounds="[0, inf)")
+    pg_clip_high: float | None = field_help(None, "upper clip ε (1 + ε_high); null means pg_clip", bounds="[0, inf)")
     dual_clip_loss: bool = field_help(
         True,
         "dual-clip PPO: cap the loss of negative-advantage tokens at dual_clip_ratio_c × |A| (verl always does this)",
     )
-    dual_clip_ratio_c: float = field_help(3.0, "the dual-clip constant c (> 1)")
-    clip_cov_ratio: float = field_help(0.0002, "clip_cov: fraction of tokens clipped")
-    clip_cov_lb: float = field_help(1.0, "clip_cov: covariance lower bound")
-    clip_cov_ub: float = field_help(5.0, "clip_cov: covariance upper bound")
-    kl_cov_ratio: float = field_help(0.0002, "kl_cov: fraction of tokens penalised")
-    ppo_kl_coef: float = field_help(0.1, "kl_cov: KL coefficient")
-    tau_pos: float = field_help(1.0, "sapo: temperature for positive advantages")
-    tau_neg: float = field_help(1.05, "sapo: temperature for negative advantages")
-    entropy_loss_coef: float = field_help(0.0, "entropy bonus coefficient (0 = off)")
+    dual_clip_ratio_c: float = field_help(3.0, "the dual-clip constant c (> 1)", bounds="(1, inf)")
+    clip_cov_ratio: float = field_help(0.0002, "clip_cov: fraction of tokens clipped", bounds="[0, 1]")
+    clip_cov_lb: float = field_help(1.0, "clip_cov: covariance lower bound", bounds="(-inf, inf)")
+    clip_cov_ub: float = field_help(5.0, "clip_cov: covariance upper bound", bounds="(-inf, inf)")
+    kl_cov_ratio: float = field_help(0.0002, "kl_cov: fraction of tokens penalised", bounds="[0, 1]")
+    ppo_kl_coef: float = field_help(0.1, "kl_cov: KL coefficient", bounds="[0, inf)")
+    tau_pos: float = field_help(1.0, "sapo: temperature for positive advantages", bounds="(0, inf)")
+    tau_neg: float = field_help(1.05, "sapo: temperature for negative advantages", bounds="(0, inf)")
+    entropy_loss_coef: float = field_help(0.0, "entropy bonus coefficient (0 = off)", bounds="(-inf, inf)")
     rl_loss_coef: float = field_help(
         1.0,
         "factor on the policy loss plus the KL loss (not on the entropy bonus), as ROLL's RLVR actor: "
         "loss = rl_loss_coef·(pg + kl_loss_coef·kl) − entropy_loss_coef·entropy",
+        bounds="(-inf, inf)",
     )
-    value_clip: float = field_help(0.5, "critic value clip range (GAE)")
+    value_clip: float | None = field_help(
+        0.5, "critic value clip range (GAE); null = no clipping (ROLL's meaning)", bounds="(0, inf)"
+    )
 
     # --- KL ---------------------------------------------------------------------------------------------
     use_kl_loss: bool = field_help(False, "add kl_loss_coef × KL(actor‖reference) to the policy loss")
-    kl_loss_coef: float = field_help(0.001, "KL-loss coefficient")
+    kl_loss_coef: float = field_help(0.001, "KL-loss coefficient", bounds="[0, inf)")
     kl_loss_type: str = field_help(
         "low_var_kl",
         "KL estimator of the KL loss: kl/k1, abs, mse/k2, low_var_kl/k3, or one of them + '+' "
@@ -126,20 +151,24 @@ class RLAlgorithmConfig(PipelineConfig):
     )
     add_token_level_kl: bool = field_help(False, "subtract β × KL(old‖reference) from the token rewards")
     kl_penalty: str = field_help("kl", "KL estimator of the in-reward penalty (same names as kl_loss_type)")
-    init_kl_coef: float = field_help(0.001, "β of the in-reward KL penalty (initial value when adaptive)")
-    target_kl: float | None = field_help(None, "adaptive KL controller target; null = fixed β")
-    kl_horizon: int = field_help(10000, "adaptive KL controller horizon")
+    init_kl_coef: float = field_help(
+        0.001, "β of the in-reward KL penalty (initial value when adaptive)", bounds="[0, inf)"
+    )
+    target_kl: float | None = field_help(None, "adaptive KL controller target; null = fixed β", bounds="(0, inf)")
+    kl_horizon: int = field_help(10000, "adaptive KL controller horizon", bounds="[1, inf)")
 
     # --- rollout importance sampling (docs/rollout_correction.md §7.1) -----------------------------------
     rollout_is_threshold: float | None = field_help(
-        None, "upper IS-weight threshold U; null turns rollout IS off (mismatch metrics are still logged)"
+        None,
+        "upper IS-weight threshold U; null turns rollout IS off (mismatch metrics are still logged)",
+        bounds="(0, inf)",
     )
     rollout_is: bool = field_help(False, "apply the IS weights in the policy loss (false: metrics only)")
-    rollout_is_threshold_lower: float | None = field_help(None, "lower threshold L; null means 1/U")
+    rollout_is_threshold_lower: float | None = field_help(None, "lower threshold L; null means 1/U", bounds="(0, inf)")
     rollout_is_level: Literal["token", "sequence", "geometric"] = field_help("token", "IS ratio granularity")
     rollout_is_mode: Literal["truncate", "clip", "mask"] = field_help(
         "truncate", "truncate: cap weights at U; clip/mask: zero weights outside [L, U]"
     )
     rollout_is_veto_threshold: float | None = field_help(
-        1e-4, "a token with ratio below this vetoes its whole sequence; null = no veto"
+        1e-4, "a token with ratio below this vetoes its whole sequence; null = no veto", bounds="(0, inf)"
     )

@@ -21,6 +21,7 @@ class PipelineConfig:
         42,
         "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
         "(roll.utils.seeding.worker_seed)",
+        bounds="[0, inf)",
     )
     output_dir: str = field_help(
         "./output", "samples, learning curves and (without checkpoint_dir) checkpoints: <output_dir>/checkpoints/step-N"
@@ -31,7 +32,9 @@ class PipelineConfig:
         "output_dir. Every node must see it (a shared filesystem)",
     )
     logging_dir: str | None = field_help(
-        None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"
+        None,
+        "the metric sink's root directory (runs go to <logging_dir>/<exp_name>); null means "
+        "<output_dir>/tensorboard, or <output_dir>/wandb / <output_dir>/swanlab with track_with wandb / swanlab",
     )
     track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = field_help(
         "tensorboard",
@@ -48,40 +51,57 @@ class PipelineConfig:
         None,
         "machines in the Ray cluster; null = as many as the largest device id needs (ROLL derives it the same way: "
         "ceil((max device id + 1) / num_gpus_per_node))",
+        bounds="[1, inf)",
     )
     num_gpus_per_node: int = field_help(
-        1, "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)"
+        1,
+        "devices per machine; on a CPU-only machine these are virtual devices (one Ray resource each)",
+        bounds="[1, inf)",
     )
     placement_timeout: float = field_help(
-        120.0, "seconds to wait for Ray to reserve every device of num_nodes × num_gpus_per_node before failing"
+        120.0,
+        "seconds to wait for Ray to reserve every device of num_nodes × num_gpus_per_node before failing",
+        bounds="(0, inf)",
     )
     max_steps: int | None = field_help(
         None,
         "pipeline steps (rollout + update) to run; null = from actor_train.training_args.num_train_epochs "
         "(RLVR, once the prompts are loaded), else 1",
+        bounds="[1, inf)",
     )
-    save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never")
+    save_steps: int = field_help(0, "checkpoint every N steps and at the last step; 0 = never", bounds="[0, inf)")
     max_ckpt_to_keep: int = field_help(
         0,
         "keep only the newest N checkpoints (older ones are removed after a new one is complete); 0 = keep all",
+        bounds="[0, inf)",
     )
     max_failures: int = field_help(
         0,
         "automatic recoveries per run: when a role's worker dies or a call times out, tear the roles down, restart "
         "them, reload the last complete checkpoint and redo the steps since, at most this many times (each is "
         "logged and counted in system/recoveries); 0 = the run stops at the first failure",
+        bounds="[0, inf)",
     )
-    eval_steps: int = field_help(0, "validate every N steps, before training and at the last step; 0 = never")
-    logging_steps: int = field_help(1, "print the progress line every N steps")
+    eval_steps: int = field_help(
+        0, "validate every N steps, before training and at the last step; 0 = never", bounds="[0, inf)"
+    )
+    logging_steps: int = field_help(1, "print the progress line every N steps", bounds="[1, inf)")
     sample_log_steps: int = field_help(
         0,
         "write every N-th step's samples (prompt, response, score) to <output_dir>/samples/step-N.jsonl and every "
         "validation's to <output_dir>/samples/validation/step-N.jsonl (N = steps trained, 0 = before); 0 = off",
+        bounds="[0, inf)",
     )
     resume_from_checkpoint: bool | str = field_help(
         False,
         "true: continue from the newest checkpoint in checkpoint_dir / output_dir (fresh start if none); "
         "a path: continue from that step directory",
+    )
+    overwrite_output_dir: bool = field_help(
+        False,
+        "a fresh run (resume_from_checkpoint: false) into a checkpoint directory holding an earlier run's "
+        "checkpoints: false refuses to start; true deletes them first (HF TrainingArguments' key; "
+        "docs/reliability.md)",
     )
     system_envs: dict[str, str] = field_help(
         default_factory=dict, help="environment variables set in every Ray worker (see roll/configs/blocks/envs.yaml)"
@@ -90,6 +110,7 @@ class PipelineConfig:
         1024.0,
         "weight sync actor_train → actor_infer in buckets of at most this many MB (a larger single tensor "
         "goes alone): the sync needs about one bucket of extra memory, not a second copy of the model",
+        bounds="(0, inf)",
     )
     weight_sync_method: Literal["auto", "object_store", "collective", "ipc"] = field_help(
         "auto",
@@ -108,6 +129,7 @@ class PipelineConfig:
         0,
         "also check the sync in full after every N-th step (N steps trained); 0 = only at start-up, resume "
         "and recovery",
+        bounds="[0, inf)",
     )
     profiler: ProfilerConfig = field_help(
         default_factory=ProfilerConfig,
@@ -128,6 +150,8 @@ class PipelineConfig:
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
             )
+        if self.track_with in TRACKER_PACKAGES:
+            _check_tracker_installed(self.track_with)
         if self.tracker_kwargs and self.track_with == "stdout":
             raise ConfigError("'tracker_kwargs' is set but track_with = 'stdout' reads none: remove tracker_kwargs")
         unknown = sorted(set(self.tracker_kwargs) - set(SUMMARY_WRITER_KEYS))
@@ -136,29 +160,11 @@ class PipelineConfig:
                 f"'tracker_kwargs' has {unknown}, which TensorBoard's SummaryWriter does not take; valid: "
                 f"{list(SUMMARY_WRITER_KEYS)}"
             )
-        if self.placement_timeout <= 0:
-            raise ConfigError(f"'placement_timeout' = {self.placement_timeout}: must be > 0 seconds")
-        if self.max_failures < 0:
-            raise ConfigError(f"'max_failures' = {self.max_failures}: must be >= 0 (0 = no automatic recovery)")
-        if self.max_ckpt_to_keep < 0:
-            raise ConfigError(
-                f"'max_ckpt_to_keep' = {self.max_ckpt_to_keep}: must be >= 0 (0 keeps every checkpoint, N the newest N)"
-            )
-        if self.weight_sync_full_check_steps < 0:
-            raise ConfigError(
-                f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps}: must be >= 0 "
-                f"(0 = a full check only at start-up, resume and recovery; N = also after every N-th step)"
-            )
         if self.weight_sync_full_check_steps and self.weight_sync_check == "full":
             raise ConfigError(
                 f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps} has no effect with "
                 f"weight_sync_check: full (every sync is checked in full): set it to 0 or weight_sync_check to "
                 f"checksum or off"
-            )
-        if not self.model_update_buffer_size_mb > 0:
-            raise ConfigError(
-                f"'model_update_buffer_size_mb' = {self.model_update_buffer_size_mb}: must be > 0 "
-                f"(MB per weight-sync bucket, e.g. 1024)"
             )
 
     @property
@@ -167,4 +173,20 @@ class PipelineConfig:
 
     @property
     def tensorboard_dir(self) -> str:
-        return self.logging_dir or f"{self.output_dir.rstrip('/')}/tensorboard"
+        """The metric sink's root (`logging_dir`, or a directory of output_dir named after the sink: wandb's
+        and swanlab's files do not belong in the TensorBoard folder)."""
+        sink = self.track_with if self.track_with in TRACKER_PACKAGES else "tensorboard"
+        return self.logging_dir or f"{self.output_dir.rstrip('/')}/{sink}"
+
+
+TRACKER_PACKAGES = ("wandb", "swanlab")  # track_with values that need a package of their own (an extra)
+
+
+def _check_tracker_installed(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise ConfigError(
+            f"'track_with' = {name!r}: the {name} package is not installed; install roll's {name} extra "
+            f"(pip install -e '.[{name}]' in the checkout, or pip install '{name}'), or set track_with: tensorboard"
+        )

@@ -8,6 +8,8 @@ never rewritten: only fields left null are filled, and the report says what they
 from dataclasses import dataclass
 
 from roll.configs.loader import ConfigError, closest
+from roll.configs.policy_loss import effective_policy_loss_mode
+from roll.utils.patterns import is_regex
 
 DEFAULT_WORKERS = {
     "actor_train": "roll.workers.actor_worker.ActorWorker",
@@ -102,12 +104,8 @@ def check_run_length(config) -> None:
                 "'actor_train.training_args.num_train_epochs': an agentic run has no prompt dataset to count "
                 "epochs over; set max_steps"
             )
-        if not epochs > 0:
-            raise ConfigError(f"'actor_train.training_args.num_train_epochs' = {epochs}: must be > 0")
     if config.max_steps is None and epochs is None:
         config.max_steps = 1  # the documented default when neither is set
-    if config.max_steps is not None and config.max_steps < 1:
-        raise ConfigError(f"'max_steps' = {config.max_steps}: must be ≥ 1")
 
 
 LLM_JUDGE_WORKER = "roll.workers.rewards.llm_judge.LLMJudgeRewardWorker"
@@ -139,13 +137,9 @@ def check_roles(config) -> None:
             "'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
             "roll.workers.rewards.math_rule.MathRuleRewardWorker"
         )
-    if config.num_gpus_per_node < 1:
-        raise ConfigError(f"'num_gpus_per_node' = {config.num_gpus_per_node}: must be ≥ 1")
     if config.num_nodes is None:  # derived from the mappings, as ROLL does
         ids = [d for worker in roles(config).values() for d in worker.device_mapping or []]
         config.num_nodes = max(1, -(-(max(ids, default=0) + 1) // config.num_gpus_per_node))
-    elif config.num_nodes < 1:
-        raise ConfigError(f"'num_nodes' = {config.num_nodes}: must be ≥ 1 (or null: derived from device_mapping)")
     for name, worker in roles(config).items():
         _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
     check_lora_weight_sync(config)
@@ -289,8 +283,6 @@ def check_lora(name: str, worker) -> None:
             f"{strategies_with('lora', role=name)} or remove the lora_* keys (full fine-tuning)"
         )
     if args.lora_target is not None:
-        from roll.strategies.lora import is_regex
-
         target = args.lora_target.strip()
         if not target or (not is_regex(target) and not [t for t in target.split(",") if t.strip()]):
             raise ConfigError(
@@ -304,12 +296,6 @@ def check_lora(name: str, worker) -> None:
                 raise ConfigError(
                     f"'{path}.lora_target' = {args.lora_target!r} is not a valid regex: {error}"
                 ) from None
-    if args.lora_rank < 1:
-        raise ConfigError(f"'{path}.lora_rank' = {args.lora_rank}: must be ≥ 1")
-    if args.lora_alpha is not None and args.lora_alpha <= 0:
-        raise ConfigError(f"'{path}.lora_alpha' = {args.lora_alpha}: must be > 0 (or null = 2 × lora_rank)")
-    if not 0.0 <= args.lora_dropout < 1.0:
-        raise ConfigError(f"'{path}.lora_dropout' = {args.lora_dropout}: must be in [0, 1)")
     if args.adapter_name_or_path is not None:
         from pathlib import Path
 
@@ -368,7 +354,6 @@ def check_algorithm(config) -> None:
         get_adv_estimator_spec,
         get_policy_loss_fn,
     )
-    from roll.configs import effective_policy_loss_mode
 
     for key, lookup in (("adv_estimator", get_adv_estimator_fn), ("policy_loss_mode", get_policy_loss_fn)):
         try:
@@ -429,11 +414,7 @@ def check_algorithm(config) -> None:
             "(model_args.lora_target: the base model with adapters disabled is then the reference), or turn "
             "both off"
         )
-    if config.dual_clip_loss and config.dual_clip_ratio_c <= 1.0:
-        raise ConfigError(f"'dual_clip_ratio_c' = {config.dual_clip_ratio_c}: must be > 1")
     if config.rollout_is_threshold is not None:
-        if config.rollout_is_threshold <= 0:
-            raise ConfigError(f"'rollout_is_threshold' = {config.rollout_is_threshold}: must be > 0 (or null = off)")
         strategy = config.actor_infer.strategy_args.strategy_name
         rollout_log_probs = strategies_with("rollout_log_probs", role="actor_infer")
         if strategy not in rollout_log_probs:
@@ -464,16 +445,6 @@ def batch_plan(config) -> BatchPlan:
             )
         global_batch[name] = size
         optimizer_steps[name] = config.ppo_epochs * samples // size
-    for key in (
-        "rollout_batch_size",
-        "num_return_sequences_in_group",
-        "prompt_length",
-        "response_length",
-        "ppo_epochs",
-        "val_batch_size",
-    ):
-        if getattr(config, key) < 1:
-            raise ConfigError(f"'{key}' = {getattr(config, key)}: must be ≥ 1")
     check_micro_batching(config)
     return BatchPlan(config.rollout_batch_size, samples, dp, global_batch, optimizer_steps)
 
@@ -517,3 +488,25 @@ def check_micro_batching(config) -> None:
                 f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
                 f"supported: {packing}; set it to false"
             )
+
+
+def check_strategy_configs(config) -> list:
+    """Each role's strategy_config through its engine's own check (the strategy class's
+    `check_strategy_config`, found through the registry), at load time and by --dry_run."""
+    from roll.strategies import strategy_class
+
+    problems = []
+    for worker in roles(config).values():
+        args = worker.strategy_args
+        if args is None:
+            continue
+        dtype = worker.model_args.dtype if worker.model_args else "float32"
+        mapping = worker.device_mapping
+        world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
+        try:
+            strategy_class(args.strategy_name).check_strategy_config(
+                args.strategy_config, dtype=dtype, world_size=world
+            )
+        except ValueError as error:
+            problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
+    return problems

@@ -79,9 +79,7 @@ def check_data_mixing(config) -> None:
 def check_request_rollout(config) -> None:
     """generate_opt_level (RLVR): 0 = batched generate calls, 1 = request-level rollout (every actor_infer
     engine serves requests); partial_rollout needs it and an async ratio (only a weight sync mid-rollout aborts)."""
-    level = getattr(config, "generate_opt_level", 0)
-    if level not in (0, 1):
-        raise ConfigError(f"'generate_opt_level' = {level!r}; valid: 0 (batched generate calls), 1 (request-level)")
+    level = getattr(config, "generate_opt_level", 0)  # 0 or 1: its range is checked when the config loads
     if config.partial_rollout and (level != 1 or config.async_generation_ratio == 0):
         raise ConfigError(
             f"'partial_rollout': true needs generate_opt_level: 1 and async_generation_ratio > 0 (got "
@@ -117,9 +115,6 @@ def check_async(config) -> None:
     stale = getattr(config, "async_stale_samples", "regenerate")  # RLVR only (agentic: lag = k by schedule)
     if stale not in ("regenerate", "drop"):
         raise ConfigError(f"'async_stale_samples' = {stale!r}; valid: ['regenerate', 'drop']")
-    max_lag = getattr(config, "async_max_lag", None)
-    if max_lag is not None and max_lag < 0:
-        raise ConfigError(f"'async_max_lag' = {max_lag}: must be >= 0 or null")
     from roll.algorithms import get_adv_estimator_spec
 
     if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:

@@ -2,18 +2,22 @@
 
 Every key must name a field: an unknown key fails with its full path and the closest valid name.
 Every value must have the field's type: a wrong one fails with the expected type or allowed set.
+Every number must lie in its field's declared range (`field_help(..., bounds="[1, inf)")`).
 Nothing is coerced silently except int → float (YAML writes `1` for a float field).
 """
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
 from typing import Any, Literal, Union
 
+from roll.utils.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError, ValueError):
     """A user-facing configuration error: names the key and says what would be valid.
 
     `problems` holds every (key path, message) found in one pass, so a file's mistakes are reported
@@ -43,11 +47,83 @@ def collected(problems: list) -> "ConfigError":
     return ConfigError(problems=problems)
 
 
-def field_help(default=dataclasses.MISSING, help: str = "", default_factory=dataclasses.MISSING):
-    """A dataclass field documented where it is declared (the help text feeds docs/configuration.md)."""
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The values a numeric field takes, in interval notation: "[1, inf)", "(0, 1]", "(-inf, inf)" (any finite
+    number). `also`: values outside the interval that keep a meaning of their own (ROLL's top_k: -1 = off).
+    NaN is never inside."""
+
+    low: float
+    high: float
+    low_open: bool
+    high_open: bool
+    also: tuple = ()
+
+    @classmethod
+    def parse(cls, text: str, also=()) -> "Bounds":
+        match = re.fullmatch(r"\s*([\[(])\s*(\S+?)\s*,\s*(\S+?)\s*([\])])\s*", text)
+        if not match:
+            raise ValueError(f"bounds {text!r}: expected interval notation such as '[1, inf)'")
+        opening, low, high, closing = match.groups()
+        return cls(float(low), float(high), opening == "(", closing == ")", tuple(also))
+
+    def allows(self, value) -> bool:
+        if value in self.also:
+            return True
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def describe(self) -> str:
+        def number(x):
+            return str(int(x)) if float(x).is_integer() else str(x)
+
+        if self.low == -math.inf and self.high == math.inf:
+            text = "a finite number" if self.low_open and self.high_open else "a number (not NaN)"
+        elif self.high == math.inf:
+            text = f"{'>' if self.low_open else '≥'} {number(self.low)}"
+        elif self.low == -math.inf:
+            text = f"{'<' if self.high_open else '≤'} {number(self.high)}"
+        else:
+            opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            text = f"in {opening}{number(self.low)}, {number(self.high)}{closing}"
+        return text + "".join(f" or {number(v)}" for v in self.also)
+
+
+def field_help(
+    default=dataclasses.MISSING,
+    help: str = "",
+    default_factory=dataclasses.MISSING,
+    bounds: str | None = None,
+    also=(),
+):
+    """A dataclass field documented where it is declared (the help text feeds docs/configuration.md).
+
+    `bounds` (interval notation, see Bounds; required for every int and float field) is checked by `build`
+    together with every other problem of the file; a list's or mapping's bounds apply to each of its numbers."""
+    metadata = {"help": help}
+    if bounds is not None:
+        metadata["bounds"] = Bounds.parse(bounds, also)
     if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata={"help": help})
-    return dataclasses.field(default=default, metadata={"help": help})
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def out_of_bounds(field, value, path: str) -> list:
+    """(path, message) for the value (or each list element) of `field` outside its Bounds."""
+    bounds = field.metadata.get("bounds")
+    if bounds is None:
+        return []
+    if isinstance(value, dict):
+        items = ((f"{path}.{key}", item) for key, item in value.items())
+    else:
+        items = ((f"{path}[{i}]", item) for i, item in enumerate(value)) if isinstance(value, list) else [(path, value)]
+    problems = []
+    for where, item in items:
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or bounds.allows(item):
+            continue
+        problems.append((where, f"'{where}' = {item!r}: must be {bounds.describe()}"))
+    return problems
 
 
 def closest(name: str, candidates) -> str:
@@ -81,6 +157,8 @@ def build(cls, data: dict, path: str = ""):
                 values[name] = convert(hints[name], data[name], key_path)
             except ConfigError as error:
                 problems.extend((p or key_path, m) for p, m in error.problems)
+            else:
+                problems.extend(out_of_bounds(field, values[name], key_path))
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             problems.append((key_path, f"missing required key '{key_path}': {field.metadata.get('help', '')}"))
     if problems:
@@ -170,12 +248,12 @@ def describe(hint) -> str:
 
 
 _RANGE = re.compile(r"^\s*list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)\s*$")
-_LIST = re.compile(r"^list\(\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\]\)$")
+_LIST = re.compile(r"^(list\()?\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\](?(1)\))$")  # list([...]) or [...]
 
 
 def parse_device_mapping(value, path: str):
     """A YAML list of ints, or a string of ROLL's forms parsed without eval(): 'list(range(a, b[, step]))',
-    'list([0, 1, 8, 9])', or such parts joined by '+'."""
+    'list([0, 1, 8, 9])', '[6, 7]', or such parts joined by '+'."""
     if value is None or isinstance(value, list):
         return value
     if isinstance(value, str):
@@ -190,7 +268,7 @@ def parse_device_mapping(value, path: str):
                     raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
                 ids += list(range(*numbers))
             elif literal:
-                ids += [int(n) for n in re.findall(r"\d+", literal.group(1))]
+                ids += [int(n) for n in re.findall(r"\d+", literal.group(2))]
             else:
                 break
         else:

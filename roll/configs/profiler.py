@@ -21,9 +21,13 @@ class ProfilerConfig:
         "Systems capture ranges around the profiled steps (refused where nsys is not installed)",
     )
     steps: list[int] = field_help(
-        default_factory=list, help="1-based pipeline steps to profile (as in the progress line), e.g. [1, 2]"
+        default_factory=list,
+        help="1-based pipeline steps to profile (as in the progress line), e.g. [1, 2]",
+        bounds="[1, inf)",
     )
-    ranks: list[int] = field_help(default_factory=lambda: [0], help="ranks of each profiled role to profile")
+    ranks: list[int] = field_help(
+        default_factory=lambda: [0], help="ranks of each profiled role to profile", bounds="[0, inf)"
+    )
     all_ranks: bool = field_help(False, "profile every rank (ignores ranks)")
     save_path: str | None = field_help(
         None, "directory of the traces: <save_path>/<role>/step-<N>/rank<r>.*; null = <output_dir>/profile"
@@ -34,8 +38,8 @@ class ProfilerConfig:
 class RoleProfilerConfig:
     enable: bool = field_help(True, "false: never profile this role, whatever the pipeline's profiler says")
     tool: Tool | None = field_help(None, "null = the pipeline's profiler.tool")
-    steps: list[int] | None = field_help(None, "null = the pipeline's profiler.steps")
-    ranks: list[int] | None = field_help(None, "null = the pipeline's profiler.ranks")
+    steps: list[int] | None = field_help(None, "null = the pipeline's profiler.steps", bounds="[1, inf)")
+    ranks: list[int] | None = field_help(None, "null = the pipeline's profiler.ranks", bounds="[0, inf)")
     all_ranks: bool | None = field_help(None, "null = the pipeline's profiler.all_ranks")
     save_path: str | None = field_help(None, "null = the pipeline's profiler.save_path")
 

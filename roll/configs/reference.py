@@ -28,7 +28,8 @@ INTRO = """# Configuration reference
 
 Generated from the dataclasses in `roll/configs/` by `python -m roll.configs.reference`; a test fails
 when this file is out of date. Loading is strict: an unknown key fails with its full path and the
-closest valid name, a wrong type or value fails with what is allowed, and nothing is rewritten
+closest valid name, a wrong type or value fails with what is allowed (every number has the range given in
+its type column, checked at load time; all problems of a file are reported together), and nothing is rewritten
 silently — fields left `null` that have a derived value (world sizes, `max_new_tokens`, …) are
 filled and printed at start-up together with the batch arithmetic and the placement plan
 (`--dry_run` prints them and exits).
@@ -99,7 +100,10 @@ def _rows(cls, skip=()) -> list[str]:
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
-        kind = describe(hints[field.name]).replace("|", "\\|")
+        kind = describe(hints[field.name])
+        if "bounds" in field.metadata:  # the range the loader checks
+            kind += f", {'each ' if 'list' in kind else ''}{field.metadata['bounds'].describe()}"
+        kind = kind.replace("|", "\\|")
         rows.append(f"| `{field.name}` | {kind} | {_default(field)} | {field.metadata.get('help', '')} |")
     return rows
 

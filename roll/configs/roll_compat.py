@@ -10,8 +10,13 @@ import dataclasses
 import importlib.util
 import posixpath
 
+from roll.configs import roll_example_keys
+from roll.configs.roll_examples import examples_section, load_results
+from roll.configs.roll_judge import judge_server
 from roll.configs.roll_keys import (
     DTYPES,
+    ENV_YAML_VARIABLES,
+    EXAMPLE_DIFFERENCES,
     REFUSED,
     ROLL_ACTOR_WORKERS,
     ROLL_KEYS,
@@ -27,7 +32,7 @@ def _join(path: str, key: str) -> str:
 
 
 def translate(data: dict) -> list:
-    problems: list = []
+    problems: list = judge_server(data)  # first: the server's blocks then get the aliases of their new place
     _apply_block(data, "", "", problems)
     if isinstance(data.get("actor_train"), dict):
         _apply_block(data["actor_train"], "actor_train", "actor_train", problems, top=data)
@@ -35,16 +40,22 @@ def translate(data: dict) -> list:
         if isinstance(data.get(role), dict):
             _apply_block(data[role], "<role>", role, problems)
     _drop_lora_copies(data)
+    roll_example_keys.critic_value_head(data)
     for tag, env in (data.get("custom_envs") or {}).items():
         if isinstance(env, dict):
             _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
             _lift_env_settings(env, f"custom_envs.{tag}", problems)
+    if isinstance(data.get("validation"), dict):
+        _apply_block(data["validation"], "validation", "validation", problems)
     if isinstance(data.get("reward_normalization"), dict):
         _apply_block(data["reward_normalization"], "reward_normalization", "reward_normalization", problems)
     _walk(data, "", problems)
     for domain, reward in (data.get("rewards") or {}).items():
         if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
+            original = reward["worker_cls"]
             _reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
+            if reward["worker_cls"] != original:  # ROLL's path was given: --dry_run shows the mapping
+                data.setdefault("__roll__", {}).setdefault("reward_worker_cls", {})[domain] = original
     return problems
 
 
@@ -125,7 +136,9 @@ def _column(ours):
     return rename
 
 
-ROLL_TEMPLATES = {"native": None, "qwen2_5": None, "qwen3": "qwen3", "chatml": "chatml"}
+# ROLL template name → roll's chat_template (None: the tokenizer's own). qwen3_coder is in no ROLL registry: its
+# agentic examples name it, and ROLL's env managers then apply the tokenizer's own template (Qwen3-Coder's)
+ROLL_TEMPLATES = {"native": None, "qwen2_5": None, "qwen3": "qwen3", "chatml": "chatml", "qwen3_coder": None}
 
 
 def _template(block, value, path):
@@ -332,11 +345,8 @@ _ALIASES = {
         for key in ("sequence_length_round_in_train", "sequence_length_round_in_infer")
     },
     ("", "render_save_dir"): _drop,
-    ("", "batch_adjust_mode"): _inert(("copy", "auto")),
-    **{
-        ("", key): _drop
-        for key in ("all_response_pattern", "single_prompt_agent_system_template", "single_prompt_agent_template")
-    },
+    **{("", key): _drop for key in ENV_YAML_VARIABLES},
+    **roll_example_keys.aliases(),  # the keys of ROLL's current example YAMLs
     ("custom_envs", "max_steps"): _column("max_turns"),
     ("custom_envs", "env_manager_cls"): _env_manager_cls,
     ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),
@@ -344,11 +354,6 @@ _ALIASES = {
     ("reward_normalization", "method"): _normalization_method,
     ("", "is_num_return_sequences_expand"): _num_return_sequences_expand,
     ("", "max_running_requests"): _max_running_requests,
-    **{("", key): _inert((None, "None")) for key in ("reward_norm",)},
-    **{
-        ("", key): _inert((False,))
-        for key in ("reward_shift", "reward_scale", "use_reward_norm", "add_len_reward", "use_topr_loss")
-    },
     ("model_args", "dtype"): _dtype,
     ("data_args", "prompt"): _column("prompt_key"),
     ("data_args", "messages"): _column("messages_key"),
@@ -406,51 +411,21 @@ def check_roll_keys(config, extra: dict) -> list:
     return problems
 
 
-def check_strategy_configs(config) -> list:
-    """Each role's strategy_config through its engine's own validator (run by --dry_run, not only at start)."""
-    from roll.configs.checks import roles
-
-    problems = []
-    for worker in roles(config).values():
-        args = worker.strategy_args
-        if args is None:
-            continue
-        try:
-            _validate_engine(args.strategy_name, args.strategy_config, worker)
-        except ValueError as error:
-            problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
-    return problems
-
-
-def _validate_engine(name: str, strategy_config, worker) -> None:
-    dtype = worker.model_args.dtype if worker.model_args else "float32"
-    mapping = worker.device_mapping
-    world = worker.world_size or (len(mapping) // worker.num_gpus_per_worker if mapping else 1)
-    if name == "vllm":
-        from roll.strategies.vllm_infer import validate_strategy_config
-
-        validate_strategy_config(strategy_config, on_cpu=False)
-    elif name == "sglang":
-        from roll.strategies.sglang_infer import validate_strategy_config
-
-        validate_strategy_config(strategy_config, dtype)
-    elif name in ("megatron_train", "megatron_infer"):
-        from roll.strategies.megatron_train import resolve_megatron_config
-
-        resolve_megatron_config(strategy_config, world, dtype)
-    elif name in ("fsdp2_train", "fsdp2_infer"):
-        from roll.strategies.fsdp2_train import resolve_fsdp2_config
-
-        resolve_fsdp2_config(strategy_config, dtype, world)
+def note_roll_spellings(config, extra: dict) -> None:
+    """Keeps on each reward domain the ROLL worker path the config gave (`roll_worker_cls`, not a config
+    field), so --dry_run shows the mapping only where one happened."""
+    for domain, roll_path in extra.get("reward_worker_cls", {}).items():
+        if domain in config.rewards:
+            config.rewards[domain].roll_worker_cls = roll_path
 
 
 def reward_mapping(config) -> list[str]:
-    """Lines for --dry_run: each reward domain whose class is a ROLL worker's counterpart, with ROLL's path."""
-    ours_to_roll = {ours: roll_path for roll_path, ours in ROLL_REWARD_WORKERS.items()}
+    """Lines for --dry_run: each reward domain whose config named a ROLL worker, with roll's class for it (a
+    config that names roll's class already gets none)."""
     lines = [
-        f"  rewards.{domain}: {ours_to_roll[reward.worker_cls]} -> {reward.worker_cls}"
+        f"  rewards.{domain}: {reward.roll_worker_cls} -> {reward.worker_cls}"
         for domain, reward in config.rewards.items()
-        if reward.worker_cls in ours_to_roll
+        if getattr(reward, "roll_worker_cls", None)
     ]
     return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
 
@@ -582,7 +557,8 @@ DIFFERENCES = [
     ),
     (
         "custom_envs.<tag>.agent_template",
-        "the traj manager renders it for every turn; the step manager's prompt (history window) takes no template",
+        "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
+        "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
     ),
     (
         "importance_sampling: seq",
@@ -640,12 +616,13 @@ def compatibility_page() -> str:
         names = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls) if f.init and f.name != "name")
         lines.append(f"- **{title}**: {names}")
     lines += ["", "## Same name, different meaning here", ""]
-    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES]
+    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES + EXAMPLE_DIFFERENCES]
     lines += [
         "",
         "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",
         "megatron_train/megatron_infer, fsdp2_train/fsdp2_infer); see docs/strategies.md for the key lists.",
     ]
+    lines += examples_section(load_results())
     return "\n".join(lines) + "\n"
 
 

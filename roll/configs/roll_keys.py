@@ -22,7 +22,17 @@ class RollKey:
     note: str
 
 
-_UNREAD = "ROLL's example YAMLs set this key but ROLL's code never reads it, so another value would mislead"
+ENV_YAML_VARIABLES = (
+    "all_response_pattern",
+    "single_prompt_agent_system_template",
+    "single_prompt_agent_template",
+    "custom_env",
+    "default_history_length",
+    *(f"gem_{kind}" for kind in ("games", "rg", "math", "qa", "code")),
+)
+_IGNORED = "accepted with a logged note, no effect: "
+_UNREAD = "ROLL declares it and reads it nowhere"
+_DROPPED = "not a field of ROLL's configs, so ROLL's loader drops it"
 
 ROLL_KEYS: list[RollKey] = [
     # top level
@@ -75,14 +85,14 @@ ROLL_KEYS: list[RollKey] = [
         "sglang strategy_config.max_running_requests (hf_infer has no request queue: refused)",
     ),
     *[
-        RollKey("", key, ALIAS, f"{inert}: {why}")
-        for key, inert, why in (
-            ("reward_norm", "null only", _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
-            ("reward_shift", "false only", _UNREAD + "; subtract a mean with norm_mean_type"),
-            ("reward_scale", "false only", _UNREAD + "; divide by a std with norm_std_type"),
-            ("use_reward_norm", "false only", _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
-            ("add_len_reward", "false only", _UNREAD + "; shape by length with max_len_mask or the length masks"),
-            ("use_topr_loss", "false only", _UNREAD + "; select the TOPR loss with pg_variant: topr"),
+        RollKey("", key, ALIAS, _IGNORED + why)
+        for key, why in (
+            ("reward_norm", _DROPPED + "; normalise rewards with norm_mean_type / norm_std_type"),
+            ("reward_shift", _DROPPED + "; subtract a mean with norm_mean_type"),
+            ("reward_scale", _DROPPED + "; divide by a std with norm_std_type"),
+            ("use_reward_norm", "true | false; " + _UNREAD + "; normalise rewards with norm_mean_type / norm_std_type"),
+            ("add_len_reward", "true | false; " + _UNREAD + "; shape by length with max_len_mask or the length masks"),
+            ("use_topr_loss", "true | false; " + _UNREAD + "; select the TOPR loss with pg_variant: topr"),
         )
     ],
     RollKey(
@@ -104,10 +114,11 @@ ROLL_KEYS: list[RollKey] = [
             "",
             key,
             ALIAS,
-            "accepted and unused: a variable of ROLL's env YAMLs that ROLL's code never reads (templates are set per "
+            "accepted and unused: a variable or env library of ROLL's env YAMLs (examples/config/*envs*.yaml) that "
+            "the file does not use and ROLL's code never reads (templates are set per "
             "environment: custom_envs.<tag>.agent_template, agent_system_template, action_pattern)",
         )
-        for key in ("all_response_pattern", "single_prompt_agent_system_template", "single_prompt_agent_template")
+        for key in ENV_YAML_VARIABLES
     ],
     *[
         RollKey(
@@ -139,18 +150,104 @@ ROLL_KEYS: list[RollKey] = [
     RollKey(
         "<role>",
         "sequence_packing_args",
-        REFUSED,
-        "roll packs each micro-batch whole (use_sequence_packing); its size comes from per_device_train_batch_size / "
-        "infer_batch_size or, with use_dynamic_batching_in_train/_infer, max_tokens_per_microbatch_in_train/_infer. "
-        "ROLL's packing algorithms and per-pack lengths have no counterpart",
+        ALIAS,
+        "read with use_sequence_packing: true, as in ROLL. algorithm none = roll's packing of each micro-batch as "
+        "batched; load_balance = packing with dynamic batching: max_packed_sequence_length_train / _forward become "
+        "max_tokens_per_microbatch_in_train / _in_infer (use_dynamic_batching_in_train / _in_infer on); "
+        "min_num_micro_batches_* (positive integers) have no counterpart and no effect",
+    ),
+    RollKey("<role>", "use_remove_padding", ALIAS, _IGNORED + "not a field of ROLL's WorkerConfig (ROLL drops it)"),
+    RollKey(
+        "<role>",
+        "offload_nccl",
+        ALIAS,
+        "true | false, no effect: roll's offload moves weights, optimizer state and KV cache, never NCCL communicators",
     ),
     RollKey(
         "",
-        "batch_adjust_mode",
+        "rpc_timeout",
         ALIAS,
-        "copy | auto: roll fills a step's rows up to a multiple of the global batch with padding rows that carry no "
-        "loss (ROLL's copy repeats real rows); delete and random_sample (drop trajectories) are refused",
+        "= rpc_timeout (seconds) of every role, reward domain and env manager that sets none (ROLL's one timeout "
+        "for its remote calls)",
     ),
+    RollKey(
+        "",
+        "model_download_type",
+        ALIAS,
+        "null | HUGGINGFACE_HUB: a model_name_or_path that is not a directory is fetched by transformers from the "
+        "Hugging Face Hub; MODELSCOPE is refused (download the model first and give its directory)",
+    ),
+    RollKey("", "positive_loss_coef", ALIAS, _IGNORED + "not a field of ROLL's RLVRConfig (ROLL drops it)"),
+    RollKey("", "model_name", ALIAS, _IGNORED + "not a field of ROLL's configs (ROLL drops it)"),
+    RollKey(
+        "",
+        "skip_mock_system_prompt",
+        ALIAS,
+        "true only: roll renders the tokenizer's chat template as it is; ROLL's false (its default) strips the "
+        "template's default system block from prompts without a system message, which roll does not",
+    ),
+    RollKey(
+        "",
+        "parse_tool_call_parameter_to_dict",
+        REFUSED,
+        "it converts tool-call arguments for ROLL's agent-native env managers (tool-calling agents), which roll "
+        "does not build",
+    ),
+    RollKey(
+        "",
+        "use_topr_neg_loss_coef",
+        ALIAS,
+        "a number, " + _IGNORED + "ROLL declares it as a float and reads it nowhere",
+    ),
+    RollKey(
+        "",
+        "enable_old_logprobs_recompute",
+        ALIAS,
+        "true | false, no effect: ROLL overwrites it from its batch arithmetic; roll always recomputes the old "
+        "log-probs with actor_train",
+    ),
+    RollKey(
+        "",
+        "train_infer_correction",
+        REFUSED,
+        "ROLL's train-infer mismatch filters and IS weights are not built as such; roll's rollout correction is "
+        "rollout_is_threshold / rollout_is / rollout_is_level / rollout_is_mode (docs/configuration.md)",
+    ),
+    RollKey(
+        "",
+        "rollout_dump_dir",
+        REFUSED,
+        "ROLL's per-step pickled rollout dumps have no counterpart; roll writes each step's samples (prompt, "
+        "response, reward) under <output_dir>/samples every sample_log_steps",
+    ),
+    RollKey(
+        "",
+        "reward_model",
+        ALIAS,
+        "ROLL's judge server, with exactly one rewards.<domain> of judge_model_type: cluster: its model_args, "
+        "strategy_args, device_mapping (and num_gpus_per_worker, infer_batch_size, generating_args, system_envs "
+        "the domain leaves unset) move into that domain, which then judges with its own engine "
+        "(judge_model_type: inference; world_size follows the devices instead of ROLL's client count)",
+    ),
+    RollKey(
+        "custom_envs",
+        "tool_wrapper",
+        REFUSED,
+        "ROLL's GEM tool wrappers (python code execution, search and MCP tools inside an environment) are not "
+        "built in roll's environments",
+    ),
+    RollKey(
+        "",
+        "rollout_mock",
+        REFUSED,
+        "ROLL's rollout dump/replay for precision-alignment tests is not built in roll",
+    ),
+    RollKey(
+        "validation",
+        "eval_steps",
+        ALIAS,
+        _IGNORED + "not a field of ROLL's validation block (ROLL drops it); the top-level eval_steps sets the cadence",
+    ),  # fmt: skip
     # agentic: custom_envs.<tag> and reward_normalization
     RollKey("custom_envs", "max_steps", ALIAS, "= max_turns (the model's moves per episode at most)"),
     RollKey(
@@ -158,6 +255,13 @@ ROLL_KEYS: list[RollKey] = [
         "env_manager_cls",
         ALIAS,
         "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step; other classes are refused",
+    ),
+    RollKey(
+        "custom_envs",
+        "max_env_step_concurrent",
+        ALIAS,
+        "an integer ≥ 0, no effect: ROLL caps concurrent env.step calls of the tag with it (0 = no cap); roll's "
+        "env steps run one at a time per environment worker",
     ),
     RollKey("custom_envs", "agent_runner_cls", ALIAS, "null only (ROLL's default: the env manager plays the episode)"),
     RollKey(
@@ -194,6 +298,18 @@ ROLL_KEYS: list[RollKey] = [
         "1 or null only: Ulysses sequence parallelism is not built in roll; long sequences are split by "
         "megatron_train's tensor/pipeline parallelism instead",
     ),
+    RollKey(
+        "model_args",
+        "flash_attn",
+        ALIAS,
+        _IGNORED + "not a field of ROLL's ModelArguments (ROLL drops it; attention is chosen by attn_implementation)",
+    ),
+    RollKey(
+        "model_args",
+        "freeze_module_prefix",
+        REFUSED,
+        "freezing parameters by name prefix is not built in roll (LoRA trains adapters only: lora_target)",
+    ),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
     RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),
@@ -203,8 +319,9 @@ ROLL_KEYS: list[RollKey] = [
         "template",
         ALIAS,
         "native, qwen2_5 = apply_chat_template: true (the tokenizer's chat template); qwen3 = the same with "
-        "enable_thinking (chat_template: qwen3); chatml = chat_template: chatml; ROLL's base, empty, "
-        "longCOT_qwen2.5, longcot_V3 (prompt rewrites) are refused",
+        "enable_thinking (chat_template: qwen3); chatml = chat_template: chatml; qwen3_coder (named by ROLL's "
+        "agentic examples, registered nowhere in ROLL, whose env managers use the tokenizer's template) = "
+        "apply_chat_template: true; ROLL's base, empty, longCOT_qwen2.5, longcot_V3 (prompt rewrites) are refused",
     ),
     RollKey("data_args", "dataset_dir", ALIAS, "directory that relative file_name entries are resolved against"),
     # generating_args
@@ -214,6 +331,12 @@ ROLL_KEYS: list[RollKey] = [
         ALIAS,
         "1 only (sampling); beam search is refused: its samples have "
         "no per-token sampling probability, which every policy-gradient estimator here needs",
+    ),
+    RollKey(
+        "generating_args",
+        "include_stop_str_in_output",
+        ALIAS,
+        "true or null only (ROLL's default): roll keeps a matched stop string in the response; false is refused",
     ),
     # training_args
     # actor_train: ROLL keeps its actor-loss settings in the actor's block, roll at the top level
@@ -264,3 +387,28 @@ ROLL_REWARD_WORKERS = {
     ),
 }
 ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."
+
+
+# Differences met by ROLL's current example YAMLs (added to docs/roll_compatibility.md after DIFFERENCES)
+EXAMPLE_DIFFERENCES = [
+    (
+        "agentic prompts without a system message",
+        "rendered with the tokenizer's chat template as it is (Qwen2.5's then adds its default system prompt); "
+        "ROLL by default (skip_mock_system_prompt: false) strips that default system block",
+    ),
+    (
+        "batch_adjust_mode: copy",
+        "pads a step's rows up with rows that carry no loss; ROLL repeats randomly chosen real rows, which then "
+        "count twice in the loss",
+    ),
+    (
+        "critic.model_args.model_type: trl",
+        "taken as auto_token_classification, roll's critic value head (one scalar per token from the LM's last "
+        "hidden state, as trl's value head); ROLL's trl-format critic checkpoints (v_head.*) do not load into it",
+    ),
+    (
+        "custom_envs.<tag>.agent_template (step manager)",
+        "{history} lists every turn of the history window; ROLL's StepEnvManager lists only the turns whose "
+        "action was invalid (its history entries are appended inside the invalid-action branch)",
+    ),
+]

@@ -6,7 +6,6 @@ of a CPU-only machine alike.
 """
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,11 +47,13 @@ class ModelArgs:
         "comma-separated list of module names (e.g. 'q_proj,v_proj'), or a regex matched against full module "
         "names (e.g. '.*\\.(q_proj|v_proj)'); null = no LoRA (full fine-tuning)",
     )
-    lora_rank: int = field_help(8, "LoRA rank r of every adapter (≥ 1)")
+    lora_rank: int = field_help(8, "LoRA rank r of every adapter (≥ 1)", bounds="[1, inf)")
     lora_alpha: float | None = field_help(
-        None, "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank; null = 2 × lora_rank"
+        None,
+        "LoRA scaling numerator: adapters are scaled by lora_alpha / lora_rank; null = 2 × lora_rank",
+        bounds="(0, inf)",
     )
-    lora_dropout: float = field_help(0.0, "dropout on the adapters' input, in [0, 1)")
+    lora_dropout: float = field_help(0.0, "dropout on the adapters' input, in [0, 1)", bounds="[0, 1)")
     adapter_name_or_path: str | None = field_help(
         None,
         "a saved LoRA adapter (peft format, e.g. a checkpoint's adapter/ folder) to continue training from; "
@@ -74,17 +75,25 @@ class TrainingArgs:
         None,
         "actor_train (RLVR): with max_steps null, the run is ceil(epochs × training prompts / rollout_batch_size) "
         "steps, computed when the prompts are loaded; a set max_steps overrides it (HF TrainingArguments)",
+        bounds="(0, inf)",
     )
-    learning_rate: float = field_help(1e-6, "AdamW learning rate")
-    weight_decay: float = field_help(0.0, "AdamW weight decay")
-    adam_beta1: float = field_help(0.9, "AdamW beta1")
-    adam_beta2: float = field_help(0.999, "AdamW beta2")
-    adam_epsilon: float = field_help(1e-8, "AdamW epsilon")
-    per_device_train_batch_size: int = field_help(1, "rows per micro-batch per data-parallel rank")
-    gradient_accumulation_steps: int = field_help(1, "micro-batches accumulated into one optimizer step")
-    max_grad_norm: float = field_help(1.0, "gradient-norm clipping threshold")
+    learning_rate: float = field_help(1e-6, "AdamW learning rate", bounds="[0, inf)")
+    weight_decay: float = field_help(0.0, "AdamW weight decay", bounds="[0, inf)")
+    adam_beta1: float = field_help(0.9, "AdamW beta1", bounds="[0, 1)")
+    adam_beta2: float = field_help(0.999, "AdamW beta2", bounds="[0, 1)")
+    adam_epsilon: float = field_help(1e-8, "AdamW epsilon", bounds="[0, inf)")
+    per_device_train_batch_size: int = field_help(1, "rows per micro-batch per data-parallel rank", bounds="[1, inf)")
+    gradient_accumulation_steps: int = field_help(
+        1, "micro-batches accumulated into one optimizer step", bounds="[1, inf)"
+    )
+    max_grad_norm: float = field_help(1.0, "gradient-norm clipping threshold", bounds="(-inf, inf)")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = field_help("constant", "learning-rate schedule")
-    warmup_steps: int = field_help(0, "optimizer steps of linear warm-up")
+    warmup_steps: int = field_help(0, "optimizer steps of linear warm-up", bounds="[0, inf)")
+    warmup_ratio: float = field_help(
+        0.0,
+        "with warmup_steps 0: warm up over ceil(warmup_ratio × the run's optimizer steps) instead (ROLL's key)",
+        bounds="[0, 1]",
+    )
 
 
 @dataclass
@@ -110,23 +119,24 @@ class DataArgs:
         None,
         "actor_train: share of each reward domain in every step's prompts (ROLL): domain d gets "
         "int(p_d × rollout_batch_size) prompts, the last listed domain the rest; each domain's rows are drawn "
-        "in their own shuffled order. Probabilities ≥ 0 summing to 1; every domain of the data listed (0 = unused)",
+        "in their own shuffled order. Shares ≥ 0 summing to at most 1 (what they leave goes to the last domain, as "
+        "in ROLL); every domain of the data listed (0 = unused)",
+        bounds="[0, 1]",
     )
     interleave_probs: str | list[float] | None = field_help(
         None,
         "actor_train: with several file_name entries, each prompt comes from file i with probability p_i "
         "(a list, or ROLL's comma-separated string '0.7,0.3'); each file's rows in their own shuffled order. "
         "A single 1.0 (ROLL's default '1.0') = all files as one pool",
+        bounds="[0, 1]",
     )
     preprocessing_num_workers: int | None = field_help(
-        None, "processes `datasets` uses to read and prepare the data files (null = one)"
+        None, "processes `datasets` uses to read and prepare the data files (null = one)", bounds="[1, inf)"
     )
 
     def __post_init__(self):
         if self.chat_template is not None and not self.apply_chat_template:
             raise ConfigError(f"'chat_template' = {self.chat_template!r} needs apply_chat_template: true")
-        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
-            raise ConfigError(f"'preprocessing_num_workers' = {self.preprocessing_num_workers}: must be ≥ 1 or null")
         if isinstance(self.interleave_probs, str):
             try:
                 self.interleave_probs = [float(p) for p in self.interleave_probs.split(",")]
@@ -134,11 +144,19 @@ class DataArgs:
                 raise ConfigError(
                     f"'interleave_probs' = {self.interleave_probs!r}: comma-separated numbers, e.g. '0.7,0.3'"
                 ) from None
-        for key in ("interleave_probs", "domain_interleave_probs"):
-            probs = getattr(self, key)
-            values = list(probs.values()) if isinstance(probs, dict) else probs
-            if values is not None and (any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-6):
-                raise ConfigError(f"'{key}' = {probs}: probabilities must be ≥ 0 and sum to 1 (sum {sum(values)})")
+        if self.interleave_probs is not None:
+            values = self.interleave_probs
+            if any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-6:
+                raise ConfigError(
+                    f"'interleave_probs' = {values}: probabilities must be ≥ 0 and sum to 1 (sum {sum(values)})"
+                )
+        if self.domain_interleave_probs is not None:  # quotas: ROLL gives what they leave to the last domain
+            probs = self.domain_interleave_probs
+            if any(v < 0 for v in probs.values()) or not 0 < sum(probs.values()) <= 1 + 1e-6:
+                raise ConfigError(
+                    f"'domain_interleave_probs' = {probs}: shares must be ≥ 0 with a sum in (0, 1] (sum "
+                    f"{sum(probs.values())}); what they leave goes to the last listed domain"
+                )
         files = [self.file_name] if isinstance(self.file_name, str) else self.file_name
         if self.interleave_probs == [1.0]:
             self.interleave_probs = None  # one probability for the whole data (ROLL's "1.0"): the files as one pool
@@ -157,18 +175,29 @@ class GeneratingArgs:
         None,
         "tokens generated per sample; null means response_length. Agentic actor_infer: a cap on each turn's "
         "custom_envs.<tag>.max_tokens_per_step (null = no cap)",
+        bounds="[1, inf)",
     )
-    temperature: float = field_help(1.0, "sampling temperature (log-probs everywhere use the same temperature)")
-    top_p: float = field_help(1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's")
-    top_k: int = field_help(0, "top-k sampling (0 = off); > 0 makes rollout log-probs differ from the trainer's")
+    temperature: float = field_help(
+        1.0, "sampling temperature (log-probs everywhere use the same temperature)", bounds="(0, inf)"
+    )
+    top_p: float = field_help(
+        1.0, "nucleus sampling; < 1 makes rollout log-probs differ from the trainer's", bounds="(0, 1]"
+    )
+    top_k: int = field_help(
+        0,
+        "top-k sampling (0 or ROLL's -1 = off); > 0 makes rollout log-probs differ from the trainer's",
+        bounds="[0, inf)",
+        also=(-1,),
+    )
     do_sample: bool = field_help(True, "sample (true) or decode greedily (false)")
     num_return_sequences: int | None = field_help(
-        None, "samples per prompt; null means num_return_sequences_in_group (validation: 1)"
+        None, "samples per prompt; null means num_return_sequences_in_group (validation: 1)", bounds="[1, inf)"
     )
     repetition_penalty: float = field_help(
         1.0,
         "divide the logits of tokens already in the sequence by this (> 0; 1 = off, ROLL/HF meaning); "
         "≠ 1 makes rollout log-probs differ from the trainer's",
+        bounds="(0, inf)",
     )
     stop_strings: list[str] | None = field_help(
         None,
@@ -181,17 +210,8 @@ class GeneratingArgs:
             not self.stop_strings or not all(isinstance(s, str) and s for s in self.stop_strings)
         ):
             raise ConfigError(f"'stop_strings' = {self.stop_strings!r}: a non-empty list of non-empty strings, or null")
-        if not self.temperature > 0:
-            raise ConfigError(
-                f"'temperature' = {self.temperature}: must be > 0 (log-probs divide by it; "
-                f"use do_sample: false for greedy decoding)"
-            )
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"'top_p' = {self.top_p}: must be in (0, 1] (1 = off)")
-        if not self.repetition_penalty > 0:
-            raise ConfigError(f"'repetition_penalty' = {self.repetition_penalty}: must be > 0 (1 = off)")
-        if self.top_k < 0:
-            raise ConfigError(f"'top_k' = {self.top_k}: must be >= 0 (0 = off)")
+        if self.top_k == -1:
+            self.top_k = 0  # ROLL's and vLLM's "off"; every engine here spells it 0
 
 
 @dataclass
@@ -220,13 +240,21 @@ class WorkerConfig:
     generating_args: GeneratingArgs = field_help(default_factory=GeneratingArgs, help="sampling settings (actor_infer)")
     strategy_args: StrategyArgs | None = field_help(None, "which engine runs this role")
     device_mapping: list[int] | str | None = field_help(
-        None, "device ids of this role's workers: a list or 'list(range(a,b))'; null = CPU-only workers"
+        None,
+        "device ids of this role's workers: a list or 'list(range(a,b))'; null = CPU-only workers",
+        bounds="[0, inf)",
     )
-    num_gpus_per_worker: int = field_help(1, "devices per worker; world_size = len(device_mapping) / this")
+    num_gpus_per_worker: int = field_help(
+        1, "devices per worker; world_size = len(device_mapping) / this", bounds="[1, inf)"
+    )
     world_size: int | None = field_help(
-        None, "number of workers; derived from device_mapping when that is set, else required (default 1)"
+        None,
+        "number of workers; derived from device_mapping when that is set, else required (default 1)",
+        bounds="[1, inf)",
     )
-    infer_batch_size: int = field_help(16, "rows per forward pass when computing log-probs or generating")
+    infer_batch_size: int = field_help(
+        16, "rows per forward pass when computing log-probs or generating", bounds="[1, inf)"
+    )
     # token-budget micro-batches and packing (ROLL's key names); support per strategy: docs/strategies.md
     use_dynamic_batching_in_train: bool = field_help(
         False,
@@ -237,6 +265,7 @@ class WorkerConfig:
         None,
         "real (unpadded) tokens per training micro-batch with use_dynamic_batching_in_train; "
         "≥ prompt_length + response_length",
+        bounds="[1, inf)",
     )
     use_dynamic_batching_in_infer: bool = field_help(
         False,
@@ -247,6 +276,7 @@ class WorkerConfig:
         None,
         "real (unpadded) tokens per scoring micro-batch with use_dynamic_batching_in_infer; "
         "≥ prompt_length + response_length",
+        bounds="[1, inf)",
     )
     use_sequence_packing: bool = field_help(
         False,
@@ -256,18 +286,21 @@ class WorkerConfig:
     profiler: RoleProfilerConfig | None = field_help(
         None, "this role's profiling; unset keys take the pipeline's `profiler` values (docs/profiling.md)"
     )
-    rpc_timeout: float = field_help(1800.0, "seconds any call to this role may take before the step fails")
+    rpc_timeout: float = field_help(
+        1800.0, "seconds any call to this role may take before the step fails", bounds="(0, inf)"
+    )
+    system_envs: dict[str, str] = field_help(
+        default_factory=dict,
+        help="environment variables of this role's workers, over the pipeline's system_envs (ROLL's role-level key)",
+    )
     start_timeout: float = field_help(
-        300.0, "seconds a worker process of this role may take to start (imports, placement) before start-up fails"
+        300.0,
+        "seconds a worker process of this role may take to start (imports, placement) before start-up fails",
+        bounds="(0, inf)",
     )
 
     def __post_init__(self):
         self.device_mapping = parse_device_mapping(self.device_mapping, f"{self.name or 'worker'}.device_mapping")
-        for key in ("rpc_timeout", "start_timeout"):
-            if not getattr(self, key) > 0:
-                raise ConfigError(f"'{self.name}.{key}' = {getattr(self, key)}: must be > 0 seconds")
-        if self.num_gpus_per_worker < 1:
-            raise ConfigError(f"'{self.name}.num_gpus_per_worker' = {self.num_gpus_per_worker}: must be ≥ 1")
 
 
 @dataclass
@@ -284,6 +317,7 @@ class RewardFilterConfig:
         default_factory=dict,
         help="thresholds of the filter type: mean_filter reads threshold_up (default inf) and threshold_down "
         "(default -1); std_filter reads std_threshold (default -1); any other key is an error",
+        bounds="[-inf, inf]",
     )
 
     def check(self, where: str) -> None:
@@ -330,6 +364,7 @@ class RewardWorkerConfig(WorkerConfig):
         "per-sample grading time limit in seconds, honoured by workers that grade through "
         "RewardWorker.grade_rows (the built-in math and multiple-choice workers): a sample past it scores 0 "
         "and counts in reward/<domain>/timeouts",
+        bounds="(0, inf)",
     )
     require_boxed: bool = field_help(
         False,
@@ -350,10 +385,16 @@ class RewardWorkerConfig(WorkerConfig):
     code_score: Literal["all_pass", "pass_rate"] = field_help(
         "all_pass", "code rewards: 1 only if every test case passes (ROLL's rule), or the fraction that pass"
     )
-    code_case_timeout: float = field_help(5.0, "code rewards: wall-clock seconds per test case")
-    code_memory_mb: int = field_help(512, "code rewards: memory cap per test case run (whole sandbox)")
-    code_parallel_cases: int = field_help(2, "code rewards: test cases of one sample run at once (sandboxes)")
-    code_http_retries: int = field_help(3, "code rewards at code_url: attempts per test case (timeouts, HTTP errors)")
+    code_case_timeout: float = field_help(5.0, "code rewards: wall-clock seconds per test case", bounds="(0, inf)")
+    code_memory_mb: int = field_help(
+        512, "code rewards: memory cap per test case run (whole sandbox)", bounds="[1, inf)"
+    )
+    code_parallel_cases: int = field_help(
+        2, "code rewards: test cases of one sample run at once (sandboxes)", bounds="[1, inf)"
+    )
+    code_http_retries: int = field_help(
+        3, "code rewards at code_url: attempts per test case (timeouts, HTTP errors)", bounds="[1, inf)"
+    )
     allow_unsafe_local_sandbox: bool = field_help(
         False,
         "code rewards: where the kernel sandbox is unavailable, run model code in a plain child process "
@@ -364,6 +405,7 @@ class RewardWorkerConfig(WorkerConfig):
         0.0,
         "CrossThinkQA worker only: weight of its length reward (ROLL's key; -0.5 below 100 response tokens of "
         "padded width, 0 above 400, linear between; docs/rewards.md)",
+        bounds="(-inf, inf)",
     )
     reward_type: Literal["loose", "soft", "strict"] | None = field_help(
         None,
@@ -387,8 +429,12 @@ class RewardWorkerConfig(WorkerConfig):
         "LLM-judge worker: how the judge's reply is read: 'yes_no' (first YES/NO word: 1/0) or 'score' (last "
         "number in the reply divided by judge_score_max, clipped to [0, 1])",
     )
-    judge_score_max: float = field_help(10.0, "LLM-judge worker, judge_verdict 'score': the judge's top score")
-    judge_max_new_tokens: int = field_help(32, "LLM-judge worker: tokens the judge may write per verdict")
+    judge_score_max: float = field_help(
+        10.0, "LLM-judge worker, judge_verdict 'score': the judge's top score", bounds="(0, inf)"
+    )
+    judge_max_new_tokens: int = field_help(
+        32, "LLM-judge worker: tokens the judge may write per verdict", bounds="[1, inf)"
+    )
     judge_api_url: str | None = field_help(
         None, "LLM-judge worker, judge_model_type 'api': base URL of an OpenAI-compatible server (…/v1)"
     )
@@ -396,8 +442,12 @@ class RewardWorkerConfig(WorkerConfig):
     judge_api_key_env: str | None = field_help(
         None, "LLM-judge worker, 'api': name of the environment variable holding the bearer key (null = no key)"
     )
-    judge_retries: int = field_help(2, "LLM-judge worker, 'api': extra attempts per request after a failure")
-    judge_batch_size: int = field_help(8, "LLM-judge worker: verdicts requested at once (concurrent API calls)")
+    judge_retries: int = field_help(
+        2, "LLM-judge worker, 'api': extra attempts per request after a failure", bounds="[0, inf)"
+    )
+    judge_batch_size: int = field_help(
+        8, "LLM-judge worker: verdicts requested at once (concurrent API calls)", bounds="[1, inf)"
+    )
 
 
 @dataclass
@@ -406,13 +456,18 @@ class ScorerConfig(RewardWorkerConfig):
     `rewards.<domain>.<name>`, with every reward-worker setting of a domain."""
 
     name: str = field_help("", "required: the scorer's name (letters, digits, _), logged as reward/<domain>/<name>")
-    weight: float = field_help(1.0, "the domain's reward is the sum over its scorers of weight × score")
+    weight: float = field_help(
+        1.0, "the domain's reward is the sum over its scorers of weight × score", bounds="(-inf, inf)"
+    )
 
 
 @dataclass
 class RewardConfig(RewardWorkerConfig):
     tag_included: list[str] = field_help(
-        default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
+        default_factory=list,
+        help="data tags routed to this domain; as in ROLL a domain takes only the tags it lists, and a row whose "
+        "tag no domain lists is refused (by --dry_run too); rows without a tag go to the only domain when there "
+        "is one",
     )
     query_filter_config: RewardFilterConfig = field_help(
         default_factory=RewardFilterConfig,
@@ -455,10 +510,6 @@ class RewardConfig(RewardWorkerConfig):
             if scorer.name in seen:
                 raise ConfigError(f"'{where}.scorers[{index}].name' = {scorer.name!r} is used twice in this domain")
             seen.add(scorer.name)
-            if not math.isfinite(scorer.weight):
-                raise ConfigError(f"'{where}.scorers[{index}].weight' = {scorer.weight}: must be a finite number")
-            if not scorer.timeout > 0:
-                raise ConfigError(f"'{where}.scorers[{index}].timeout' = {scorer.timeout}: must be > 0 seconds")
         self.query_filter_config.check(f"{self.name or 'rewards.<domain>'}.query_filter_config")
         for index, worker in [(None, self), *enumerate(self.scorers)]:
             _check_judge_prompt(where if index is None else f"{where}.scorers[{index}]", worker.judge_prompt)
@@ -490,4 +541,5 @@ class ValidationConfig:
         1.0,
         "a validation sample passes (for pass@k) when its score ≥ this; 1.0 = full marks of the built-in "
         "0/1 rule rewards",
+        bounds="(-inf, inf)",
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from roll.distributed.data_proto import DataProto
+from roll.utils.errors import InputError, MissingInput
 from roll.utils.functional import left_pad
 from roll.utils.logging import get_logger
 
@@ -25,14 +26,14 @@ def _builder_for(files: list[str]) -> str:
     for name in files:
         suffix = Path(name).suffix.lower()
         if suffix not in _LOADERS:
-            raise ValueError(
+            raise InputError(
                 f"data_args.file_name: {name!r} has an unsupported extension {suffix!r}; use one of {sorted(_LOADERS)}"
             )
         if not Path(name).is_file():
-            raise FileNotFoundError(f"data_args.file_name: {name!r} does not exist")
+            raise MissingInput(f"data_args.file_name: {name!r} does not exist")
         kinds.add(_LOADERS[suffix])
     if len(kinds) != 1:
-        raise ValueError(f"data_args.file_name: mix of formats {sorted(kinds)} in {files}; use one format per role")
+        raise InputError(f"data_args.file_name: mix of formats {sorted(kinds)} in {files}; use one format per role")
     return kinds.pop()
 
 
@@ -46,13 +47,13 @@ def _check_text_file(name: str, kind: str) -> None:
         return
     raw = Path(name).read_bytes()
     if not raw.strip():
-        raise ValueError(f"data_args.file_name: {name!r} is empty; it needs one prompt per row, e.g. {ROW_EXAMPLE}")
+        raise InputError(f"data_args.file_name: {name!r} is empty; it needs one prompt per row, e.g. {ROW_EXAMPLE}")
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
         try:
             line.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(
+            raise InputError(
                 f"data_args.file_name: {name!r} line {number} is not UTF-8 (byte 0x{line[error.start]:02x} at "
                 f"column {error.start + 1}); re-save the file as UTF-8"
             ) from None
@@ -64,7 +65,7 @@ def _check_text_file(name: str, kind: str) -> None:
         whole = None  # not one JSON document: JSON lines
     else:
         if not isinstance(whole, (list, dict)):
-            raise ValueError(
+            raise InputError(
                 f"data_args.file_name: {name!r} holds one JSON {type(whole).__name__}, not rows; write a JSON "
                 f"list of objects or one object per line, e.g. {ROW_EXAMPLE}"
             )
@@ -75,12 +76,12 @@ def _check_text_file(name: str, kind: str) -> None:
         try:
             row = json.loads(line)
         except ValueError as error:
-            raise ValueError(
+            raise InputError(
                 f"data_args.file_name: {name!r} line {number} is not valid JSON ({error}); each line must be one "
                 f"JSON object, e.g. {ROW_EXAMPLE}"
             ) from None
         if not isinstance(row, dict):
-            raise ValueError(
+            raise InputError(
                 f"data_args.file_name: {name!r} line {number} is a JSON {type(row).__name__}, not an object; "
                 f"each line must be one JSON object, e.g. {ROW_EXAMPLE}"
             )
@@ -96,7 +97,7 @@ def _ground_truth(row: dict, data_args, where: str):
         return truth
     if isinstance(truth, Real) and not isinstance(truth, bool):
         return str(truth)
-    raise ValueError(
+    raise InputError(
         f"{where}: '{data_args.ground_truth_key}' = {truth!r} ({type(truth).__name__}): expected a string or a "
         f'number (the reference answer the reward compares with), e.g. "5"'
     )
@@ -113,20 +114,35 @@ def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
     messages = row.get(data_args.messages_key)
     prompt = row.get(data_args.prompt_key)
     if messages is None and prompt is None:
-        raise ValueError(
+        raise InputError(
             f"{where}: neither a '{data_args.prompt_key}' nor a '{data_args.messages_key}' value "
             f"(set data_args.prompt_key / data_args.messages_key to your column names)"
         )
     if messages is None:
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"{where}: '{data_args.prompt_key}' must be a non-empty string, got {prompt!r}")
+            raise InputError(f"{where}: '{data_args.prompt_key}' must be a non-empty string, got {prompt!r}")
         if not data_args.apply_chat_template:
             return prompt
         messages = [{"role": "user", "content": prompt}]
     if not data_args.apply_chat_template:
-        raise ValueError(f"{where}: '{data_args.messages_key}' needs data_args.apply_chat_template: true")
+        raise InputError(f"{where}: '{data_args.messages_key}' needs data_args.apply_chat_template: true")
     extra = {"chatml": {"chat_template": CHATML}, "qwen3": {"enable_thinking": True}}.get(data_args.chat_template, {})
     return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **extra)
+
+
+def read_column(name: str, column: str) -> list | None:
+    """One column of a data file, read without tokenizing (None where the file does not exist or cannot be
+    read: the start-up checks name those problems); a file without the column gives one None per row."""
+    import datasets
+
+    suffix = Path(name).suffix.lower()
+    if suffix not in _LOADERS or not Path(name).is_file():
+        return None
+    try:
+        table = datasets.load_dataset(_LOADERS[suffix], data_files=[name], split="train")
+    except Exception:  # load_prompt_rows reports it, naming the file
+        return None
+    return list(table[column]) if column in table.column_names else [None] * len(table)
 
 
 def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
@@ -134,6 +150,13 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
     import datasets
 
     files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+    if data_args.apply_chat_template and data_args.chat_template != "chatml" and not tokenizer.chat_template:
+        raise InputError(
+            f"data_args.apply_chat_template is true but the tokenizer of {tokenizer.name_or_path} has no chat "
+            f"template, so the prompts of {files} cannot be wrapped: set data_args.chat_template: chatml (ROLL: "
+            f"data_args.template) for the ChatML format, give the tokenizer a chat_template (tokenizer_config.json), "
+            f"or set data_args.apply_chat_template: false to use the prompt text as it is"
+        )
     kind = _builder_for(files)
     for name in files:
         _check_text_file(name, kind)
@@ -144,7 +167,7 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
                 kind, data_files=[name], split="train", num_proc=data_args.preprocessing_num_workers
             )
         except Exception as error:  # datasets' own message rarely names the file
-            raise ValueError(
+            raise InputError(
                 f"data_args.file_name: {name} could not be read as {kind} ({type(error).__name__}: {error}); "
                 f"rows look like {ROW_EXAMPLE}"
             ) from error
@@ -164,11 +187,12 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
                     "ground_truth": truth,
                     "tag": row.get(data_args.tag_key),
                     "source": source,
+                    "where": where,  # file and row, for errors found later (routing, a missing ground truth)
                 }
             )
     if too_long:
         if data_args.on_long_prompt == "error":
-            raise ValueError(
+            raise InputError(
                 f"{files}: {len(too_long)} prompts are longer than prompt_length={prompt_length} "
                 f"tokens (first: {too_long[:5]}); raise prompt_length or set "
                 f"data_args.on_long_prompt: drop"
@@ -181,7 +205,7 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
             prompt_length,
         )
     if not rows:
-        raise ValueError(f"{files}: no usable prompt rows")
+        raise InputError(f"{files}: no usable prompt rows")
     return rows
 
 
@@ -281,11 +305,11 @@ def prompt_sampler(rows: list[dict], data_args, seed: int):
     present = sorted({str(row[key]) for row in rows})
     unlisted = sorted({row[key] for row in rows} - set(probs), key=str)
     if unlisted:  # their rows would never be drawn: say so instead of dropping them
-        raise ValueError(
+        raise InputError(
             f"actor_train.data_args.{what}: the data has rows of {unlisted} but no probability for them; "
             f"list every one (0 = leave it out); present: {present}"
         )
     empty = [name for name, pool in pools.items() if probs[name] > 0 and not pool]
     if empty:
-        raise ValueError(f"actor_train.data_args.{what}: no rows for {empty} (present: {present})")
+        raise InputError(f"actor_train.data_args.{what}: no rows for {empty} (present: {present})")
     return MixedPromptSampler(pools, probs, seed, mode)

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
 from roll.configs import describe_reference, optimizer_steps, reference_source
+from roll.configs.policy_loss import loss_settings
 from roll.configs.profiler import role_profile
 from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
@@ -21,6 +22,7 @@ from roll.pipeline.core import preflight, step_maths
 from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir, checkpoint_base
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
+from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
@@ -28,7 +30,6 @@ from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer
 from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
-from roll.workers.loss_settings import LossSettings
 
 logger = get_logger("roll.pipeline")
 MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
@@ -51,6 +52,14 @@ class BasePipeline:
         self.placements: list[dict] = []  # every worker's describe_placement(), filled at start-up
         set_seed(config.seed)
         preflight.check_roles(config)  # model directories, worker classes: before anything loads them
+        self.output_lock = claim_output_dirs(config)  # writable, not in use, no earlier run's checkpoints
+        try:
+            self._set_up(config)
+        except BaseException:
+            self.output_lock.release()
+            raise
+
+    def _set_up(self, config) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -131,7 +140,7 @@ class BasePipeline:
                 resource_manager=self.resource_manager,
                 worker_config=worker_config,
                 seed=config.seed,
-                runtime_env=_nsight_env(config, name, worker_config),
+                runtime_env=_runtime_env(config, name, worker_config),
             )
         # where every worker landed (node, device); the first call each worker answers: the roles' start_timeout
         start_timeout = max(cluster.start_timeout for cluster in self.clusters.values())
@@ -171,6 +180,7 @@ class BasePipeline:
             self.resource_manager.shutdown()
             self.resource_manager = None
         self.tracker.close()
+        self.output_lock.release()
 
     def __enter__(self) -> "BasePipeline":
         return self
@@ -202,7 +212,7 @@ class BasePipeline:
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
-        LossSettings.from_config(self.config, step).attach(batch)
+        loss_settings(self.config, step).attach(batch)
         metrics = {}
         if self.critic is not None:
             self.memory.use("critic")
@@ -354,12 +364,23 @@ class BasePipeline:
                 metrics[f"system/sent_bytes/{name}"] = cluster.sent_bytes - sent.get(name, 0)
         self.profiler.stop()  # writing the traces is not part of the step's time
         metrics["system/recoveries"] = self.recoveries
-        self.tracker.log(metrics, step)
+        # steps as a person reads them, 1-based (the progress line's [N/max], checkpoint step-N, samples step-N,
+        # learning_curves.png); validation before training is step 0 (docs/quickstart.md)
+        self.tracker.log(metrics, step + 1)
         if step % config.logging_steps == 0 or last:
             logger.info("%s %s", eta.line(step), progress(metrics))
         if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
             self.checkpointer.save(completed_steps=step + 1)
         return metrics
+
+
+def _runtime_env(config, name: str, worker_config) -> dict | None:
+    """Ray's runtime_env of a role's workers: its own system_envs over the pipeline's, and Nsight when profiled."""
+    env = _nsight_env(config, name, worker_config)
+    if worker_config.system_envs:
+        env = env or {}
+        env["env_vars"] = {**config.system_envs, **worker_config.system_envs}
+    return env
 
 
 def _nsight_env(config, name: str, worker_config) -> dict | None:

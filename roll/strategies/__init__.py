@@ -22,6 +22,14 @@ _STRATEGIES = {
 }
 
 
+def register_strategy(name: str, class_path: str) -> None:
+    """Adds an engine under `name` (a strategy class in a module of your own, by dotted path): the same as a
+    line in the table above. Registering a taken name under another class is an error."""
+    if _STRATEGIES.get(name, class_path) != class_path:
+        raise ValueError(f"strategy_name {name!r} is already {_STRATEGIES[name]}; pick another name")
+    _STRATEGIES[name] = class_path
+
+
 def strategy_names() -> list[str]:
     """Registered names, in registry order (the order config errors list them in)."""
     return list(_STRATEGIES)

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import hf_logits, restore_order, scoring_micro_batches
+from roll.strategies.offload import HostParking
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.utils.logging import get_logger
 
@@ -89,6 +90,12 @@ class InferenceStrategy:
         return world_size
 
     @classmethod
+    def check_strategy_config(cls, strategy_config: dict | None, *, dtype: str, world_size: int) -> None:
+        """A ValueError naming the bad key and what would be valid, where this engine cannot take
+        `strategy_config` (run at load time and by --dry_run, before any worker starts). The default accepts
+        anything: a strategy with keys of its own overrides this."""
+
+    @classmethod
     def dynamic_batching_limit(cls, strategy_config: dict | None) -> str | None:
         """Why this strategy_config rules out dynamic batching (None: it does not). Read by the config checks."""
         return None
@@ -100,6 +107,7 @@ class InferenceStrategy:
         self.logger = get_logger(f"{self.config.name}[{self.rank}].{type(self).__name__}")
         self.model = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self._parking = HostParking(self.device, type(self).__name__)  # offload/reload of training engines
         self._request_lock = threading.Lock()  # request-level generation: in-flight ids → aborted?
         self._in_flight: dict[str, bool] = {}
 
@@ -271,6 +279,8 @@ class InferenceStrategy:
         if request:
             merged["seed"] = None
         merged.update(overrides)
+        if merged.get("top_k") is not None and merged["top_k"] < 0:
+            merged["top_k"] = 0  # ROLL's and vLLM's top_k: -1 = off, roll's engines all read 0 as off
         return merged
 
     # --- weights ------------------------------------------------------------------------------------
@@ -351,8 +361,8 @@ class TrainStrategy(InferenceStrategy, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def offload(self) -> None:
         """Move parameters, gradients and optimizer state off the accelerator (colocated roles); the next
-        train_step after reload() must equal one without the round trip. A no-op where there is nothing
-        to move (CPU)."""
+        train_step after reload() must equal one without the round trip. The same code runs without a GPU
+        (roll/strategies/offload.py: host copies, compute storages freed), so CPU tests exercise it."""
 
     @abc.abstractmethod
     def reload(self) -> None:

@@ -45,6 +45,7 @@ from roll.strategies.lora import (
     save_adapter,
     save_merged_hf,
 )
+from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -58,6 +59,9 @@ from roll.strategies.train_common import (
     split_train_batch,
 )
 from roll.utils.checkpoint import load_state
+from roll.utils.logging import get_logger
+
+config_logger = get_logger(__name__)
 
 FSDP2_DEFAULTS = {
     "reshard_after_forward": True,
@@ -66,14 +70,49 @@ FSDP2_DEFAULTS = {
     "reduce_dtype": "float32",
     "wrap_modules": None,
 }
-# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (roll shards over all the role's ranks)
-ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size")
+# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (roll shards over all the role's ranks);
+# wrap_policy.transformer_layer_cls_to_wrap = wrap_modules
+ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size", "wrap_policy")
+# keys of ROLL's example YAMLs that ROLL's own FSDP2 strategy never reads: accepted with a logged note
+ROLL_IGNORED_FSDP2_KEYS = {
+    "use_batched_model_update": "ROLL's FSDP2 strategy never reads it (roll's weight sync is bucketed by "
+    "model_update_buffer_size_mb)"
+}
+# ROLL FSDP2 keys for features roll does not build: refused with the reason
+ROLL_UNBUILT_FSDP2_KEYS = {
+    "apply_tiled_mlp": "ROLL's tiled MLP (the MLP computed in shards to save activation memory) is not built",
+    "tiled_num_shards": "it sets the shards of ROLL's tiled MLP, which is not built",
+    "apply_expert_patch": "it patches MoE expert layers; roll builds dense families only (qwen2, llama)",
+}
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
+
+
+def _roll_wrap_policy(policy):
+    """ROLL's wrap_policy: transformer_layer_cls_to_wrap = wrap_modules; its embedding, LM-head and MoE-expert
+    wrapping has no counterpart here (roll wraps the listed classes and the root)."""
+    if policy is None:
+        return None
+    if not isinstance(policy, dict) or set(policy) - {"transformer_layer_cls_to_wrap"}:
+        raise ValueError(
+            f"fsdp2 strategy_config.wrap_policy={policy!r}: only transformer_layer_cls_to_wrap (= wrap_modules) is "
+            "built; ROLL's wrap_embeddings / wrap_lm_output / moe_experts wrapping is not"
+        )
+    return list(policy.get("transformer_layer_cls_to_wrap") or []) or None
 
 
 def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | None = None) -> dict:
     """strategy_config with defaults filled in; unknown keys and bad values are errors."""
     given = dict(strategy_config or {})
+    for key in sorted(set(given) & set(ROLL_IGNORED_FSDP2_KEYS)):
+        config_logger.warning("fsdp2 strategy_config.%s is ignored: %s", key, ROLL_IGNORED_FSDP2_KEYS[key])
+        del given[key]
+    unbuilt = sorted(set(given) & set(ROLL_UNBUILT_FSDP2_KEYS))
+    if unbuilt:
+        raise ValueError(
+            "; ".join(
+                f"fsdp2 strategy_config.{key} (ROLL's) is refused: {ROLL_UNBUILT_FSDP2_KEYS[key]}" for key in unbuilt
+            )
+        )
     unknown = sorted(set(given) - set(FSDP2_DEFAULTS) - set(ROLL_FSDP2_KEYS))
     if unknown:
         raise ValueError(
@@ -81,6 +120,9 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
             f"(ROLL's {list(ROLL_FSDP2_KEYS)} too; a DeepSpeed config such as ${{deepspeed_zero2}} does not apply "
             f"to fsdp2: set strategy_config to null or to these keys)"
         )
+    layers = _roll_wrap_policy(given.pop("wrap_policy", None))
+    if layers is not None and given.setdefault("wrap_modules", layers) != layers:
+        raise ValueError(f"fsdp2 strategy_config.wrap_policy={layers!r} conflicts with wrap_modules: set one")
     policy = given.pop("offload_policy", None)
     if policy is not None:
         if given.setdefault("cpu_offload", policy) != policy:
@@ -191,13 +233,17 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-class FSDP2InferStrategy(InferenceStrategy):
+class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     """Forward only (reference log-probs, values): weights sharded, gathered layer by layer per forward."""
 
     roles = frozenset({"score"})
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        resolve_fsdp2_config(strategy_config, dtype, world_size)
 
     def initialize(self, total_steps: int = 0) -> None:
         init_process_group()
@@ -210,7 +256,6 @@ class FSDP2InferStrategy(InferenceStrategy):
             self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config, self.device, self.logger
         )
         self.model.eval()
-        self._said_nothing_to_move = False
 
     def _stored_dtype(self) -> torch.dtype:
         """Forward only: keep the weights in the compute dtype (no master copy needed)."""
@@ -262,33 +307,18 @@ class FSDP2InferStrategy(InferenceStrategy):
 
     # --- memory ---------------------------------------------------------------------------------------
     def offload(self) -> None:
-        self._move_state(torch.device("cpu"))
+        """Frees any gathered (unsharded) weights, then parks this rank's shards (and, training, their
+        gradients and AdamW moments) in host memory (roll/strategies/offload.py). With cpu_offload they
+        live on the host already and nothing is moved."""
+        from torch.distributed.fsdp import FSDPModule
 
-    def reload(self) -> None:
-        self._move_state(self.device)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        super().offload()
 
-    def _move_state(self, device: torch.device) -> None:
-        """GPU path (not verified here): `module.to` moves FSDP2's sharded parameters (and any gradients);
-        the optimizer state follows in the training strategy. With cpu_offload the weights stay in host
-        memory anyway. On a CPU-only machine there is nothing to move: logged once, then skipped."""
-        if self.device.type == "cpu":
-            if not self._said_nothing_to_move:
-                self.logger.info(
-                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                    "optimizer state are in host memory already)",
-                    type(self).__name__,
-                )
-                self._said_nothing_to_move = True
-            return
-        if not self.fsdp_config["cpu_offload"]:
-            self.model.to(device)
-        self._move_optimizer_state(device)
-        if device.type == "cpu":
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        pass
+    def _offload_groups(self) -> dict:
+        return {"parameters": list(self.model.parameters())}
 
 
 class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainStrategy):
@@ -313,7 +343,6 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         self.optimizer = build_adamw([p for p in self.model.parameters() if p.requires_grad], args)
         self.scheduler = build_lr_scheduler(self.optimizer, args, total_steps)
         self.model.train()
-        self._said_nothing_to_move = False
 
     def _stored_dtype(self) -> torch.dtype:
         """float32 master weights and optimizer state; param_dtype (if lower) is FSDP2 mixed precision."""
@@ -412,11 +441,10 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
             return self.compute_log_probs(batch)
 
     # --- memory ---------------------------------------------------------------------------------------
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        """AdamW moments (DTensor shards) follow the parameters; the `step` counters stay where they are."""
-        if self.fsdp_config["cpu_offload"]:
-            return  # the optimizer steps on the host already
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
+    def _offload_groups(self) -> dict:
+        params = list(self.model.parameters())
+        return {
+            "parameters": params,
+            "gradients": [p.grad for p in params],
+            "optimizer": [value for state in self.optimizer.state.values() for value in state.values()],
+        }

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from roll.utils.patterns import is_regex
+
 ADAPTER = "default"  # peft's name of the one adapter
 PEFT_PREFIX = "base_model.model."  # PeftModelForCausalLM → LoraModel → the HF model
 ADAPTER_DIR = "adapter"  # a checkpoint's adapter in peft format (loadable as adapter_name_or_path)
@@ -32,10 +34,6 @@ def peft_targets(lora_target: str):
     if is_regex(target):
         return target
     return [name.strip() for name in target.split(",") if name.strip()]
-
-
-def is_regex(target: str) -> bool:
-    return bool(re.search(r"[\\^$*+?()\[\]{}|]", target))
 
 
 def apply_lora(model: torch.nn.Module, model_args, logger=None) -> torch.nn.Module:

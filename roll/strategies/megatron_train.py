@@ -43,6 +43,8 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.megatron.roll_keys import take_roll_keys
+from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
     gradient_clip_value,
@@ -50,6 +52,7 @@ from roll.strategies.train_common import (
     mean_metrics,
     save_tokenizer,
     split_train_batch,
+    warmup_steps,
 )
 from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
@@ -108,6 +111,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
                 f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
                 "which roll's megatron strategy does not use (local spec); set it to false"
             )
+    take_roll_keys(given)
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
@@ -188,13 +192,17 @@ def check_micro_batching(config, parallel: dict) -> None:
         raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer with megatron: {reason}")
 
 
-class MegatronInferStrategy(InferenceStrategy):
+class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
 
     roles = frozenset({"score"})
     sum_pi_squared = True
     dynamic_batching_infer = True  # pipeline_model_parallel_size 1 only (dynamic_batching_limit)
     training = False
+
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        resolve_megatron_config(strategy_config, world_size, dtype)
 
     @classmethod
     def data_parallel_size(cls, world_size: int, strategy_config: dict | None) -> int:
@@ -248,7 +256,6 @@ class MegatronInferStrategy(InferenceStrategy):
         )
         self.model.to(self.device)
         self.load_weights(self._hf_state_from_disk())
-        self._said_nothing_to_move = False
         self._wrap_for_training(total_steps)
         self.model.train(self.training)
 
@@ -432,33 +439,10 @@ class MegatronInferStrategy(InferenceStrategy):
         return checksum(self.named_hf_parameters())
 
     # --- memory -------------------------------------------------------------------------------------------
-    def offload(self) -> None:
-        self._move(torch.device("cpu"))
-
-    def reload(self) -> None:
-        self._move(self.device)
-
-    def _move(self, device: torch.device) -> None:
-        """GPU path (not verified here): parameters (and gradient buffers via module.to), then optimizer
-        state. On a CPU-only machine everything is in host memory already: logged once, skipped."""
-        if self.device.type == "cpu":
-            if not self._said_nothing_to_move:
-                self.logger.info(
-                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                    "optimizer state are in host memory already)",
-                    type(self).__name__,
-                )
-                self._said_nothing_to_move = True
-            return
-        self.model.to(device)
-        for state in (
-            getattr(getattr(self, "optimizer", None), "state", {}).values() if hasattr(self, "optimizer") else ()
-        ):
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
-        if device.type == "cpu":
-            torch.cuda.empty_cache()
+    def _offload_groups(self) -> dict:
+        """offload() parks these in host memory by storage (roll/strategies/offload.py), so the views
+        megatron keeps into its contiguous buffers stay valid; training adds gradients and optimizer."""
+        return {"parameters": list(self.model.parameters())}
 
 
 class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
@@ -514,7 +498,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
         # biases and norms)
         self.optimizer = get_megatron_optimizer(optimizer_config, [self.model], config_overrides={})
-        self.lr_factor = lr_lambda(args.lr_scheduler_type, args.warmup_steps, max(total_steps, 1))
+        self.lr_factor = lr_lambda(args.lr_scheduler_type, warmup_steps(args, max(total_steps, 1)), max(total_steps, 1))
         self.steps_done = 0
 
     def _set_lr(self, step: int) -> float:
@@ -544,6 +528,22 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         out["grad_norm"] = float(grad_norm) if grad_norm is not None else 0.0
         out["lr"] = self.config.training_args.learning_rate * self.lr_factor(self.steps_done)
         return out
+
+    def _offload_groups(self) -> dict:
+        """Parameters (with the distributed optimizer: views of the DDP param buffers), gradient buffers
+        (`main_grad` views), and each chained optimizer's torch-optimizer state and fp32 main params.
+        The ChainedOptimizer's own `state` is a ProxyDict (no .values()): its parts are read instead."""
+        params = list(self.model.parameters())
+        buffers = self.model.buffers + self.model.expert_parallel_buffers  # megatron DDP's, not Module.buffers()
+        optimizers = [part.optimizer for part in self._optimizers() if getattr(part, "optimizer", None) is not None]
+        return {
+            "parameters": params + [b.param_data for b in buffers],
+            "gradients": [getattr(p, "main_grad", None) for p in params]
+            + [p.grad for p in params]
+            + [b.grad_data for b in buffers],
+            "optimizer": [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+            + [value for opt in optimizers for state in opt.state.values() for value in state.values()],
+        }
 
     # --- checkpoints --------------------------------------------------------------------------------------
     def _rank_file(self, path: str) -> Path:

@@ -213,6 +213,10 @@ class SGLangInferStrategy(InferenceStrategy):
     rollout_log_probs = True
     stop_strings = True
 
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        validate_strategy_config(strategy_config, dtype)
+
     def initialize(self, total_steps: int = 0) -> None:
         from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 

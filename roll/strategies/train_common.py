@@ -10,7 +10,7 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import max_over_ranks, train_micro_batches
-from roll.workers.loss_settings import LOSS_KEY, LossSettings
+from roll.strategies.loss_settings import LOSS_KEY, LossSettings
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -33,6 +33,13 @@ def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
     return factor
 
 
+def warmup_steps(training_args, total_steps: int) -> int:
+    """warmup_steps, or (when it is 0) ceil(total_steps × warmup_ratio): ROLL's rule for its warmup_ratio."""
+    if training_args.warmup_steps > 0:
+        return training_args.warmup_steps
+    return math.ceil(total_steps * training_args.warmup_ratio)
+
+
 def build_adamw(params, training_args) -> torch.optim.AdamW:
     return torch.optim.AdamW(
         params,
@@ -45,7 +52,10 @@ def build_adamw(params, training_args) -> torch.optim.AdamW:
 
 def build_lr_scheduler(optimizer, training_args, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(training_args.lr_scheduler_type, training_args.warmup_steps, max(total_steps, 1))
+        optimizer,
+        lr_lambda(
+            training_args.lr_scheduler_type, warmup_steps(training_args, max(total_steps, 1)), max(total_steps, 1)
+        ),
     )
 
 

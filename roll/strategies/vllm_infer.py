@@ -8,7 +8,10 @@ filtered) logits the token was sampled from, exactly what `hf_infer` reports.
   engine (passed to `vllm.LLM`): max_model_len, gpu_memory_utilization, block_size, load_format,
     tensor_parallel_size, enforce_eager, max_num_seqs, max_num_batched_tokens, enable_prefix_caching,
     enable_chunked_prefill, kv_cache_memory_bytes, seed, enable_lora, max_lora_rank
-  roll: model_update_buffer_size_mb (tensors converted per bucket during a weight update, default 512)
+    and any other field of vLLM's EngineArgs, passed through unchecked here (vLLM checks it at start)
+  roll: model_update_buffer_size_mb (tensors converted per bucket during a weight update, default 512),
+    sleep_level (1: offload() keeps the weights in host memory; 2: drops them, and generation waits for
+    the next weight sync; ROLL's key, default 1; CPU has no sleep mode, so there it changes nothing)
 
 Weight updates use `collective_rpc("reload_weights", weights_iterator=..., is_checkpoint_format=True)`
 with the trainer's HF-named tensors; the engine is in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set
@@ -40,28 +43,10 @@ import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, RequestResult, buckets
+from roll.strategies.vllm_args import ENGINE_KEYS, validate_strategy_config  # noqa: F401 (callers import them here)
 from roll.utils.functional import rollout_tensors
 from roll.utils.memory import release_free_heap
 
-# strategy_config keys passed through to vllm.LLM, with the type each must have
-ENGINE_KEYS = {
-    "max_model_len": int,
-    "gpu_memory_utilization": float,
-    "block_size": int,
-    "load_format": str,
-    "tensor_parallel_size": int,
-    "enforce_eager": bool,
-    "max_num_seqs": int,
-    "max_num_batched_tokens": int,
-    "enable_prefix_caching": bool,
-    "enable_chunked_prefill": bool,
-    "kv_cache_memory_bytes": int,
-    "seed": int,
-    "enable_lora": bool,  # serve LoRA adapters (lora_weight_sync: adapter)
-    "max_lora_rank": int,  # ≥ actor_train's lora_rank; vLLM accepts 1, 8, 16, 32, 64, 128, 256, 320, 512
-}
-ROLL_KEYS = {"model_update_buffer_size_mb": float}
-DEFAULT_BUFFER_MB = 512.0
 SEED_STRIDE = 2**20  # per-request seeds: base + prompt_index * n (+ sample index, added by vLLM)
 
 
@@ -77,35 +62,6 @@ def engine_env_defaults(on_cpu: bool) -> dict:
             VLLM_CPU_KVCACHE_SPACE="1",
         )
     return env
-
-
-def validate_strategy_config(config: dict | None, on_cpu: bool) -> tuple[dict, dict]:
-    """(engine kwargs, roll settings) from strategy_config; an unknown key or a wrong type is an error."""
-    config = dict(config or {})
-    valid = {**ENGINE_KEYS, **ROLL_KEYS}
-    unknown = sorted(set(config) - set(valid))
-    if unknown:
-        raise ValueError(f"vllm: unknown strategy_config keys {unknown}; valid keys: {sorted(valid)}")
-    for key, value in config.items():
-        expected = valid[key]
-        ok = (
-            isinstance(value, bool)
-            if expected is bool
-            else isinstance(value, (int, float)) and not isinstance(value, bool)
-            if expected is float
-            else isinstance(value, expected) and not isinstance(value, bool)
-        )
-        if not ok:
-            raise ValueError(f"vllm: strategy_config.{key} = {value!r} must be of type {expected.__name__}")
-    if on_cpu and config.get("block_size", 32) % 32:
-        raise ValueError(
-            f"vllm: strategy_config.block_size = {config['block_size']}: vLLM's CPU attention "
-            f"backend needs a multiple of 32"
-        )
-    roll = {"model_update_buffer_size_mb": float(config.pop("model_update_buffer_size_mb", DEFAULT_BUFFER_MB))}
-    if roll["model_update_buffer_size_mb"] <= 0:
-        raise ValueError("vllm: strategy_config.model_update_buffer_size_mb must be > 0")
-    return config, roll
 
 
 # --- functions run inside the engine (collective_rpc: `worker` is vLLM's worker object) -------------------
@@ -224,6 +180,10 @@ class VLLMInferStrategy(InferenceStrategy):
     stop_strings = True
     lora_adapters = True  # load_adapter: vLLM's LoRA support (strategy_config enable_lora: true)
 
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        validate_strategy_config(strategy_config, on_cpu=False)
+
     def initialize(self, total_steps: int = 0) -> None:
         on_cpu = not torch.cuda.is_available()
         strategy_args = self.config.strategy_args
@@ -312,8 +272,8 @@ class VLLMInferStrategy(InferenceStrategy):
     def _check_ready(self) -> None:
         if not self.weights_loaded:
             raise RuntimeError(
-                "vllm: load_format=dummy and no load_weights yet: the engine holds random weights "
-                "(the pipeline syncs the trainer's weights before the first rollout)"
+                "vllm: no load_weights since load_format=dummy or a sleep_level 2 offload: the engine holds no "
+                "trained weights (the pipeline syncs the trainer's weights before each rollout)"
             )
         if self.sleeping:
             raise RuntimeError("vllm: the engine is asleep (offload() without reload())")
@@ -556,12 +516,16 @@ class VLLMInferStrategy(InferenceStrategy):
 
     # --- memory -------------------------------------------------------------------------------------
     def offload(self) -> None:
-        """Sleep level 1: weights to host memory, KV cache dropped — where the platform has sleep mode."""
+        """vLLM's sleep (strategy_config sleep_level, default 1: weights to host memory; 2: weights dropped), KV cache
+        dropped — where the platform has sleep mode."""
         if not self.sleep_supported:
             self._log_no_sleep()
             return
-        self.llm.sleep(level=1)
+        level = self.settings["sleep_level"]
+        self.llm.sleep(level=level)
         self.sleeping = True
+        if level == 2:  # level 2 discards the weights: the next weight sync brings them back
+            self.weights_loaded = False
 
     def reload(self) -> None:
         if not self.sleep_supported:

@@ -9,9 +9,8 @@ A save fills `step-<N>.tmp/`, then
   5. only then removes the checkpoints beyond `max_ckpt_to_keep` (each is renamed to `*.deleting` first,
      so a crash mid-removal never leaves a half-deleted `step-<M>` that looks complete).
 A crash at any point leaves the previous checkpoint intact. Resume (`find_checkpoint`) takes the step
-`latest` names if its manifest matches the files (sizes), else the newest step directory that does, and
-logs every `.tmp` (unfinished save) or mismatching directory it skips. The checkpoint actually loaded is
-verified in full (sizes and sha256) by `verify`.
+`latest` names if its manifest matches the files (sizes and sha256), else the newest step directory that does,
+and logs every `.tmp` (unfinished save) or mismatching (cut short, corrupted) directory it skips.
 
 Why sha256 and not a cheaper checksum: hashing runs at disk speed on the driver once per save and once per
 load (a few seconds per GB), small next to writing the optimizer state; it detects any corruption (a
@@ -19,6 +18,7 @@ truncated or overwritten shard, bit rot, a file copied from another run), and th
 catch the common case — a save cut short — at the price of a `stat` per file when scanning.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -26,6 +26,7 @@ import re
 import shutil
 from pathlib import Path
 
+from roll.utils.errors import MissingInput
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.checkpoint")
@@ -92,6 +93,21 @@ def verify(directory: Path, checksums: bool = True) -> None:
             raise IncompleteCheckpoint(f"{directory}: {name} has {size} bytes, {MANIFEST} says {entry['size']}")
         if checksums and _sha256(path) != entry["sha256"]:
             raise IncompleteCheckpoint(f"{directory}: {name} does not match its sha256 in {MANIFEST} (corrupted)")
+
+
+def out_of_space(error: BaseException, path: Path) -> bool:
+    """Whether a failed save ran out of disk: ENOSPC anywhere in the exception chain (also as text, from a
+    worker), or under 1 MiB left where it wrote. The free-space test catches writers that lose the errno
+    (torch.save: "PytorchStreamWriter failed writing file ... unexpected pos")."""
+    seen = error
+    while seen is not None:
+        if (isinstance(seen, OSError) and seen.errno == errno.ENOSPC) or "No space left on device" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        return shutil.disk_usage(path if path.exists() else path.parent).free < 1 << 20
+    except OSError:
+        return False
 
 
 # ---- durability -------------------------------------------------------------------------------------------
@@ -176,23 +192,24 @@ def _log_unfinished(root: Path) -> None:
         logger.warning("ignoring unfinished checkpoint %s (its save did not complete; no %s)", path, MANIFEST)
 
 
-def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
+def find_checkpoint(output_dir: str, resume_from_checkpoint, checksums: bool = False) -> Path | None:
     """`resume_from_checkpoint`: False/None → no resume; True → the newest complete checkpoint under
     output_dir (the one `latest` names, else the newest step directory whose manifest matches); str → that
-    directory, which must be complete."""
+    directory, which must be complete. `checksums`: compare every file's sha256 too (the checkpoint a run
+    loads), so a corrupted newest checkpoint of the same size falls back to the previous complete one."""
     if not resume_from_checkpoint:
         return None
     if isinstance(resume_from_checkpoint, str):
         path = Path(resume_from_checkpoint)
         if not path.is_dir():
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {path} is not a checkpoint directory; give a "
                 f"'<output_dir>/checkpoints/step-N' directory or true to resume from the latest one"
             )
         try:
-            verify(path, checksums=False)
+            verify(path, checksums=checksums)
         except IncompleteCheckpoint as error:
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {error}; give a complete '<output_dir>/checkpoints/step-N' directory "
                 f"or true to resume from the newest complete one"
             ) from None
@@ -209,7 +226,7 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
         try:
             if not path.is_dir():
                 raise IncompleteCheckpoint(f"{pointer} names {path.name}, which does not exist")
-            verify(path, checksums=False)
+            verify(path, checksums=checksums)
         except IncompleteCheckpoint as error:
             logger.warning("ignoring checkpoint %s: %s", path, error)
             skipped.append(str(error))
@@ -218,7 +235,7 @@ def find_checkpoint(output_dir: str, resume_from_checkpoint) -> Path | None:
             logger.warning("resuming from %s, the newest complete checkpoint", path)
         return path
     if skipped:
-        raise FileNotFoundError(
+        raise MissingInput(
             f"resume_from_checkpoint: no complete checkpoint under {root}: " + "; ".join(skipped) + ". Pass "
             "resume_from_checkpoint: false to start over, or a complete <output_dir>/checkpoints/step-N"
         )

@@ -15,9 +15,9 @@ from roll.distributed.decorator import CONCURRENCY_GROUPS, Dispatch, register
 from roll.distributed.worker import Worker
 from roll.strategies import create_strategy, strategy_class
 from roll.strategies.base import RequestResult
+from roll.strategies.loss_settings import LossSettings
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
-from roll.workers.loss_settings import LossSettings
 from roll.workers.memory import MemoryMixin
 from roll.workers.ppo_epochs import PPOEpochsMixin
 from roll.workers.weight_transfer import WeightTransferMixin

@@ -7,9 +7,9 @@ from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
 from roll.strategies import create_strategy
+from roll.strategies.loss_settings import LossSettings
 from roll.utils.functional import slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
-from roll.workers.loss_settings import LossSettings
 from roll.workers.memory import MemoryMixin
 from roll.workers.ppo_epochs import PPOEpochsMixin
 

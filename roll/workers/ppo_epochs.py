@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from roll.distributed.data_proto import DataProto
-from roll.workers.loss_settings import LossSettings
+from roll.strategies.loss_settings import LossSettings
 
 
 class PPOEpochsMixin:

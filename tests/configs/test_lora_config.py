@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from roll.configs import ConfigError, compose_config, describe_config, load_rlvr_config, reference_source
-from roll.strategies.lora import is_regex, peft_targets
+from roll.strategies.lora import peft_targets
+from roll.utils.patterns import is_regex
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny_rlvr"
 LORA = "+actor_train.model_args.lora_target=all-linear"

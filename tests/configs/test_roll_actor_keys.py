@@ -42,10 +42,10 @@ def test_sequence_ratio_only_with_the_ppo_loss():
 def test_rl_loss_coef_is_a_key_with_roll_meaning():
     # ROLL: roll/pipeline/rlvr/rlvr_config.py RLVRConfig.rl_loss_coef, default 1.0 (the loss maths:
     # tests/algorithms/test_roll_maths.py); it used to be unknown with the hint "did you mean 'kl_loss_coef'"
-    from roll.workers.loss_settings import LossSettings
+    from roll.configs.policy_loss import loss_settings
 
     config = load_rlvr_config(rlvr_dict(rl_loss_coef=0.25))
-    assert LossSettings.from_config(config, step=0).rl_loss_coef == 0.25
+    assert loss_settings(config, step=0).rl_loss_coef == 0.25
     assert load_rlvr_config(rlvr_dict()).rl_loss_coef == 1.0
 
 

@@ -1,6 +1,7 @@
 """ROLL's vocabulary loads here: the migration corpus in tests/configs/roll_corpus, aliases and
 refused keys, every problem of a file at once, and docs/roll_compatibility.md kept current."""
 
+import copy
 import re
 import shutil
 from pathlib import Path
@@ -106,10 +107,10 @@ def test_roll_agentic_recipe_passes_dry_run_unedited(capsys):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        (["+actor_train.sequence_packing_args={algorithm:load_balance}"], "sequence_packing_args' is refused"),
-        (["batch_adjust_mode=delete"], "batch_adjust_mode' = 'delete' is refused"),
+        (["+actor_train.sequence_packing_args={algorithm:greedy}"], "sequence_packing_args.algorithm' = 'greedy'"),
+        (["batch_adjust_mode=shuffle"], "'batch_adjust_mode' = 'shuffle' is not allowed"),
         (["+actor_train.model_args.ulysses_size=2"], "ulysses_size' = 2 is refused"),
-        (["val_batch_size=32"], "'val_batch_size' = 32, but validation plays one episode per"),
+        (["val_batch_size=96"], "'val_batch_size' = 96, but validation plays whole rounds of one episode per"),
         (
             ["reward_normalization.method=mean", "+reward_normalization.norm_std_type=group"],
             "means norm_std_type: None",
@@ -170,7 +171,9 @@ def test_column_alias_conflict_and_prompt_rewriting_template_are_errors():
     assert "template' = 'longCOT_qwen2.5' is not offered" in str(error.value)
 
 
-@pytest.mark.parametrize("template,chat_template", [("native", None), ("qwen2_5", None), ("qwen3", "qwen3")])
+@pytest.mark.parametrize(
+    "template,chat_template", [("native", None), ("qwen2_5", None), ("qwen3", "qwen3"), ("qwen3_coder", None)]
+)
 def test_named_templates(template, chat_template):
     data = rlvr_dict()
     data["actor_train"]["data_args"]["template"] = template
@@ -241,35 +244,48 @@ def test_agentic_yaml_with_roll_spellings(name):
 
 
 def test_refused_entries_name_their_reason():
+    from omegaconf import OmegaConf
+
+    agentic = OmegaConf.to_container(compose_config(str(CORPUS), "agentic_roll_frozen_lake"), resolve=True)
     for entry in ROLL_KEYS:
         assert entry.note, entry
-        if entry.status == "refused":
-            data = rlvr_dict()
-            if entry.block == "<role>":
-                data["actor_train"][entry.key] = 1
-            elif entry.block:
-                data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
-            else:
-                data[entry.key] = 1
-            with pytest.raises(ConfigError, match=re.escape("is refused: " + entry.note)):
-                load_rlvr_config(data)
+        if entry.status != "refused":
+            continue
+        data, load = rlvr_dict(), load_rlvr_config
+        if entry.block == "custom_envs":
+            data, load = copy.deepcopy(agentic), load_agentic_config
+            data["custom_envs"]["FrozenLake"][entry.key] = 1
+        elif entry.block == "<role>":
+            data["actor_train"][entry.key] = 1
+        elif entry.block:
+            data["actor_train"].setdefault(entry.block, {})[entry.key] = 1
+        else:
+            data[entry.key] = 1
+        with pytest.raises(ConfigError, match=re.escape("is refused: " + entry.note)):
+            load(data)
 
 
 @pytest.mark.parametrize(
-    "key,inert,other",
+    "key,value,wrong",
     [
-        ("reward_norm", None, "batch"),
-        ("reward_shift", False, True),
-        ("reward_scale", False, True),
-        ("use_reward_norm", False, True),
-        ("add_len_reward", False, True),
-        ("use_topr_loss", False, True),
+        ("reward_norm", "batch", None),  # not a field of ROLL's configs: dropped by ROLL's loader
+        ("reward_shift", True, None),
+        ("reward_scale", True, None),
+        ("use_reward_norm", True, "yes"),  # declared bools ROLL reads nowhere: their type is still checked
+        ("add_len_reward", True, "yes"),
+        ("use_topr_loss", True, "yes"),
+        ("use_topr_neg_loss_coef", 0.5, "x_2"),
+        ("positive_loss_coef", "x_1", None),
+        ("model_name", "run-1", None),
     ],
 )
-def test_keys_roll_never_reads_take_only_their_no_op_value(key, inert, other):
-    load_rlvr_config(rlvr_dict(**{key: inert}))
-    with pytest.raises(ConfigError, match=f"'{key}' = {other!r} is refused: .*never reads it"):
-        load_rlvr_config(rlvr_dict(**{key: other}))
+def test_keys_roll_ignores_are_accepted_with_a_note(key, value, wrong, config_notes):
+    config = load_rlvr_config(rlvr_dict(**{key: value}))
+    assert f"'{key}' = {value!r} is ignored" in "\n".join(config_notes)
+    assert not hasattr(config, key)
+    if wrong is not None:
+        with pytest.raises(ConfigError, match=f"'{key}' = {wrong!r}: expected"):
+            load_rlvr_config(rlvr_dict(**{key: wrong}))
 
 
 def test_max_running_requests_sets_the_engine_limit():

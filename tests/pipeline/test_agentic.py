@@ -34,6 +34,7 @@ def test_both_env_managers_and_token_in_token_out(ray_session, agentic_model, tm
             "train_env_manager.max_env_num_per_worker=4",
             "rollout_batch_size=6",
             "sample_log_steps=1",
+            "batch_adjust_mode=delete",  # ROLL's: surplus rows dropped, none padded
         ],
     )
     with AgenticPipeline(config) as pipeline:
@@ -67,7 +68,8 @@ def test_both_env_managers_and_token_in_token_out(ray_session, agentic_model, tm
         assert len({t["turns"][0]["observation"] for t in first}) == 1
     assert {"env/FrozenLake/success", "env/Sokoban/success", "env/Countdown/success"} <= set(metrics)
     step = history["steps"][0]
-    assert np.isfinite(step["actor/pg_loss"]) and step["rollout/samples"] >= 6
+    assert np.isfinite(step["actor/pg_loss"]) and step["rollout/samples"] + step["rollout/dropped_rows"] >= 6
+    assert step["rollout/samples"] % 4 == 0 and step["rollout/padding_rows"] == 0  # global batch 4 × 1 × 1
     assert step["weight_sync/probe_max_abs_diff"] < 1e-3
 
 
@@ -91,6 +93,7 @@ def test_user_defined_environment_example_runs(ray_session, agentic_model, tmp_p
             *SMALL,
             "eval_steps=1",
             "val_env_manager.num_env_groups=4",
+            "val_batch_size=8",  # ROLL's: two validation rounds of the 4 environments
             "train_env_manager.num_env_groups=2",
             "train_env_manager.group_size=4",
             "rollout_batch_size=8",

@@ -102,7 +102,7 @@ def test_killed_engine_fails_clearly_and_the_run_resumes_from_the_checkpoint(run
 
 
 def test_request_rollout_settings_are_checked(rlvr_config, tmp_path):
-    with pytest.raises(ConfigError, match="'generate_opt_level' = 2; valid"):
+    with pytest.raises(ConfigError, match=r"'generate_opt_level' = 2: must be in \[0, 1\]"):
         rlvr_config(tmp_path, ["generate_opt_level=2"])
     with pytest.raises(ConfigError, match="'partial_rollout': true needs generate_opt_level: 1"):
         rlvr_config(tmp_path, ["partial_rollout=true", "async_generation_ratio=1"])

@@ -120,7 +120,7 @@ def test_checksum_mode_catches_a_stale_tensor(roles):
     served = dict(engine.strategy.module.named_parameters())
     # a loader that skips one tensor (a partial load): the engine keeps its old value
     engine.transfer.strategy.load_weights = lambda items: [served[n].copy_(t) for n, t in items if n != name]
-    with pytest.raises(WeightSyncError, match="step 0: after weight sync actor_infer rank 0 serves parameter checksum"):
+    with pytest.raises(WeightSyncError, match="step 1: after weight sync actor_infer rank 0 serves parameter checksum"):
         sync.sync_and_verify(step=0)
     off = make_sync(trainer, engine, check="off")  # off: the same stale tensor goes unnoticed, as documented
     assert off.sync_and_verify(step=0)["weight_sync/checked"] == 0

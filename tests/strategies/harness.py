@@ -29,8 +29,8 @@ transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars, onc
 from roll.algorithms import PolicyLossConfig  # noqa: E402 - after the progress-bar switch
 from roll.configs.worker import ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig  # noqa: E402 - after the progress-bar switch
 from roll.distributed.data_proto import DataProto  # noqa: E402 - after the progress-bar switch
+from roll.strategies.loss_settings import LossSettings  # noqa: E402 - after the progress-bar switch
 from roll.utils.functional import compute_position_ids  # noqa: E402 - after the progress-bar switch
-from roll.workers.loss_settings import LossSettings  # noqa: E402 - after the progress-bar switch
 
 WORLD_SIZE = 2
 STEPS = 3
@@ -372,12 +372,14 @@ def uneven_scoring_batch(tensors: dict, layout, rank: int) -> DataProto:
 def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
     """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing], [dtype],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
-    run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
+    run the remaining steps), [offload] (offload + reload watched by offload_probe + a scoring forward before
+    every step),
     [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
     [loss_agg_mode] (instead of LOSS's), [worker] (WorkerConfig fields to override, e.g. dynamic batching),
     [record_micro_rows] (record the rows of each micro-batch split_train_batch makes, per step)."""
     from roll.strategies import create_strategy
     from roll.strategies.train_common import split_train_batch
+    from tests.strategies import offload_probe
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
@@ -406,7 +408,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
     layout = dp_layout(strategy, world)
-    steps, scored, micro_counts, received = [], [], [], None
+    steps, scored, micro_counts, round_trips, received = [], [], [], [], None
     for step in range(first_step, scenario.get("steps", STEPS)):
         batch = dispatched(as_proto(batches[step], None, scenario.get("loss_agg_mode")), layout, rank)
         if received is None:  # the rows each rank got at the first step
@@ -414,9 +416,8 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
             torch.distributed.all_gather_object(received, batch.batch["input_ids"])
         if scenario.get("record_micro_rows"):  # rows per micro-batch of each step (collective)
             micro_counts.append([len(part) for part in split_train_batch(config, batch)])
-        if scenario.get("offload"):
-            strategy.offload()
-            strategy.reload()
+        if scenario.get("offload"):  # watched: every engine tensor leaves at offload, returns unchanged
+            round_trips.append(offload_probe.round_trip(strategy))
             scored.append(strategy.compute_log_probs(batch))  # the pipeline scores between phases
         steps.append(_gathered_metrics(strategy.train_step(batch, value_loss_fn if critic else loss_fn)))
         if scenario.get("save_after") == step + 1:
@@ -442,6 +443,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         "micro_rows": micro_counts,
         "layout": layout,
         "received": received,
+        "round_trips": round_trips,
     }
     if scenario.get("save_after"):
         hf_dir = workdir / scenario["name"] / "hf"
@@ -455,21 +457,24 @@ def _uneven_rows(rank: int) -> slice:
 
 
 def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
-    """Forward-only strategies: log-probs of the saved model, checksum, then a weight load (as a weight
-    sync would send) and the state it leaves."""
+    """Forward-only strategies: [offload] (an offload/reload round trip watched by offload_probe first),
+    log-probs of the saved model, checksum, then a weight load (as a weight sync would send) and the
+    state it leaves."""
     from roll.strategies import create_strategy
+    from tests.strategies import offload_probe
 
     world = torch.distributed.get_world_size()
     config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, world)
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, world))
     strategy.initialize()
+    round_trips = [offload_probe.round_trip(strategy)] if scenario.get("offload") else []  # before scoring
     layout = dp_layout(strategy, world)
 
     def gathered_log_probs():
         return collected(strategy.compute_log_probs(uneven_scoring_batch(batches[0], layout, rank)), layout)
 
-    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum()}
+    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum(), "round_trips": round_trips}
     if scenario.get("load_weights"):
         shifted = [(name, tensor.detach().cpu().clone() + 0.01) for name, tensor in strategy.named_hf_parameters()]
         strategy.load_weights(shifted)

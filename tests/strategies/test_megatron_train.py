@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests.strategies import harness as h
+from tests.strategies import offload_probe
 from tests.strategies.test_train_strategies import DYNAMIC, LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL = 1e-5, 1e-6, 2e-5
@@ -33,6 +34,7 @@ LAYOUTS = {  # name: (strategy_config, micro, accumulation)
     "pp2": ({"pipeline_model_parallel_size": 2}, 4, 4),
 }
 RESUMED = ("tp1_dp2_distopt", "tp2", "pp2")
+OFFLOADED = ("tp2", "tp1_dp2_distopt")  # DDP buffers without / with the distributed optimizer's param buffer
 DYNAMIC_BATCHING = ("tp1_dp2", "tp2")  # PP 1 only (pipeline stages exchange fixed shapes)
 
 
@@ -77,8 +79,19 @@ def scenarios() -> list[dict]:
                 loss_agg_mode="token-mean",
             )
         )
-    out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
-    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
+    for name in OFFLOADED:
+        config, micro, accumulation = LAYOUTS[name]
+        out.append(
+            dict(
+                name=f"{name}/offload",
+                strategy="megatron_train",
+                config=config,
+                micro=micro,
+                accumulation=accumulation,
+                offload=True,
+            )
+        )
+    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True, offload=True))
     out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
     for name in DYNAMIC_BATCHING:  # token-budget micro-batches (train and scoring) vs the fixed split
         config, micro, accumulation = LAYOUTS[name]
@@ -151,10 +164,24 @@ def test_save_load_continue_equals_uninterrupted(runs, name):
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(uninterrupted["hf_files"])
 
 
-def test_offload_reload_leaves_training_unchanged(runs):
-    plain, offloaded = runs["results"]["tp2"], runs["results"]["tp2/offload"]
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_reload_leaves_training_unchanged(runs, name):
+    plain, offloaded = runs["results"][name], runs["results"][f"{name}/offload"]
     _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=0)
     assert _max_param_diff(offloaded["params"], plain["params"]) == 0
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_moves_parameters_gradient_buffers_and_optimizer_state(runs, name):
+    """Fails on c1685f7, whose megatron offload returned early without a GPU (and, on a GPU, crashed on the
+    ChainedOptimizer's ProxyDict state): every parameter, main_grad and optimizer tensor of every chained
+    optimizer leaves compute memory at offload and is back bit-identical at reload."""
+    offload_probe.assert_every_tensor_moved(runs["results"][f"{name}/offload"]["round_trips"], gradients=True)
+
+
+def test_megatron_infer_offload_moves_every_weight(runs):
+    """A round trip before scoring: the weights leave and come back (log-probs vs HF checked below)."""
+    offload_probe.assert_every_tensor_moved(runs["results"]["infer_tp2"]["round_trips"], optimizer=False)
 
 
 def test_megatron_infer_scores_like_hf_and_loads_weights(runs):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from roll.strategies.batching import hf_logits, token_budget_groups
+from roll.strategies.loss_settings import LossSettings
 from roll.strategies.train_common import split_train_batch
-from roll.workers.loss_settings import LossSettings
 from tests.strategies import harness as h
 
 ATOL = 1e-5

@@ -29,7 +29,7 @@ def test_strategy_config_types_and_cpu_block_size():
         on_cpu=True,
     )
     assert engine == {"max_model_len": 64, "enforce_eager": True, "load_format": "dummy", "gpu_memory_utilization": 1}
-    assert roll == {"model_update_buffer_size_mb": 64.0}
+    assert roll == {"model_update_buffer_size_mb": 64.0, "sleep_level": 1}
     assert validate_strategy_config(None, on_cpu=True)[1]["model_update_buffer_size_mb"] > 0
     with pytest.raises(ValueError, match="max_model_len = '64' must be of type int"):
         validate_strategy_config({"max_model_len": "64"}, on_cpu=True)

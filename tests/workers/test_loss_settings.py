@@ -9,10 +9,11 @@ import torch
 
 from roll.algorithms import PolicyLossConfig
 from roll.configs import compose_config, load_rlvr_config, policy_loss_config
+from roll.configs.policy_loss import loss_settings
 from roll.distributed.data_proto import DataProto
+from roll.strategies.loss_settings import LOSS_KEY, LossSettings
 from roll.workers.actor_worker import ActorWorker
 from roll.workers.critic_worker import CriticWorker
-from roll.workers.loss_settings import LOSS_KEY, LossSettings
 from tests.configs.test_config import TINY
 
 # every config key LossSettings carries, set away from its default
@@ -36,7 +37,7 @@ OVERRIDES = {
 
 def test_from_config_carries_each_config_key():
     config = load_rlvr_config(compose_config(str(TINY), "rlvr_tiny", [f"{k}={v}" for k, v in OVERRIDES.items()]))
-    settings = LossSettings.from_config(config, step=11)
+    settings = loss_settings(config, step=11)
     expected = {
         "ppo_epochs": 3,
         "shuffle_seed": 5 * 7919 + 11,
@@ -58,7 +59,7 @@ def test_from_config_carries_each_config_key():
     }
     clip = settings.policy_loss_config
     assert (clip.clip_ratio_low, clip.clip_ratio_high, clip.clip_ratio_c) == (0.3, 0.28, float("inf"))
-    assert LossSettings.from_config(config, step=12).shuffle_seed == settings.shuffle_seed + 1
+    assert loss_settings(config, step=12).shuffle_seed == settings.shuffle_seed + 1
 
 
 def settings(**changes) -> LossSettings:

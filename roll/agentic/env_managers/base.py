@@ -87,6 +87,7 @@ class EnvManager:
     def start(self, seed: int, group_id: str, traj_id: str) -> None:
         self.episode = Episode(seed=seed, group_id=group_id, traj_id=traj_id)
         self.observation = self.env.reset(seed=seed)
+        self.suffix = ""  # the last step's info["suffix"]: an env's state string for the {suffix} placeholder
         self._on_start(self.observation)
 
     def user_text(self, observation: str) -> str:
@@ -106,6 +107,7 @@ class EnvManager:
             "turn_idx": taken + 1,
             "actions_left": self.env_config.max_turns - taken,
             "max_response_length": self.env_config.max_tokens_per_step,
+            "suffix": getattr(self, "suffix", ""),
         }
         return template.format(**values)
 
@@ -132,6 +134,7 @@ class EnvManager:
         episode, prompt = self.episode, self._next_prompt()
         action = self.chat.decode(reply_ids)
         result = self.env.step(self.parse_action(action))
+        self.suffix = str(result.info.get("suffix", ""))
         valid = bool(result.info.get("action_is_valid", True))
         reward = float(result.reward) + (0.0 if valid else self.format_penalty)
         episode.turns.append(Turn(self.observation, prompt, list(reply_ids), list(log_probs), action, reward, valid))

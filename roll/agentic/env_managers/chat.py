@@ -11,6 +11,8 @@ finished assistant turn and before the next assistant turn (e.g. `<|user|>...<|a
 
 from dataclasses import dataclass, field
 
+from roll.utils.errors import InputError
+
 
 class ChatTokens:
     def __init__(self, tokenizer):
@@ -20,7 +22,7 @@ class ChatTokens:
         self._turn_prefix = self._render(probe, generation_prompt=False)
         full = self._render(probe + [{"role": "user", "content": "OBSERVATION"}], generation_prompt=True)
         if not full.startswith(self._turn_prefix):
-            raise ValueError(
+            raise InputError(
                 "the tokenizer's chat template renders a conversation differently once a turn is "
                 "added; multi-turn token-in-token-out needs a template that only appends"
             )
@@ -36,7 +38,7 @@ class ChatTokens:
         messages = [{"role": "system", "content": system}] if system else []
         text = self._render([*messages, {"role": "user", "content": user_text}], generation_prompt=True)
         if system and system not in text:
-            raise ValueError(
+            raise InputError(
                 "the tokenizer's chat template drops system messages, so agent_system_template would never reach "
                 "the model; remove it or use a template with a system role"
             )

@@ -1,7 +1,8 @@
 """StepEnvManager: one training sample per turn.
 
 Each turn's prompt shows the instructions, the last `history_length` (observation, action) pairs and
-the current observation; its response is exactly the reply the engine generated from that prompt.
+the current observation, or custom_envs.<tag>.agent_template filled with ROLL's step placeholders; its
+response is exactly the reply the engine generated from that prompt.
 Credit is step-wise: a turn's score is its discounted return Σ_k γ^(k−t) r_k over the rest of the
 episode (γ = step_reward_gamma), so early good moves are not blamed for a late mistake as much.
 """
@@ -18,7 +19,7 @@ def render_step_prompt(window: list[tuple[str, str]], observation: str) -> str:
 
 class StepEnvManager(EnvManager):
     def _on_start(self, observation: str) -> None:
-        self.history: list[tuple[str, str]] = []
+        self.history: list[tuple[str, str, float]] = []  # (observation, action, reward) per turn
         self._prompt = None
 
     def _next_prompt(self) -> list[int]:
@@ -34,10 +35,30 @@ class StepEnvManager(EnvManager):
 
     def _render(self) -> str:
         window = self.history[-self.env_config.history_length :] if self.env_config.history_length else []
-        return self.user_text(render_step_prompt(window, self.observation))
+        if self.env_config.agent_template:
+            return self._render_template(window)
+        return self.user_text(render_step_prompt([(obs, action) for obs, action, _ in window], self.observation))
+
+    def _render_template(self, window: list) -> str:
+        """custom_envs.<tag>.agent_template with ROLL's step placeholders (STEP_TEMPLATE_FIELDS)."""
+        taken = len(self.episode.turns)
+        history = [
+            f"(step: {taken - len(window) + i + 1}, observation: {obs}, action: {action}, reward: {reward})"
+            for i, (obs, action, reward) in enumerate(window)
+        ]
+        return self.env_config.agent_template.format(
+            env_instruction=self.env_config.env_instruction or getattr(self.env, "instructions", ""),
+            history=", ".join(history),
+            step_count=taken,
+            history_length=len(window),
+            current_step=taken + 1,
+            current_observation=self.observation,
+            max_response_length=self.env_config.max_tokens_per_step,
+        )
 
     def _on_reply(self, reply_ids: list[int], log_probs: list[float]) -> None:
-        self.history.append((self.observation, self.episode.turns[-1].action.strip()))
+        turn = self.episode.turns[-1]
+        self.history.append((self.observation, turn.action.strip(), turn.reward))
         self._prompt = None
 
     def samples(self) -> list[dict]:

@@ -23,14 +23,18 @@ from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.async_rollout import AgenticAsyncRollout
+from roll.pipeline.agentic.batch_adjust import rows_to_keep
 from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
+from roll.pipeline.agentic.first_prompts import check_first_prompts, first_prompt_ids
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
+from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
 from roll.utils.progress import StepTimer
 
 ENV_WORKER = "roll.agentic.env_worker.EnvironmentWorker"
+BATCH_ADJUST_STREAM = 0xBA7C4  # the seed stream of batch_adjust_mode's row draws
 # tensors that carry loss or reward: zero in the padding rows a step-wise rollout needs
 LOSS_KEYS = ("response_mask", "token_level_scores", "scores", "rollout_log_probs")
 
@@ -47,7 +51,8 @@ class AgenticPipeline(BasePipeline):
             try:
                 self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
             except (ImportError, TypeError, ValueError) as error:
-                raise ValueError(f"custom_envs.{tag}.env_type: {error}") from None
+                raise InputError(f"custom_envs.{tag}.env_type: {error}") from None
+        check_first_prompts(self.config, self.chat, self.env_classes)  # before any worker: names the tag
         if self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
             self.async_rollout = AgenticAsyncRollout(self)
         elif self.config.async_generation_ratio == 0:
@@ -63,6 +68,7 @@ class AgenticPipeline(BasePipeline):
                     worker_cls=ENV_WORKER,
                     world_size=num_env_workers(manager),
                     rpc_timeout=manager.rpc_timeout,
+                    system_envs=manager.system_envs,
                 )
         return roles
 
@@ -111,15 +117,11 @@ class AgenticPipeline(BasePipeline):
         super().close()
 
     def _probe_batch(self) -> DataProto:
-        """The first validation (else training) environment's first prompt."""
+        """The first validation (else training) environment's first prompt, as its env manager builds it."""
         manager = self.config.val_env_manager or self.config.train_env_manager
         tag = group_tags(manager)[0]
-        env = self.env_classes[tag](**self.config.custom_envs[tag].env_config)
-        observation = env.reset(seed=self.config.val_seed_offset)
-        instructions = getattr(env, "instructions", "")
-        text = f"{instructions}\n{observation}" if instructions else observation
-        env.close()
-        row = {"prompt_ids": self.chat.prompt_ids(text), "prompt_text": text, "ground_truth": None, "tag": tag}
+        ids = first_prompt_ids(self.config, tag, self.chat, self.env_classes[tag], self.config.val_seed_offset)
+        row = {"prompt_ids": ids, "prompt_text": self.chat.decode(ids), "ground_truth": None, "tag": tag}
         return collate_prompts([row], self.config.prompt_length, self.pad_token_id)
 
     # ---- one step ---------------------------------------------------------------------------------
@@ -161,6 +163,11 @@ class AgenticPipeline(BasePipeline):
             else:
                 self.memory.use("actor_infer")
                 batch, metrics = self.rollout(step)
+        # ROLL's batch_adjust_mode drops rows before the rewards are normalised (copy pads after, below)
+        rng = np.random.default_rng([config.seed, step, BATCH_ADJUST_STREAM])
+        keep = rows_to_keep(len(batch), self._train_multiple(), config.batch_adjust_mode, rng)
+        metrics["rollout/dropped_rows"] = 0 if keep is None else len(batch) - len(keep)
+        batch = batch if keep is None else batch[keep]
         norm = config.reward_normalization
         if get_adv_estimator_spec(config.adv_estimator).anchor_state_groups:
             rewards, episode, state = gigpo_rewards(
@@ -203,20 +210,25 @@ class AgenticPipeline(BasePipeline):
 
     # ---- validation ---------------------------------------------------------------------------------
     def validate(self, step: int) -> dict:
-        """One episode per validation environment, the same seeds every time; success rate per tag."""
+        """val_rounds episodes per validation environment (ROLL's val_batch_size), the same seeds every time;
+        success rate per tag."""
         manager = self.config.val_env_manager
         if manager is None:
             return {}
         self.memory.use("actor_infer")
-        assignments = {
-            env_id: (
-                self.config.val_seed_offset + env_id // manager.group_size,
-                f"val-{env_id // manager.group_size}",
-                f"val-{env_id}",
-            )
-            for env_id in range(manager.num_envs)
-        }
-        _, episodes, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+        episodes = []
+        for round_ in range(self.config.val_rounds):
+            first_group, first_env = round_ * manager.num_env_groups, round_ * manager.num_envs
+            assignments = {
+                env_id: (
+                    self.config.val_seed_offset + first_group + env_id // manager.group_size,
+                    f"val-{first_group + env_id // manager.group_size}",
+                    f"val-{first_env + env_id}",
+                )
+                for env_id in range(manager.num_envs)
+            }
+            _, part, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
+            episodes += part
         metrics = episode_metrics(episodes, "val")
         metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
         return metrics

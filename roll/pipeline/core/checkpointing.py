@@ -13,11 +13,14 @@ before training starts.
 """
 
 import os
+import shutil
+import traceback
 import uuid
 
 import torch
 
 from roll.utils import checkpoint
+from roll.utils.errors import InputError, MissingInput, SaveFailed
 from roll.utils.logging import get_logger
 from roll.utils.seeding import get_rng_state, set_rng_state
 
@@ -44,6 +47,7 @@ def config_fingerprint(config) -> dict:
 class PipelineCheckpointer:
     def __init__(self, pipeline):
         self.pipeline = pipeline
+        self._checked = None  # the checkpoint check_resumable found and verified in full
 
     def _trained_clusters(self) -> dict:
         clusters = {"actor_train": self.pipeline.actor_train}
@@ -54,6 +58,27 @@ class PipelineCheckpointer:
     def save(self, completed_steps: int) -> None:
         output_dir = checkpoint_base(self.pipeline.config)
         staged = checkpoint.staging_dir(output_dir, completed_steps)
+        try:
+            self._save_into(staged, output_dir, completed_steps)
+        except Exception as error:
+            if not checkpoint.out_of_space(error, staged):
+                raise
+            # the partial save would go on filling the disk and block the next try: remove it now, and drop the
+            # failed writers' frames so their open files (deleted, still holding space) are closed
+            seen = error
+            while seen is not None:
+                traceback.clear_frames(seen.__traceback__)
+                seen = seen.__cause__ or seen.__context__
+            shutil.rmtree(staged, ignore_errors=True)
+            previous = checkpoint.find_checkpoint(output_dir, True)
+            raise SaveFailed(
+                f"saving checkpoint step-{completed_steps} failed: no space left on device under {staged.parent} "
+                f"({type(error).__name__}: {str(error)[:300]}). The partial {staged.name} was removed; the newest "
+                f"complete checkpoint is {previous or 'none (nothing saved yet)'}. Free space (or set "
+                f"checkpoint_dir / max_ckpt_to_keep), then rerun with resume_from_checkpoint: true"
+            ) from error
+
+    def _save_into(self, staged, output_dir: str, completed_steps: int) -> None:
         for name, cluster in self._trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
@@ -73,11 +98,12 @@ class PipelineCheckpointer:
         """Start-up check, before any worker starts: the checkpoint a resume would load is complete and was
         saved by a compatible configuration (config_fingerprint)."""
         config = self.pipeline.config
-        path = checkpoint.find_checkpoint(checkpoint_base(config), config.resume_from_checkpoint)
+        path = checkpoint.find_checkpoint(checkpoint_base(config), config.resume_from_checkpoint, checksums=True)
+        self._checked = path  # verified in full: resume loads it without hashing it again
         if path is None:
             return
         if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
@@ -91,7 +117,7 @@ class PipelineCheckpointer:
             if saved.get(key, current[key]) != current[key]
         ]
         if differ:
-            raise ValueError(
+            raise InputError(
                 f"resume_from_checkpoint: {path} was saved by a different configuration: {'; '.join(differ)}. "
                 f"Resume with the same values, or start a new run (resume_from_checkpoint: false or another output_dir)"
             )
@@ -106,7 +132,10 @@ class PipelineCheckpointer:
         under output_dir (automatic recovery); False = none (start over)."""
         config = self.pipeline.config
         wanted = config.resume_from_checkpoint if source is None else (source == "latest")
-        path = checkpoint.find_checkpoint(checkpoint_base(config), wanted)
+        if source is None and self._checked is not None:
+            path, self._checked = self._checked, None  # found and verified by check_resumable at start-up
+        else:  # the newest checkpoint whose files all match their sha256 (a corrupted one is skipped, logged)
+            path = checkpoint.find_checkpoint(checkpoint_base(config), wanted, checksums=True)
         if path is None:
             if wanted:
                 logger.info(
@@ -114,12 +143,8 @@ class PipelineCheckpointer:
                     checkpoint_base(config),
                 )
             return 0
-        try:
-            checkpoint.verify(path)  # sizes and sha256 of every file of the checkpoint that is loaded
-        except checkpoint.IncompleteCheckpoint as error:
-            raise FileNotFoundError(f"resume_from_checkpoint: {error}") from None
         if not (path / STATE_FILE).is_file():
-            raise FileNotFoundError(
+            raise MissingInput(
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )

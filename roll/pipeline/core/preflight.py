@@ -40,11 +40,41 @@ def check_model_dir(key: str, value: str) -> None:
             f"'{key}' = {value!r}: the directory has no config.json, so it is not a Hugging Face model "
             f"directory (it holds: {sorted(p.name for p in path.iterdir())[:8]})"
         )
+    for weights in sorted(path.glob("*.safetensors")):
+        problem = safetensors_problem(weights)
+        if problem:
+            raise ConfigError(
+                f"'{key}' = {value!r}: {weights} {problem}; the file is damaged (an interrupted copy or download?): "
+                f"copy or download the model again"
+            )
     if key.startswith("actor_train") and not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(
             f"'{key}' = {value!r}: the directory has no tokenizer (none of {list(TOKENIZER_FILES)}); copy the "
             f"tokenizer files of the base model into it (tokenizer.save_pretrained)"
         )
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a .safetensors file's framing, or None: it must be 8 bytes of header length, the JSON
+    header, then exactly the bytes the header's data_offsets cover. Reads the header only (cheap)."""
+    import json
+    import struct
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if 8 + length > size:
+                return f"has {size} bytes, fewer than its {length}-byte header needs (truncated)"
+            header = json.loads(handle.read(length))
+        ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    except (struct.error, ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError) as error:
+        return f"has no readable safetensors header ({type(error).__name__}: {error})"
+    expected = 8 + length + max(ends, default=0)
+    if size != expected:
+        damage = "truncated" if size < expected else "extra bytes at the end"
+        return f"has {size} bytes but its header describes {expected} ({damage})"
+    return None
 
 
 def check_worker_cls(key: str, dotted: str, reward: bool) -> None:

@@ -193,7 +193,7 @@ class WeightSync:
         for rank, got in enumerate(received):
             if got["bytes"] != total:
                 raise WeightSyncError(
-                    f"step {step}: actor_infer rank {rank} loaded {got['bytes']} bytes of weights, "
+                    f"step {step + 1}: actor_infer rank {rank} loaded {got['bytes']} bytes of weights, "
                     f"actor_train sent {total}"
                 )
         return sent, sent_checksums
@@ -226,7 +226,7 @@ class WeightSync:
             expected = sent[self.serving[rank]]
             if abs(got - expected) > CHECKSUM_RTOL * max(abs(expected), 1.0):
                 raise WeightSyncError(
-                    f"step {step}: after weight sync actor_infer rank {rank} serves {what} checksum {got!r}, "
+                    f"step {step + 1}: after weight sync actor_infer rank {rank} serves {what} checksum {got!r}, "
                     f"actor_train sent {expected!r} ({self.dtype}): the inference engine did not load the "
                     f"trained weights"
                 )
@@ -246,7 +246,7 @@ class WeightSync:
         diff = (infer_lp - train_lp).abs().max().item()
         if diff > self.tolerance:
             raise WeightSyncError(
-                f"step {step}: probe log-probs differ by {diff:.3g} between actor_infer and actor_train "
+                f"step {step + 1}: probe log-probs differ by {diff:.3g} between actor_infer and actor_train "
                 f"(tolerance {self.tolerance:g}): the inference engine is computing with stale or wrong weights"
             )
         return diff

@@ -20,7 +20,9 @@ from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_
 from roll.pipeline.rlvr.rollout import Rollout, RolloutParts, build_rollout
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
+from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
+from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
 from roll.utils.progress import StepTimer
 from roll.workers.rewards.grading import ERROR, TIMEOUT
@@ -67,8 +69,15 @@ class RLVRPipeline(BasePipeline):
     def _load_rows(self, data_args, key: str) -> list[dict]:
         rows = load_prompt_rows(data_args, self.tokenizer, self.config.prompt_length)
         domains = list(self.config.rewards)
-        for index, row in enumerate(rows):  # fail at start-up, not mid-run, on an unroutable tag
+        graders = {domain: _ground_truth_readers(reward) for domain, reward in self.config.rewards.items()}
+        for index, row in enumerate(rows):  # fail at start-up, not mid-run, on an unroutable tag or a missing truth
             row["domain"] = route(row["tag"], self.routes, domains, f"{key} row {index}")
+            if row["ground_truth"] is None and graders[row["domain"]]:
+                raise InputError(
+                    f"{row['where']}: no '{data_args.ground_truth_key}' value, but rewards.{row['domain']} grades "
+                    f"against it ({', '.join(graders[row['domain']])}); add the column to every row (or set "
+                    f"{key}.ground_truth_key to the column's name)"
+                )
         return rows
 
     def _create_clusters(self) -> None:
@@ -275,7 +284,7 @@ class RLVRPipeline(BasePipeline):
         taken = self.rollout.take(step, timer)
         metrics.update(taken.metrics)
         for name, values in taken.histograms.items():
-            self.tracker.histogram(name, values, step)
+            self.tracker.histogram(name, values, step + 1)  # the tracker counts steps from 1, as the progress line
         return taken.batch, taken.rows
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
@@ -309,6 +318,12 @@ class RLVRPipeline(BasePipeline):
         )
         worker_metrics = reduce_worker_metrics(*parts, prefix="val/")
         return {**metrics, **self.reward_failures(batch, prefix="val/"), **worker_metrics}
+
+
+def _ground_truth_readers(reward) -> list[str]:
+    """The worker classes of a reward domain that grade against a ground truth (RewardWorker.needs_ground_truth)."""
+    classes = [import_class(worker.worker_cls) for _, _, worker in reward.scorer_roles().values()]
+    return [cls.__name__ for cls in classes if getattr(cls, "needs_ground_truth", False)]
 
 
 def run_pipeline(config) -> dict:

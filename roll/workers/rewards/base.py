@@ -26,6 +26,9 @@ EXCERPT_CHARS = 200
 
 
 class RewardWorker(Worker):
+    # True: every row this worker scores must carry a ground truth; the pipeline checks the data at start-up
+    # (a row without one fails there, naming its file and row, instead of in step 1)
+    needs_ground_truth = False
     _grading_status: torch.Tensor | None = None
     _row_metrics: dict | None = None
     _failures_logged = 0

@@ -34,5 +34,7 @@ def grade_choice(response: str, ground_truth: str) -> float:
 
 
 class MultipleChoiceRewardWorker(RewardWorker):
+    needs_ground_truth = True  # rows without one are refused at start-up (roll.pipeline.rlvr.pipeline)
+
     def score(self, batch: DataProto) -> list[float]:
         return self.grade_rows(batch, grade_choice)  # rewards.<domain>.timeout per row

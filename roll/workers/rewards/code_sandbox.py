@@ -101,6 +101,8 @@ def judge(returncode, timed_out: bool, stdout: str, stderr: str, expected: str |
 
 
 class CodeSandboxRewardWorker(RewardWorker):
+    needs_ground_truth = True  # rows without one are refused at start-up (roll.pipeline.rlvr.pipeline)
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         config = self.worker_config

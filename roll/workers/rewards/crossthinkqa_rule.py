@@ -59,6 +59,8 @@ def repetition_penalty(response: str, ngram_size: int, max_penalty: float) -> fl
 
 
 class CrossThinkQARuleRewardWorker(RewardWorker):
+    needs_ground_truth = True  # rows without one are refused at start-up (roll.pipeline.rlvr.pipeline)
+
     def score(self, batch: DataProto) -> list[float]:
         args = self.worker_config.reward_args
         ngram_size, max_penalty = int(args.get("ngram_size", 3)), float(args.get("max_penalty", 0.0))

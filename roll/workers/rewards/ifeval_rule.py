@@ -69,6 +69,8 @@ class GeneralRuleRewardWorker(RewardWorker):
     """reward_args.all_or_nothing: true scores 1 only when every instruction is followed (IFEval's
     prompt-level accuracy); default false gives the followed fraction (instruction level)."""
 
+    needs_ground_truth = True  # rows without one are refused at start-up (roll.pipeline.rlvr.pipeline)
+
     def score(self, batch: DataProto) -> list[float]:
         all_or_nothing = bool(self.worker_config.reward_args.get("all_or_nothing", False))
         columns = batch.non_tensor_batch

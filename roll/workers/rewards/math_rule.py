@@ -10,6 +10,8 @@ from roll.workers.rewards.math_verify_grader import exact_integer_match, grade_m
 
 
 class MathRuleRewardWorker(RewardWorker):
+    needs_ground_truth = True  # rows without one are refused at start-up (roll.pipeline.rlvr.pipeline)
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def initialize(self, total_steps: int = 0) -> None:
         # math-verify sets itself up on its first call (~0.05 s, far more on a loaded machine): not on the

@@ -112,7 +112,7 @@ class FilteredRollout(Rollout):
             logger.warning(
                 "dynamic sampling, step %d: %d of %d groups passed the query filter after %d generation round(s) "
                 "and %d extra prompts; %s, so %d dropped group(s) complete the batch",
-                step,
+                step + 1,
                 len(kept),
                 target,
                 len(rounds),
