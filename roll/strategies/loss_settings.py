@@ -38,7 +38,7 @@ class LossSettings:
         settings = batch.meta_info.get(LOSS_KEY)
         if not isinstance(settings, cls):
             raise TypeError(
-                f"a training batch carries meta_info[{LOSS_KEY!r}] = LossSettings (LossSettings.from_config), "
+                f"a training batch carries meta_info[{LOSS_KEY!r}] = LossSettings (roll.configs.policy_loss.loss_settings), "
                 f"got {type(settings).__name__}"
             )
         return settings
