@@ -304,7 +304,9 @@ def test_max_running_requests_sets_the_engine_limit():
 
 def test_roll_compatibility_page_is_current():
     page = (ROOT / "docs" / "roll_compatibility.md").read_text()
-    assert page == compatibility_page(), "regenerate: python -m roll.configs.roll_compat_page > docs/roll_compatibility.md"
+    assert page == compatibility_page(), (
+        "regenerate: python -m roll.configs.roll_compat_page > docs/roll_compatibility.md"
+    )
 
 
 def test_repetition_penalty_reaches_every_engine():
