@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     print(summary(rows))
     if args.write_doc:
         RESULTS.write_text(json.dumps({"roll_commit": commit, "examples": rows}, indent=1, ensure_ascii=False) + "\n")
-        from roll.configs.roll_compat import compatibility_page
+        from roll.configs.roll_compat_page import compatibility_page
 
         (ROOT / "docs" / "roll_compatibility.md").write_text(compatibility_page())
     return 0

@@ -2,21 +2,18 @@
 
 `translate(data)` rewrites every alias of roll.configs.roll_keys in place and returns the problems
 (refused keys, bad alias values) as (key path, message) pairs, so the loader reports them
-together with its own unknown keys and wrong types. `python -m roll.configs.roll_compat` prints
-docs/roll_compatibility.md.
+together with its own unknown keys and wrong types. The generated page docs/roll_compatibility.md is
+roll_compat_page.py's.
 """
 
-import dataclasses
 import importlib.util
 import posixpath
 
 from roll.configs import roll_example_keys
-from roll.configs.roll_examples import examples_section, load_results
 from roll.configs.roll_judge import judge_server
 from roll.configs.roll_keys import (
     DTYPES,
     ENV_YAML_VARIABLES,
-    EXAMPLE_DIFFERENCES,
     REFUSED,
     ROLL_ACTOR_WORKERS,
     ROLL_KEYS,
@@ -428,203 +425,3 @@ def reward_mapping(config) -> list[str]:
         if getattr(reward, "roll_worker_cls", None)
     ]
     return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
-
-
-# Keys roll declares under ROLL's name whose meaning differs; the algorithm-key differences are added by the
-# branches that implement those keys.
-DIFFERENCES = [
-    (
-        "logging_dir",
-        "the TensorBoard/wandb/swanlab root (runs under <logging_dir>/<exp_name>); ROLL writes its log files "
-        "there. roll's log lines go to the console (stderr) and Ray's session logs",
-    ),
-    (
-        "output_dir",
-        "samples and learning curves; checkpoints go to <checkpoint_dir>/checkpoints/step-N, where ROLL's "
-        "checkpoint_config.output_dir becomes checkpoint_dir (null: output_dir)",
-    ),
-    (
-        "track_with",
-        "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
-        "Set tracker_kwargs.mode: online to upload",
-    ),
-    (
-        "generate_opt_level",
-        "default 0 (one batched generate call per step, reproducible); ROLL's default is 1 (its request "
-        "scheduler, which roll has as generate_opt_level: 1). ROLL requires 1 for async_generation_ratio > 0; "
-        "roll runs async with either (0: whole steps queued ahead, docs/async.md)",
-    ),
-    # ROLL defects in its algorithm keys: roll implements the evident intent (docs/algorithms.md §11)
-    (
-        "error_max_len_clip",
-        "judges only samples with score ≤ 0; ROLL drops every sample whose score is not exactly 0 or 1",
-    ),
-    (
-        "norm_std_type: group",
-        "each row is divided by its own group's std, also with a non-group mean; ROLL crashes on that mix",
-    ),
-    (
-        "norm_mean_type / norm_std_type: group",
-        "with one sample per prompt, or a constant group, the score becomes 0 (ROLL's agentic rule); ROLL's RLVR "
-        "gives NaN",
-    ),
-    (
-        "adv_estimator: grpo",
-        "leaves norm_mean_type / norm_std_type as set (grpo normalises in the estimator); ROLL overwrites them",
-    ),
-    (
-        "difficulty_loss_weight",
-        "applied, or a clear error when the difficulty column is missing; ROLL silently skips it for object arrays",
-    ),
-    (
-        "use_reward_scaling",
-        "divides the scores by their batch std (a constant batch: 0); ROLL declares the key and reads it nowhere",
-    ),
-    ("reward_clip", "applied once, at response level; ROLL applies it twice (response and token level)"),
-    (
-        "adv_estimator: gigpo",
-        "step groups are formed within each episode group (the GiGPO paper); ROLL pools equal states across groups",
-    ),
-    ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
-    ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
-    # maths kept from verl on purpose, each with ROLL's behaviour and how to get ROLL's numbers (issue 34)
-    (
-        "dual_clip_loss",
-        "default true, capping a negative-advantage token's loss at dual_clip_ratio_c·|A| (3.0, verl); ROLL's "
-        "default is false and its cap 1 + 2·pg_clip. For ROLL's: dual_clip_loss: false, or dual_clip_ratio_c: "
-        "1 + 2·pg_clip (1.4 at pg_clip 0.2)",
-    ),
-    (
-        "adv_estimator: gae",
-        "verl's GAE: advantages are always whitened over the batch's valid tokens, and the (value, advantage) "
-        "state is carried across masked positions (γ once per gap, 0 after the last valid token). ROLL whitens "
-        "only with whiten_advantages: true (then the two agree) and runs GAE over every column on the unmasked "
-        "critic values, padding included; no key gives that",
-    ),
-    (
-        "returns",
-        "reinforce / step_reinforce / gigpo returns are masked to the response (= the advantages); ROLL keeps the "
-        "discounted sums on prompt and padding columns. Only the value loss reads returns, on the response "
-        "mask, so no loss differs",
-    ),
-    (
-        "empty response",
-        "its score sits nowhere, so grpo and norm_* count it as 0 in the group and batch statistics; ROLL puts "
-        "it on the last prompt column (masked out later) and normalises with the real score. The same whenever "
-        "an empty response scores 0 (the rule rewards do)",
-    ),
-    (
-        "loss_agg_mode: seq-mean-*",
-        "divides by the non-empty rows of the optimizer step over all ranks (verl), as ROLL's strategies do "
-        "(global_valid_samples); ROLL's agg_loss called without counts divides by all B rows: pass "
-        "global_batch_size=B to roll.algorithms.agg_loss for that",
-    ),
-    (
-        "entropy_loss_coef",
-        "the entropy bonus is taken over the tokens the sample masks keep; ROLL's RLVR actor takes it over every "
-        "response token, samples dropped by max_len_mask / difficulty_mask / error_max_len_clip included",
-    ),
-    (
-        "difficulty_loss_weight / length_loss_weight",
-        "min, max and the mean-1 renormalisation over the step's batch (lengths before the sample masks, as "
-        "ROLL); ROLL computes them per micro-batch. The same when one micro-batch holds the step "
-        "(per_device_train_batch_size = rows per step, gradient_accumulation_steps 1, one rank)",
-    ),
-    ("rl_loss_coef", "also applies in the agentic pipeline; ROLL declares it for RLVR only"),
-    (
-        "ratio_type: segment",
-        "the PPO loss only (refused with tis, topr, cispo, kimi15); ROLL's agentic ActorPGWorker feeds the turn "
-        "ratio to those too",
-    ),
-    (
-        "pg_variant",
-        "a top-level key (ROLL's actor_train.pg_variant is taken as an alias); roll's ActorWorker runs every "
-        "variant, so ROLL's ActorPGWorker path maps to it",
-    ),
-    (
-        "pretrain / reward_pretrain",
-        "fill only the model paths left unset; ROLL overwrites the paths of actor_train, actor_infer and reference "
-        "with pretrain as soon as one of them is unset",
-    ),
-    (
-        "interleave_probs",
-        "draws each prompt's file with these probabilities; ROLL declares the key and reads it nowhere (a single "
-        "1.0 is taken as ROLL's no-op)",
-    ),
-    (
-        "eval_steps",
-        "without validation data, a warning says no validation will run; ROLL skips validation silently",
-    ),
-    (
-        "custom_envs.<tag>.agent_template",
-        "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
-        "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
-    ),
-    (
-        "importance_sampling: seq",
-        "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
-        "silently ignores it",
-    ),
-]
-
-
-def compatibility_page() -> str:
-    """docs/roll_compatibility.md: the table, the reward mapping, and the keys shared under ROLL's names."""
-    from roll.configs.agentic import AgenticConfig
-    from roll.configs.rlvr import RLVRConfig
-    from roll.configs.worker import DataArgs, GeneratingArgs, ModelArgs, RewardConfig, TrainingArgs
-
-    lines = [
-        "# ROLL compatibility",
-        "",
-        "<!-- generated by `python -m roll.configs.roll_compat > docs/roll_compatibility.md`; a test checks it -->",
-        "",
-        "A ROLL YAML loads here unedited when every key it uses is *supported* (same name, same meaning) or an",
-        "*alias* (ROLL's spelling, rewritten to roll's before the strict loader). A *refused* key or value fails",
-        "with the reason, and says what to set instead.",
-        "All problems of a file are reported together, grouped by block.",
-        "",
-        "## Keys under other names, and refused keys",
-        "",
-        "| block | ROLL key | status | meaning here / reason |",
-        "|---|---|---|---|",
-    ]
-    for entry in ROLL_KEYS:
-        note = entry.note.replace("|", "\\|")  # a literal bar would split the table cell
-        lines.append(f"| {entry.block or 'top level'} | `{entry.key}` | {entry.status} | {note} |")
-    lines += [
-        "",
-        "## Reward workers by ROLL's dotted paths",
-        "",
-        "| ROLL worker_cls | roll class | status |",
-        "|---|---|---|",
-    ]
-    for roll_path, ours in ROLL_REWARD_WORKERS.items():
-        exists = importlib.util.find_spec(ours.rpartition(".")[0]) is not None
-        lines.append(f"| `{roll_path}` | `{ours}` | {'supported' if exists else 'pending (module not built yet)'} |")
-    lines += ["", "## Keys with ROLL's name and meaning (supported)", ""]
-    blocks = [
-        ("top level (RLVR)", RLVRConfig),
-        ("top level (agentic)", AgenticConfig),
-        ("every role", RewardConfig),
-        ("model_args", ModelArgs),
-        ("training_args", TrainingArgs),
-        ("data_args", DataArgs),
-        ("generating_args", GeneratingArgs),
-    ]
-    for title, cls in blocks:
-        names = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls) if f.init and f.name != "name")
-        lines.append(f"- **{title}**: {names}")
-    lines += ["", "## Same name, different meaning here", ""]
-    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES + EXAMPLE_DIFFERENCES]
-    lines += [
-        "",
-        "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",
-        "megatron_train/megatron_infer, fsdp2_train/fsdp2_infer); see docs/strategies.md for the key lists.",
-    ]
-    lines += examples_section(load_results())
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(compatibility_page(), end="")

@@ -38,8 +38,8 @@ class LossSettings:
         settings = batch.meta_info.get(LOSS_KEY)
         if not isinstance(settings, cls):
             raise TypeError(
-                f"a training batch carries meta_info[{LOSS_KEY!r}] = LossSettings (LossSettings.from_config), "
-                f"got {type(settings).__name__}"
+                f"a training batch carries meta_info[{LOSS_KEY!r}] = LossSettings "
+                f"(roll.configs.policy_loss.loss_settings), got {type(settings).__name__}"
             )
         return settings
 
