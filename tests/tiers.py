@@ -32,12 +32,26 @@ TIERS = {
     "utils/": "quick",
     "workers/": "quick",
     "reliability/test_broken_inputs.py": "quick",  # config and start-up checks, Ray never starts
+    "reliability/test_checkpoint_crash.py": "quick",  # checkpoint files; saves killed in a child process
     "strategies/test_contracts.py": "quick",
     "strategies/test_micro_batching.py": "quick",
     "strategies/test_sglang.py": "quick",  # against a test double
     "strategies/test_train_common.py": "quick",
     "strategies/test_megatron_convert.py::test_cpu_layer_refuses_other_megatron_versions": "quick",
+    "strategies/test_megatron_convert.py::test_hf_megatron_hf_round_trip_is_exact": "quick",
+    "strategies/test_megatron_convert.py::test_fused_layouts_are_megatrons": "quick",
+    "strategies/test_megatron_convert.py::test_pipeline_stages_renumber_layers_and_place_embeddings": "quick",
+    "strategies/test_megatron_convert.py::test_unsupported_model_type_is_refused": "quick",
+    "strategies/test_megatron_train.py::test_strategy_config_is_validated": "quick",
+    "strategies/test_megatron_train.py::test_micro_batching_limits_are_errors": "quick",
+    "strategies/test_vllm.py::test_unknown_strategy_config_key_lists_valid_keys": "quick",
+    "strategies/test_vllm.py::test_strategy_config_types_and_cpu_block_size": "quick",
+    "strategies/test_vllm.py::test_buckets_respect_the_size_limit": "quick",
+    "strategies/test_vllm.py::test_vllm_is_registered": "quick",
     "pipeline/test_checkpoint_files.py": "quick",
+    "pipeline/test_colocation.py": "quick",  # against a test double
+    "pipeline/test_ray_cluster.py::test_output_dir_probe_names_the_rank_that_cannot_see_or_write_it": "quick",
+    "pipeline/test_ray_cluster.py::test_a_worker_whose_devices_span_two_nodes_is_a_config_error": "quick",
     "pipeline/test_reward_workers.py": "quick",
     "pipeline/test_rewards_routing.py": "quick",
     "pipeline/test_validation_metrics.py": "quick",
