@@ -10,6 +10,13 @@ Absolute numbers depend on the machine's load; the ratios are the point.
 
     OMP_NUM_THREADS=1 python benchmarks/weight_sync.py --lora_rank 8 [--hidden 512] [--layers 4] [--repeats 3]
 
+Verification policies (weight_sync_check, weight_sync_full_check_steps), on the same roles after the
+transports (alone with --policies_only): the wall time of a sync under `off` (transfer only), `checksum`
+and `full` (checksums + probe generation + probe log-probs under both roles), median over --repeats; the
+cost of each policy per step is its time over `off`'s, printed with its ratio to `full`'s cost and to the
+transfer's. The ratios do not carry over to a GPU (there the checksums are bandwidth-bound reductions and
+the probe is latency-bound generation): docs/strategies.md has the GPU estimate.
+
 LoRA: actor_train trains rank-R adapters on every linear layer (deepspeed_train ZeRO-0 + peft) and
 actor_infer is vllm with enable_lora; per transport, the bytes and the median transfer time of one sync of
 the merged weights (lora_weight_sync: merged) and of the adapter alone (lora_weight_sync: adapter), both
@@ -130,6 +137,36 @@ def lora_main(args) -> None:
         print(f"{method:<13} {kind:<8} {size:11.3f} {seconds * 1e3:12.1f} {probe_diff:14.2g}")
 
 
+def policy_costs(actor_train, actor_infer, model_dir: Path, args) -> None:
+    """Seconds per sync of each verification policy, and what each costs per step relative to `full`."""
+    from roll.pipeline.core.weight_sync import WeightSync
+
+    seconds = {}
+    for check in ("off", "checksum", "full"):
+        sync = WeightSync(actor_train, actor_infer, probe(model_dir), buffer_size_mb=args.buffer_mb, check=check)
+        sync.sync_and_verify(-1, initial=True)  # warm-up (and the start-up full check every policy runs)
+        times = []
+        for step in range(args.repeats):
+            started = time.perf_counter()
+            assert sync.sync_and_verify(step)["weight_sync/checked"] == {"off": 0, "checksum": 1, "full": 2}[check]
+            times.append(time.perf_counter() - started)
+        seconds[check] = statistics.median(times)
+        print(f"{check:<9} {seconds[check] * 1e3:8.1f} ms per sync", flush=True)
+    full_cost = seconds["full"] - seconds["off"]
+    policies = {  # label: verification seconds per step (over the transfer alone)
+        "off": 0.0,
+        "checksum (default)": seconds["checksum"] - seconds["off"],
+        "checksum + full every 10": (9 * seconds["checksum"] + seconds["full"]) / 10 - seconds["off"],
+        "checksum + full every 50": (49 * seconds["checksum"] + seconds["full"]) / 50 - seconds["off"],
+        "full every step": full_cost,
+    }
+    print(f"\nverification cost per step (median of {args.repeats}; transfer alone: {seconds['off'] * 1e3:.1f} ms)")
+    print(f"{'policy':<26} {'ms/step':>8} {'vs full':>8} {'vs transfer':>12}")
+    for label, cost in policies.items():
+        ratio = cost / full_cost if full_cost > 0 else float("nan")
+        print(f"{label:<26} {cost * 1e3:8.1f} {ratio:8.3f} {cost / seconds['off']:12.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden", type=int, default=512)
@@ -137,6 +174,7 @@ def main() -> None:
     parser.add_argument("--buffer_mb", type=float, default=16.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lora_rank", type=int, default=0, help="> 0: LoRA merged vs adapter-only sync into vllm")
+    parser.add_argument("--policies_only", action="store_true", help="only the verification policies' costs")
     args = parser.parse_args()
     if args.lora_rank:
         lora_main(args)
@@ -161,6 +199,9 @@ def main() -> None:
         manager, (actor_train, actor_infer) = build_roles(model_dir, args.buffer_mb)
         per_mb, size_mb = {}, 0.0
         try:
+            policy_costs(actor_train, actor_infer, model_dir, args)
+            if args.policies_only:
+                return
             for method in ("object_store", "collective", "ipc"):
                 sync = WeightSync(
                     actor_train, actor_infer, probe(model_dir), buffer_size_mb=args.buffer_mb, method=method

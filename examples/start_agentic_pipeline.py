@@ -17,15 +17,17 @@ from roll.cli import launch
 
 def main(argv=None) -> int:
     from roll.configs import load_agentic_config
+    from roll.pipeline.agentic.first_prompts import check_first_prompts_on_disk
+
+    def load(composed):  # a first prompt longer than prompt_length is refused here, by --dry_run too
+        return check_first_prompts_on_disk(load_agentic_config(composed))
 
     def run(config):
         from roll.pipeline.agentic import run_pipeline
 
         return run_pipeline(config)
 
-    return launch(
-        argv, __doc__, Path(__file__).resolve().parent, "agentic_demo", "frozen_lake_traj", load_agentic_config, run
-    )
+    return launch(argv, __doc__, Path(__file__).resolve().parent, "agentic_demo", "frozen_lake_traj", load, run)
 
 
 if __name__ == "__main__":

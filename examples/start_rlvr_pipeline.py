@@ -16,13 +16,17 @@ from roll.cli import launch
 
 def main(argv=None) -> int:
     from roll.configs import load_rlvr_config
+    from roll.pipeline.rlvr.routing import check_data_routes
+
+    def load(composed):  # a data tag no reward domain takes is refused here, by --dry_run too
+        return check_data_routes(load_rlvr_config(composed))
 
     def run(config):
         from roll.pipeline.rlvr import run_pipeline
 
         return run_pipeline(config)
 
-    return launch(argv, __doc__, Path(__file__).resolve().parent, "tiny_rlvr", "rlvr_tiny", load_rlvr_config, run)
+    return launch(argv, __doc__, Path(__file__).resolve().parent, "tiny_rlvr", "rlvr_tiny", load, run)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 ROLL's `rewards.<domain>.query_filter_config` (docs/algorithms.md, Dynamic sampling): a group whose
 rewards carry no signal — all equal, or a mean / standard deviation outside a band — gives every sample a
 zero group-normalised advantage, so it only dilutes the batch. Pure tensor maths; the pipeline decides
-what to do with the dropped groups (roll.pipeline.rlvr.dynamic_sampling).
+what to do with the dropped groups (roll.pipeline.rlvr.rollout.filtered).
 """
 
 import math

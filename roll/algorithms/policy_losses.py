@@ -17,6 +17,8 @@ from roll.algorithms.reductions import masked_mean, masked_sum
 
 __all__ = [
     "PolicyLossConfig",
+    "RATIO_LEVELS",
+    "segment_mean",
     "register_policy_loss",
     "get_policy_loss_fn",
     "policy_loss_inputs",
@@ -60,7 +62,8 @@ class PolicyLossConfig:
     kimi15_tau: float = 0.1  # kimi15: weight of the ½(log π − log π_old)² proximity term
     topr_positive_weight: float = 1.0  # topr: weight of the samples with score > 0
     topr_negative_weight: float = 1.0  # topr: weight of the samples with score ≤ 0
-    # vanilla: "token" ratio per token; "seq" one ratio per sequence, exp(masked mean of log ρ) (ROLL)
+    # vanilla: the ratio's level, a RATIO_LEVELS key: "token" per token; "seq" one ratio per sequence,
+    # exp(masked mean of log ρ) (ROLL's importance_sampling); "segment" one per turn (ROLL's agentic ratio_type)
     importance_sampling: str = "token"
     # dp_size / batch_num_tokens / global_batch_size / loss_scale_factor for agg_loss; None → local formulas
     global_batch_info: dict | None = None
@@ -155,6 +158,33 @@ def _clamped_log_ratio(old_log_prob, log_prob):
     return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
 
 
+def segment_mean(values, mask):
+    """Per row, every maximal run of valid positions (a turn of a multi-turn response) gets the mean of
+    `values` over the run, Σ/(n + 1e-8) as ROLL's `compute_segment_masked_mean`; 0 off the mask.
+    Differentiable: each position's gradient is spread over its run."""
+    valid = mask > 0
+    starts = valid & ~torch.nn.functional.pad(valid[:, :-1], (1, 0), value=False)
+    segment = torch.cumsum(starts.long(), dim=-1) * valid  # 1, 2, … per run; 0 off the mask
+    width = mask.shape[-1] + 1
+    sums = values.new_zeros(mask.shape[0], width).scatter_add(1, segment, values * valid)
+    counts = values.new_zeros(mask.shape[0], width).scatter_add(1, segment, valid.to(values.dtype))
+    return (sums / (counts + 1e-8)).gather(1, segment) * valid
+
+
+def _row_mean(values, mask):
+    return (masked_sum(values, mask, axis=-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1).expand_as(values)
+
+
+# the PPO ratio's level (PolicyLossConfig.importance_sampling): log-ratio (B, T), mask → ratio (B, T)
+RATIO_LEVELS = {
+    "token": lambda log_ratio, mask: torch.exp(log_ratio),
+    # one ratio per row: exp of the masked mean log-ratio; gradient flows through the mean
+    "seq": lambda log_ratio, mask: torch.exp(_row_mean(log_ratio, mask)),
+    # one ratio per turn: exp of the turn's mean log-ratio (1 off the mask)
+    "segment": lambda log_ratio, mask: torch.exp(segment_mean(log_ratio, mask)),
+}
+
+
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
@@ -166,13 +196,9 @@ def compute_policy_loss_vanilla(
         raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {c}")
     log_ratio = _clamped_log_ratio(old_log_prob, log_prob)
     level = _option(config, "importance_sampling")
-    if level == "seq":  # one ratio per row: exp of the masked mean log-ratio; gradient flows through the mean
-        row_log_ratio = masked_sum(log_ratio, response_mask, axis=-1) / response_mask.sum(-1).clamp(min=1)
-        ratio = torch.exp(row_log_ratio).unsqueeze(-1).expand_as(log_ratio)
-    elif level == "token":
-        ratio = torch.exp(log_ratio)
-    else:
-        raise ValueError(f"importance_sampling must be 'token' or 'seq', got {level!r}")
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"importance_sampling must be one of {list(RATIO_LEVELS)}, got {level!r}")
+    ratio = RATIO_LEVELS[level](log_ratio, response_mask)
     _, _, clipped, clip_used = _ppo_clip(advantages, ratio, low, high)
     cap = -advantages * c
     capped = torch.gt(clipped, cap) & (advantages < 0)

@@ -5,6 +5,11 @@ The inference engine samples with π_rollout while the trainer scores the same t
 geometric level) that is truncated or clipped at thresholds, a per-sequence veto for catastrophic
 tokens, and a set of diagnostics. The head module (`rollout_correction.py`) reuses the weight and
 metric helpers defined here so the two versions cannot drift apart.
+
+Why two modules: verl changed this maths between the two versions (head drops the geometric level, the lower
+threshold and the veto, and adds rejection and batch normalisation), so the same inputs give different numbers.
+The pipeline's `rollout_is*` keys select this one; the head function is library API (`roll.algorithms`) for code
+ported from verl head, checked against head's numbers. One entry point would need a version switch no config has.
 """
 
 import torch

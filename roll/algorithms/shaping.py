@@ -49,15 +49,17 @@ def sample_level_mask(
 
     max_len_mask drops truncated samples (length == max_response_length); difficulty_mask keeps a prompt's
     samples iff low < group-mean score < high (strict); error_max_len_clip keeps score-1 samples and score-0
-    samples shorter than error_max_len_threshold. Intent fix: error_max_len_clip only judges samples with
-    score ≤ 0 (ROLL also drops every score that is not exactly 0 or 1)."""
+    samples shorter than error_max_len_threshold. A prompt with a single sample has no difficulty estimate and
+    is kept (ROLL's `difficulty_mask` returns ones when num_return_sequences ≤ 1). Intent fix: error_max_len_clip
+    only judges samples with score ≤ 0 (ROLL also drops every score that is not exactly 0 or 1)."""
     keep = torch.ones_like(scores, dtype=torch.float32)
     lengths = response_lengths.to(torch.long)
     if max_len_mask:
         keep = keep * (lengths < max_response_length).float()
     if difficulty_mask:
-        mean, _ = _group_mean(scores.float(), group_ids(index))
-        keep = keep * ((mean > difficulty_low_threshold) & (mean < difficulty_high_threshold)).float()
+        mean, count = _group_mean(scores.float(), group_ids(index))
+        inside = (mean > difficulty_low_threshold) & (mean < difficulty_high_threshold)
+        keep = keep * (inside | (count < 2)).float()
     if error_max_len_clip:
         if error_max_len_threshold is None:
             raise ValueError("error_max_len_clip needs error_max_len_threshold (a token count)")
@@ -68,8 +70,10 @@ def sample_level_mask(
 def reward_norm(scores, index, norm_mean_type=None, norm_std_type=None, eps=1e-6) -> torch.Tensor:
     """(r − mean)/(std + eps) with mean and std each over the batch, the prompt group or none.
 
-    Unbiased std, as ROLL. Intent fixes: a group of one has std 1 (ROLL: NaN); group std with a batch or no
-    mean is the row's own group std (ROLL broadcasts to a [G, B] tensor)."""
+    Unbiased std, as ROLL. A row whose std is taken over a single row, or is ≤ eps (a constant group), gets 0:
+    ROLL's rule for degenerate groups (`agentic_reward_norm` in roll/pipeline/agentic/utils.py); ROLL's RLVR
+    `reward_norm` gives NaN for a group of one and broadcasts group std with a non-group mean to [G, B]. Group
+    std with a batch or no mean is the row's own group std."""
     for key, value in (("norm_mean_type", norm_mean_type), ("norm_std_type", norm_std_type)):
         if value not in NORM_TYPES:
             raise ValueError(f"{key}={value!r}; valid: batch, group, null")
@@ -86,12 +90,14 @@ def reward_norm(scores, index, norm_mean_type=None, norm_std_type=None, eps=1e-6
     if norm_std_type is None:
         return r - mean
     if norm_std_type == "batch":
-        std = r.std() if r.numel() > 1 else torch.ones(())
+        count = torch.full_like(r, r.numel())
+        std = torch.full_like(r, float(r.std()) if r.numel() > 1 else 0.0)
     else:
         group_mean, count = _group_mean(r, gid)
         sq = torch.zeros(int(gid.max()) + 1).index_add_(0, gid, (r - group_mean) ** 2)[gid]
-        std = torch.where(count > 1, (sq / (count - 1).clamp(min=1)).sqrt(), torch.ones_like(r))
-    return (r - mean) / (std + eps)
+        std = (sq / (count - 1).clamp(min=1)).sqrt()
+    degenerate = (count < 2) | (std <= eps)  # nothing to compare: 0, never (r − mean)/eps
+    return torch.where(degenerate, torch.zeros_like(r), (r - mean) / (std + eps))
 
 
 def sample_loss_weights(

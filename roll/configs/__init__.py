@@ -105,7 +105,25 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
         with initialize_config_dir(config_dir=str(directory), version_base=None):
             return compose(config_name=config_name, overrides=overrides)
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:  # YAML: a broken file, named
-        raise ConfigError(f"composing {directory / config_name}.yaml failed: {error}") from None
+        raise ConfigError(
+            f"composing {directory / config_name}.yaml failed: {error}{_block_hint(str(error))}"
+        ) from None
+
+
+def _block_hint(message: str) -> str:
+    """For Hydra's "Could not load '../config/deepspeed_zero3'": ROLL's path is relative to examples/, while
+    the shipped block loads from any folder by its name from the search path's root."""
+    shipped = {p.stem for p in (Path(__file__).parent / "blocks").glob("*.yaml")}
+    hints = []
+    for path in re.findall(r"Could not load '([^']+)'", message):
+        name = path.rstrip("/").rpartition("/")[2]
+        if name in shipped and path != f"/{name}":
+            hints.append(
+                f"\nhint: '{path}' is a path relative to this YAML's folder (ROLL's form, which works only beside "
+                f"examples/config/); the shipped block '{name}' loads from any folder as '/{name}@_here_' "
+                f"(defaults: [/{name}@_here_, ..., _self_])"
+            )
+    return "".join(hints)
 
 
 def _searchpath_override(primary: Path, overrides) -> str:
@@ -137,6 +155,7 @@ def _set_or_add(override: str) -> str:
 def load_rlvr_config(config) -> RLVRConfig:
     """A composed DictConfig (or plain dict) → a validated RLVRConfig with derived fields filled."""
     data = _resolve_and_strip_shared_blocks(config, RLVRConfig)
+    _drop_null_entries(data, "rewards")
     for role in ROLE_KEYS:
         _name_role(data, role, role)
     for domain in list(data.get("rewards") or {}):
@@ -157,6 +176,7 @@ def load_rlvr_config(config) -> RLVRConfig:
 def load_agentic_config(config) -> AgenticConfig:
     """A composed DictConfig (or plain dict) → a validated AgenticConfig with derived fields filled."""
     data = _resolve_and_strip_shared_blocks(config, AgenticConfig)
+    _drop_null_entries(data, "custom_envs")
     for role in ROLE_KEYS:
         _name_role(data, role, role)
     agentic = _build_with_roll_keys(AgenticConfig, data)
@@ -173,7 +193,7 @@ def load_agentic_config(config) -> AgenticConfig:
 
 def _build_with_roll_keys(cls, data: dict):
     """ROLL spellings translated, then the strict build; every problem of the file raised together."""
-    from roll.configs.roll_compat import check_roll_keys, translate
+    from roll.configs.roll_compat import check_roll_keys, note_roll_spellings, translate
 
     problems = translate(data)
     extra = data.pop("__roll__", {})
@@ -184,6 +204,8 @@ def _build_with_roll_keys(cls, data: dict):
     problems += check_roll_keys(config, extra)
     if problems:
         raise collected(problems)
+    if hasattr(config, "rewards"):
+        note_roll_spellings(config, extra)
     return config
 
 
@@ -223,6 +245,14 @@ def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     return data
 
 
+def _drop_null_entries(data: dict, key: str) -> None:
+    """`rewards.math: null` in a config that includes another drops the inherited domain, as `reference: null`
+    drops the role (Hydra merges a mapping key by key, so null is the only way to remove one)."""
+    block = data.get(key)
+    if isinstance(block, dict):
+        data[key] = {name: value for name, value in block.items() if value is not None}
+
+
 def _name_role(parent: dict, key: str, name: str) -> None:
     block = parent.get(key)
     if isinstance(block, dict):
@@ -257,8 +287,13 @@ def policy_loss_config(config: RLVRConfig):
         kimi15_tau=config.kimi15_tau,
         topr_positive_weight=config.topr_positive_weight,
         topr_negative_weight=config.topr_negative_weight,
-        importance_sampling=config.importance_sampling,
+        importance_sampling=_ratio_level(config),
     )
+
+
+def _ratio_level(config) -> str:
+    # ROLL's agentic `ratio_type: segment` is the PPO ratio's third level (only AgenticConfig has the key)
+    return "segment" if getattr(config, "ratio_type", "token") == "segment" else config.importance_sampling
 
 
 PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "topr": "topr", "cispo": "cispo", "kimi15": "kimi15"}
@@ -276,9 +311,12 @@ def describe_config(config) -> str:
     from roll.distributed.resource_manager import format_plan, placement_plan
 
     arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()
+    resolved = dataclasses.asdict(config)
+    loss = effective_policy_loss_mode(config)
+    resolved["policy_loss_mode"] = loss  # the loss the run uses: ROLL's pg_variant, when set, names it
     parts = [
         "resolved config:",
-        OmegaConf.to_yaml(dataclasses.asdict(config)).rstrip(),
+        OmegaConf.to_yaml(resolved).rstrip(),
         arithmetic,
         format_plan(placement_plan(roles(config)), config.num_devices, config.num_gpus_per_node),
     ]
@@ -286,6 +324,8 @@ def describe_config(config) -> str:
         from roll.configs.roll_compat import reward_mapping
 
         parts.extend(reward_mapping(config))
+    if config.pg_variant is not None:
+        parts.append(f"policy loss: {loss} (from pg_variant: {config.pg_variant}, which overrides policy_loss_mode)")
     reference = describe_reference(config)
     if reference:
         parts.append(reference)

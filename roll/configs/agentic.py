@@ -111,7 +111,9 @@ class RewardNormalization:
 @dataclass
 class AgenticConfig(RLAlgorithmConfig):
     custom_envs: dict[str, EnvConfig] = field_help(
-        default_factory=dict, help="environments by tag: custom_envs.<tag> with env_type and env_config"
+        default_factory=dict,
+        help="environments by tag: custom_envs.<tag> with env_type and env_config; `custom_envs.<tag>: null` "
+        "drops one an included YAML defines",
     )
     train_env_manager: EnvManagerConfig = field_help(
         default_factory=EnvManagerConfig, help="the environments that produce training trajectories"
@@ -128,6 +130,12 @@ class AgenticConfig(RLAlgorithmConfig):
     step_reward_gamma: float = field_help(1.0, "step manager: discount of later turns' rewards in each turn's return")
     episode_reward_weight: float = field_help(1.0, "gigpo: weight of the episode-level (trajectory group) advantage")
     step_reward_weight: float = field_help(1.0, "gigpo: weight of the step-level (same state) advantage")
+    ratio_type: Literal["token", "segment"] = field_help(
+        "token",
+        "ratio of the PPO loss (policy_loss_mode vanilla / pg_variant ppo): token = per token; segment = one "
+        "ratio per turn of a multi-turn response, exp(mean of the turn's token log-ratios) (ROLL; "
+        "docs/algorithms.md §11.7)",
+    )
     async_generation_ratio: float = field_help(
         0.0,
         "off-policy rollout: the episodes of step t+k are played while step t trains (k = this value, a whole "

@@ -109,6 +109,11 @@ class RLAlgorithmConfig(PipelineConfig):
     tau_pos: float = field_help(1.0, "sapo: temperature for positive advantages")
     tau_neg: float = field_help(1.05, "sapo: temperature for negative advantages")
     entropy_loss_coef: float = field_help(0.0, "entropy bonus coefficient (0 = off)")
+    rl_loss_coef: float = field_help(
+        1.0,
+        "factor on the policy loss plus the KL loss (not on the entropy bonus), as ROLL's RLVR actor: "
+        "loss = rl_loss_coef·(pg + kl_loss_coef·kl) − entropy_loss_coef·entropy",
+    )
     value_clip: float = field_help(0.5, "critic value clip range (GAE)")
 
     # --- KL ---------------------------------------------------------------------------------------------

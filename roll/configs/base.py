@@ -31,7 +31,9 @@ class PipelineConfig:
         "output_dir. Every node must see it (a shared filesystem)",
     )
     logging_dir: str | None = field_help(
-        None, "TensorBoard root directory (runs go to <logging_dir>/<exp_name>); null means <output_dir>/tensorboard"
+        None,
+        "the metric sink's root directory (runs go to <logging_dir>/<exp_name>); null means "
+        "<output_dir>/tensorboard, or <output_dir>/wandb / <output_dir>/swanlab with track_with wandb / swanlab",
     )
     track_with: Literal["tensorboard", "wandb", "swanlab", "stdout"] = field_help(
         "tensorboard",
@@ -97,6 +99,18 @@ class PipelineConfig:
         "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
         "shares a device with an actor_train worker, collective when none does, else object_store",
     )
+    weight_sync_check: Literal["checksum", "full", "off"] = field_help(
+        "checksum",
+        "verification of each step's weight sync: checksum (what actor_train sent, in the dtype it sent, against "
+        "what actor_infer serves; ~0.1-0.3% of a step at 0.36B on a GPU, estimated), full (checksums + a probe "
+        "generated and scored by both roles; ~20% of that step, measured) or off. The sync at start-up, after a "
+        "resume and after a recovery is always checked in full (docs/strategies.md, Verification)",
+    )
+    weight_sync_full_check_steps: int = field_help(
+        0,
+        "also check the sync in full after every N-th step (N steps trained); 0 = only at start-up, resume "
+        "and recovery",
+    )
     profiler: ProfilerConfig = field_help(
         default_factory=ProfilerConfig,
         help="profiling of the roles' workers (tool, steps, ranks, save_path); a role's own `profiler` block "
@@ -116,6 +130,8 @@ class PipelineConfig:
                 f"'exp_name' = {self.exp_name!r}: must be a non-empty relative name (it becomes the run's "
                 f"directory under logging_dir), e.g. tiny_rlvr"
             )
+        if self.track_with in TRACKER_PACKAGES:
+            _check_tracker_installed(self.track_with)
         if self.tracker_kwargs and self.track_with == "stdout":
             raise ConfigError("'tracker_kwargs' is set but track_with = 'stdout' reads none: remove tracker_kwargs")
         unknown = sorted(set(self.tracker_kwargs) - set(SUMMARY_WRITER_KEYS))
@@ -132,6 +148,17 @@ class PipelineConfig:
             raise ConfigError(
                 f"'max_ckpt_to_keep' = {self.max_ckpt_to_keep}: must be >= 0 (0 keeps every checkpoint, N the newest N)"
             )
+        if self.weight_sync_full_check_steps < 0:
+            raise ConfigError(
+                f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps}: must be >= 0 "
+                f"(0 = a full check only at start-up, resume and recovery; N = also after every N-th step)"
+            )
+        if self.weight_sync_full_check_steps and self.weight_sync_check == "full":
+            raise ConfigError(
+                f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps} has no effect with "
+                f"weight_sync_check: full (every sync is checked in full): set it to 0 or weight_sync_check to "
+                f"checksum or off"
+            )
         if not self.model_update_buffer_size_mb > 0:
             raise ConfigError(
                 f"'model_update_buffer_size_mb' = {self.model_update_buffer_size_mb}: must be > 0 "
@@ -144,4 +171,20 @@ class PipelineConfig:
 
     @property
     def tensorboard_dir(self) -> str:
-        return self.logging_dir or f"{self.output_dir.rstrip('/')}/tensorboard"
+        """The metric sink's root (`logging_dir`, or a directory of output_dir named after the sink: wandb's
+        and swanlab's files do not belong in the TensorBoard folder)."""
+        sink = self.track_with if self.track_with in TRACKER_PACKAGES else "tensorboard"
+        return self.logging_dir or f"{self.output_dir.rstrip('/')}/{sink}"
+
+
+TRACKER_PACKAGES = ("wandb", "swanlab")  # track_with values that need a package of their own (an extra)
+
+
+def _check_tracker_installed(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise ConfigError(
+            f"'track_with' = {name!r}: the {name} package is not installed; install roll's {name} extra "
+            f"(pip install -e '.[{name}]' in the checkout, or pip install '{name}'), or set track_with: tensorboard"
+        )

@@ -376,6 +376,16 @@ def check_algorithm(config) -> None:
         except (KeyError, ValueError) as error:
             raise ConfigError(f"'{key}' = {getattr(config, key)!r}: {error}") from None
     mode = effective_policy_loss_mode(config)
+    if getattr(config, "ratio_type", "token") == "segment":  # agentic only
+        if config.importance_sampling == "seq":
+            raise ConfigError(
+                "'ratio_type' = segment and 'importance_sampling' = seq both set the PPO ratio's level; keep one"
+            )
+        if mode != "vanilla":
+            raise ConfigError(
+                f"'ratio_type' = segment applies to the PPO loss (policy_loss_mode: vanilla / pg_variant: ppo), "
+                f"but the loss is {mode!r}; set ratio_type: token or use the PPO loss"
+            )
     if config.importance_sampling == "seq" and mode != "vanilla":
         # ROLL reads it only in its PPO loss; elsewhere it would be a key that silently does nothing
         raise ConfigError(

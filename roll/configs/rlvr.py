@@ -14,7 +14,9 @@ from roll.configs.worker import RewardConfig, ValidationConfig
 @dataclass
 class RLVRConfig(RLAlgorithmConfig):
     rewards: dict[str, RewardConfig] = field_help(
-        default_factory=dict, help="reward domains: rewards.<domain> with worker_cls and tag_included"
+        default_factory=dict,
+        help="reward domains: rewards.<domain> with worker_cls and tag_included; `rewards.<domain>: null` drops a "
+        "domain an included YAML defines (as `reference: null` drops the role)",
     )
     validation: ValidationConfig | None = field_help(None, "held-out prompts scored every eval_steps")
     rollout_batch_size: int = field_help(8, "prompts per pipeline step")

@@ -44,7 +44,10 @@ def translate(data: dict) -> list:
     _walk(data, "", problems)
     for domain, reward in (data.get("rewards") or {}).items():
         if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
+            original = reward["worker_cls"]
             _reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
+            if reward["worker_cls"] != original:  # ROLL's path was given: --dry_run shows the mapping
+                data.setdefault("__roll__", {}).setdefault("reward_worker_cls", {})[domain] = original
     return problems
 
 
@@ -444,13 +447,21 @@ def _validate_engine(name: str, strategy_config, worker) -> None:
         resolve_fsdp2_config(strategy_config, dtype, world)
 
 
+def note_roll_spellings(config, extra: dict) -> None:
+    """Keeps on each reward domain the ROLL worker path the config gave (`roll_worker_cls`, not a config
+    field), so --dry_run shows the mapping only where one happened."""
+    for domain, roll_path in extra.get("reward_worker_cls", {}).items():
+        if domain in config.rewards:
+            config.rewards[domain].roll_worker_cls = roll_path
+
+
 def reward_mapping(config) -> list[str]:
-    """Lines for --dry_run: each reward domain whose class is a ROLL worker's counterpart, with ROLL's path."""
-    ours_to_roll = {ours: roll_path for roll_path, ours in ROLL_REWARD_WORKERS.items()}
+    """Lines for --dry_run: each reward domain whose config named a ROLL worker, with roll's class for it (a
+    config that names roll's class already gets none)."""
     lines = [
-        f"  rewards.{domain}: {ours_to_roll[reward.worker_cls]} -> {reward.worker_cls}"
+        f"  rewards.{domain}: {reward.roll_worker_cls} -> {reward.worker_cls}"
         for domain, reward in config.rewards.items()
-        if reward.worker_cls in ours_to_roll
+        if getattr(reward, "roll_worker_cls", None)
     ]
     return ["ROLL reward workers (ROLL path -> roll class):", *lines] if lines else []
 
@@ -488,7 +499,11 @@ DIFFERENCES = [
         "norm_std_type: group",
         "each row is divided by its own group's std, also with a non-group mean; ROLL crashes on that mix",
     ),
-    ("norm_mean_type / norm_std_type: group", "with one sample per prompt σ = 1; ROLL gives NaN"),
+    (
+        "norm_mean_type / norm_std_type: group",
+        "with one sample per prompt, or a constant group, the score becomes 0 (ROLL's agentic rule); ROLL's RLVR "
+        "gives NaN",
+    ),
     (
         "adv_estimator: grpo",
         "leaves norm_mean_type / norm_std_type as set (grpo normalises in the estimator); ROLL overwrites them",
@@ -497,7 +512,10 @@ DIFFERENCES = [
         "difficulty_loss_weight",
         "applied, or a clear error when the difficulty column is missing; ROLL silently skips it for object arrays",
     ),
-    ("use_reward_scaling", "divides the scores by their batch std; ROLL declares the key and reads it nowhere"),
+    (
+        "use_reward_scaling",
+        "divides the scores by their batch std (a constant batch: 0); ROLL declares the key and reads it nowhere",
+    ),
     ("reward_clip", "applied once, at response level; ROLL applies it twice (response and token level)"),
     (
         "adv_estimator: gigpo",
@@ -505,6 +523,55 @@ DIFFERENCES = [
     ),
     ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
     ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
+    # maths kept from verl on purpose, each with ROLL's behaviour and how to get ROLL's numbers (issue 34)
+    (
+        "dual_clip_loss",
+        "default true, capping a negative-advantage token's loss at dual_clip_ratio_c·|A| (3.0, verl); ROLL's "
+        "default is false and its cap 1 + 2·pg_clip. For ROLL's: dual_clip_loss: false, or dual_clip_ratio_c: "
+        "1 + 2·pg_clip (1.4 at pg_clip 0.2)",
+    ),
+    (
+        "adv_estimator: gae",
+        "verl's GAE: advantages are always whitened over the batch's valid tokens, and the (value, advantage) "
+        "state is carried across masked positions (γ once per gap, 0 after the last valid token). ROLL whitens "
+        "only with whiten_advantages: true (then the two agree) and runs GAE over every column on the unmasked "
+        "critic values, padding included; no key gives that",
+    ),
+    (
+        "returns",
+        "reinforce / step_reinforce / gigpo returns are masked to the response (= the advantages); ROLL keeps the "
+        "discounted sums on prompt and padding columns. Only the value loss reads returns, on the response "
+        "mask, so no loss differs",
+    ),
+    (
+        "empty response",
+        "its score sits nowhere, so grpo and norm_* count it as 0 in the group and batch statistics; ROLL puts "
+        "it on the last prompt column (masked out later) and normalises with the real score. The same whenever "
+        "an empty response scores 0 (the rule rewards do)",
+    ),
+    (
+        "loss_agg_mode: seq-mean-*",
+        "divides by the non-empty rows of the optimizer step over all ranks (verl), as ROLL's strategies do "
+        "(global_valid_samples); ROLL's agg_loss called without counts divides by all B rows: pass "
+        "global_batch_size=B to roll.algorithms.agg_loss for that",
+    ),
+    (
+        "entropy_loss_coef",
+        "the entropy bonus is taken over the tokens the sample masks keep; ROLL's RLVR actor takes it over every "
+        "response token, samples dropped by max_len_mask / difficulty_mask / error_max_len_clip included",
+    ),
+    (
+        "difficulty_loss_weight / length_loss_weight",
+        "min, max and the mean-1 renormalisation over the step's batch (lengths before the sample masks, as "
+        "ROLL); ROLL computes them per micro-batch. The same when one micro-batch holds the step "
+        "(per_device_train_batch_size = rows per step, gradient_accumulation_steps 1, one rank)",
+    ),
+    ("rl_loss_coef", "also applies in the agentic pipeline; ROLL declares it for RLVR only"),
+    (
+        "ratio_type: segment",
+        "the PPO loss only (refused with tis, topr, cispo, kimi15); ROLL's agentic ActorPGWorker feeds the turn "
+        "ratio to those too",
+    ),
     (
         "pg_variant",
         "a top-level key (ROLL's actor_train.pg_variant is taken as an alias); roll's ActorWorker runs every "

@@ -239,7 +239,7 @@ ROLL_ACTOR_WORKERS = (
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
-# ROLL reward worker dotted paths → roll's classes. A target whose module does not exist yet is pending.
+# ROLL reward worker dotted paths → roll's classes: the loader rewrites a ROLL path to ours (no shim modules).
 ROLL_REWARD_WORKERS = {
     "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": (
         "roll.workers.rewards.math_rule.MathRuleRewardWorker"

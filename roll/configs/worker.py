@@ -412,7 +412,10 @@ class ScorerConfig(RewardWorkerConfig):
 @dataclass
 class RewardConfig(RewardWorkerConfig):
     tag_included: list[str] = field_help(
-        default_factory=list, help="data tags routed to this domain; empty with one domain = every row"
+        default_factory=list,
+        help="data tags routed to this domain; as in ROLL a domain takes only the tags it lists, and a row whose "
+        "tag no domain lists is refused (by --dry_run too); rows without a tag go to the only domain when there "
+        "is one",
     )
     query_filter_config: RewardFilterConfig = field_help(
         default_factory=RewardFilterConfig,

@@ -129,6 +129,21 @@ def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
     return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **extra)
 
 
+def read_column(name: str, column: str) -> list | None:
+    """One column of a data file, read without tokenizing (None where the file does not exist or cannot be
+    read: the start-up checks name those problems); a file without the column gives one None per row."""
+    import datasets
+
+    suffix = Path(name).suffix.lower()
+    if suffix not in _LOADERS or not Path(name).is_file():
+        return None
+    try:
+        table = datasets.load_dataset(_LOADERS[suffix], data_files=[name], split="train")
+    except Exception:  # load_prompt_rows reports it, naming the file
+        return None
+    return list(table[column]) if column in table.column_names else [None] * len(table)
+
+
 def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
     """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
     import datasets

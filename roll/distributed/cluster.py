@@ -81,6 +81,13 @@ class Cluster:
             ray.kill(worker, no_restart=True)
         self.workers = []
 
+    def first_finished(self, calls: dict, timeout: float):
+        """Of `calls` (key → this role's PendingCall to one worker), the key of one whose result is ready,
+        waiting at most `timeout` s; None if none is by then (the request-level rollout's dispatcher)."""
+        refs = {call.refs[0]: key for key, call in calls.items()}
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
+        return refs[ready[0]] if ready else None
+
     def _set_rendezvous(self) -> None:
         """Ranks > 0 learn rank 0's address before any other call reaches them (calls are ordered)."""
         if self._rendezvous_set:

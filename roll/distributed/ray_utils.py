@@ -15,6 +15,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from roll.distributed.attach import AUTH_MODE_ENV, ClusterAttachError, check_cluster_address, local_ray_hint
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.ray")
@@ -81,8 +82,10 @@ def existing_cluster_address() -> str | None:
     """The cluster to attach to: `RAY_ADDRESS`, else the address a `ray start --head` (or
     ray.cluster_utils.Cluster) on this machine recorded, as a plain `ray.init()` would find it. Not
     `ray.init("auto")`'s fallback of attaching to any Ray process found on the machine: on a shared
-    machine that is someone else's private session."""
+    machine that is someone else's private session. None (start a local Ray): neither, or `RAY_ADDRESS=local`."""
     address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address == "local":  # Ray's own word for "start a new local instance" (ray.init reads it too)
+        return None
     if address:
         return address
     try:  # where `ray start` records it: <Ray's temp dir, RAY_TMPDIR-aware>/ray_current_cluster
@@ -138,13 +141,15 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
             configure_logging=False,
         )
         return
+    from_env = bool(os.environ.get("RAY_ADDRESS", "").strip())
+    check_cluster_address(address, from_env)  # fails within ~20 s naming the cause; ray.init would retry ~10 min
     try:  # attached: a job may only bring its runtime env; resources and memory are the cluster's
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
     except ConnectionError as error:
-        raise ConnectionError(
-            f"could not attach to the Ray cluster at {address!r} (from RAY_ADDRESS, or recorded by `ray start` "
-            f"on this machine): {error}. Start it (docs/cluster.md), or unset RAY_ADDRESS / run `ray stop` "
-            f"to run on a local Ray instead"
+        raise ClusterAttachError(
+            f"could not attach to the Ray cluster at {address!r}: {error}. Check that it is up (`ray status` on "
+            f"its head node) and that {AUTH_MODE_ENV} matches the cluster's (docs/cluster.md), "
+            f"{local_ray_hint(from_env)}"
         ) from error
     try:
         nodes = device_nodes(num_nodes, per_node)
@@ -172,10 +177,13 @@ class DeviceNode:
         return f"node {self.index} = {self.ip} (id {self.node_id[:8]})"
 
 
-def device_nodes(num_nodes: int, num_gpus_per_node: int) -> list[DeviceNode]:
+def device_nodes(num_nodes: int, num_gpus_per_node: int, prefer_free: bool = False) -> list[DeviceNode]:
     """The `num_nodes` nodes that hold the devices, in ROLL's node order: the driver's node first, then the
     others by IP address (then node id); nodes with fewer than `num_gpus_per_node` devices are passed over.
-    Raises ClusterDevicesError naming every node and what it has when there are not enough."""
+    `prefer_free`: nodes whose devices no other pipeline or job holds now come first (a second pipeline
+    on a shared cluster takes the idle nodes instead of queueing behind the first); busy ones only where
+    there are too few free. Raises ClusterDevicesError naming every node and what it has when there are
+    not enough."""
     import ray
 
     resource = device_resource()
@@ -185,10 +193,34 @@ def device_nodes(num_nodes: int, num_gpus_per_node: int) -> list[DeviceNode]:
     usable = [n for n in alive if n["Resources"].get(resource, 0) >= num_gpus_per_node]
     if len(usable) < num_nodes:
         raise ClusterDevicesError(_missing_devices(alive, resource, num_nodes, num_gpus_per_node, driver))
+    chosen = usable[:num_nodes]
+    if prefer_free:
+        free = free_devices(resource)
+        idle = [n for n in usable if free.get(n["NodeID"], 0) >= num_gpus_per_node]
+        ids = {n["NodeID"] for n in (idle + [n for n in usable if n not in idle])[:num_nodes]}
+        chosen = [n for n in usable if n["NodeID"] in ids]  # back in ROLL's node order
     return [
         DeviceNode(i, n["NodeID"], n["NodeManagerAddress"], n["Resources"].get(resource, 0))
-        for i, n in enumerate(usable[:num_nodes])
+        for i, n in enumerate(chosen)
     ]
+
+
+def free_devices(resource: str) -> dict:
+    """node id → devices no placement group or actor holds now: the lower of Ray's available count (which
+    lags a moment behind a new reservation) and the node's total less what created placement groups hold."""
+    import ray
+    from ray._private.state import available_resources_per_node
+
+    total = {n["NodeID"]: n["Resources"].get(resource, 0) for n in ray.nodes() if n.get("Alive")}
+    held = dict.fromkeys(total, 0.0)
+    for group in ray.util.placement_group_table().values():
+        if group.get("state") != "CREATED":
+            continue
+        for index, node in group.get("bundles_to_node_id", {}).items():
+            if node in held:
+                held[node] += group["bundles"].get(index, {}).get(resource, 0)
+    available = available_resources_per_node()
+    return {node: min(total[node] - held[node], available.get(node, {}).get(resource, 0)) for node in total}
 
 
 def _ip_key(ip: str):

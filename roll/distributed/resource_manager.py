@@ -8,6 +8,10 @@ node d // num_gpus_per_node (ROLL's numbering; nodes ordered by roll.distributed
 
 from dataclasses import dataclass
 
+from roll.utils.logging import get_logger
+
+logger = get_logger("roll.ray")
+
 # Each worker takes a sliver of its device so any number of colocated roles fit on it.
 WORKER_SHARE = 0.01
 
@@ -81,13 +85,18 @@ class ResourceManager:
         import ray
         from ray.util.placement_group import placement_group
 
-        from roll.distributed.ray_utils import NODE_ID_LABEL, device_nodes, device_resource
+        from roll.distributed.ray_utils import NODE_ID_LABEL, device_nodes, device_resource, free_devices
 
         self.num_nodes, self.num_gpus_per_node = num_nodes, num_gpus_per_node
         self.num_devices = num_nodes * num_gpus_per_node
         self.device_resource = device_resource()
         self.use_gpus = self.device_resource == "GPU"
-        self.nodes = device_nodes(num_nodes, num_gpus_per_node)  # ClusterDevicesError before reserving anything
+        # ClusterDevicesError before reserving anything; idle nodes first, so a second pipeline on a shared
+        # cluster does not queue behind the first while other nodes' devices sit idle
+        self.nodes = device_nodes(num_nodes, num_gpus_per_node, prefer_free=True)
+        free = free_devices(self.device_resource)
+        busy = [f"{node} has {free.get(node.node_id, 0):g} of {num_gpus_per_node} free" for node in self.nodes]
+        busy = [line for node, line in zip(self.nodes, busy) if free.get(node.node_id, 0) < num_gpus_per_node]
         self.placement_groups = [
             placement_group(
                 [{self.device_resource: 1}] * num_gpus_per_node,
@@ -97,7 +106,7 @@ class ResourceManager:
             for node in self.nodes
         ]
         try:
-            ray.get([group.ready() for group in self.placement_groups], timeout=timeout)
+            self._wait_ready(busy, timeout)
         except ray.exceptions.GetTimeoutError:
             self.shutdown()
             free = ray.available_resources().get(self.device_resource, 0)
@@ -106,6 +115,43 @@ class ResourceManager:
                 f"{', '.join(map(str, self.nodes))} within {timeout:g} s (placement_timeout; Ray has {free:g} free in "
                 f"all); is another pipeline or job still holding them? In this process, call its close() first"
             ) from None
+
+    def _wait_ready(self, busy: list[str], timeout: float, every: float = 30.0) -> None:
+        """Waits for the placement groups, saying what it waits for (other holders' devices) when the
+        devices are not free, and again every `every` seconds."""
+        import time
+
+        import ray
+
+        refs = [group.ready() for group in self.placement_groups]
+        deadline = time.monotonic() + timeout
+        if busy:
+            logger.warning(
+                "waiting for devices (up to placement_timeout=%g s): %d node(s) with %d free %s each are needed, "
+                "and %s; another pipeline or job holds them, and this run starts when they are released",
+                timeout,
+                self.num_nodes,
+                self.num_gpus_per_node,
+                self.device_resource,
+                "; ".join(busy),
+            )
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                ray.get(refs, timeout=max(0.0, min(every, left)))
+                if busy:
+                    logger.info("devices reserved on %s; starting", ", ".join(map(str, self.nodes)))
+                return
+            except ray.exceptions.GetTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+                busy = busy or ["they were free a moment ago: another run reserved them first"]
+                logger.warning(
+                    "still waiting for devices on %s (%.0f s left of placement_timeout): %s",
+                    ", ".join(map(str, self.nodes)),
+                    deadline - time.monotonic(),
+                    "; ".join(busy),
+                )
 
     @property
     def placement_group(self):

@@ -75,6 +75,8 @@ class BasePipeline:
             buffer_size_mb=self.config.model_update_buffer_size_mb,
             method=self.config.weight_sync_method,
             adapter_only=self.config.lora_weight_sync == "adapter",
+            check=self.config.weight_sync_check,
+            full_check_steps=self.config.weight_sync_full_check_steps,
         )
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
@@ -287,7 +289,7 @@ class BasePipeline:
 
     def _run_from(self, first_step: int, history: dict) -> None:
         self.memory.use("actor_train", "actor_infer")
-        self.weight_sync.sync_and_verify(first_step - 1)  # the engine starts from the trainer's weights
+        self.weight_sync.sync_and_verify(first_step - 1, initial=True)  # the engine starts from the trainer's weights
         if history["first_step"] is None:
             history["first_step"] = first_step
             history["before"] = self._validate_before(first_step)
@@ -347,7 +349,9 @@ class BasePipeline:
         metrics.update(overhead_and_busy(metrics, busy))
         self.profiler.stop()  # writing the traces is not part of the step's time
         metrics["system/recoveries"] = self.recoveries
-        self.tracker.log(metrics, step)
+        # steps as a person reads them, 1-based (the progress line's [N/max], checkpoint step-N, samples step-N,
+        # learning_curves.png); validation before training is step 0 (docs/quickstart.md)
+        self.tracker.log(metrics, step + 1)
         if step % config.logging_steps == 0 or last:
             logger.info("%s %s", eta.line(step), progress(metrics))
         if config.save_steps and ((step + 1) % config.save_steps == 0 or last):

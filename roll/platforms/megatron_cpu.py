@@ -12,8 +12,9 @@ the CUDA RNG tracker (`tensor_parallel.random`: get/set of the CUDA generator st
     "cpu" and get/set_rng_state with the CPU generator's state (so the model-parallel RNG tracker forks
     the CPU generator, as it forks the CUDA one on a GPU);
   * `random._set_cuda_rng_state` sets the CPU generator's state;
-  * the two functions that assert `torch.cuda.FloatTensor` run with float32 CPU tensors reporting that
-    type name, for the duration of the call only.
+  * the three functions that sort parameters by `torch.cuda.<Float|BFloat16|Half>Tensor` (clip-grad, the
+    distributed optimizer's and the bf16/fp16 optimizer's main-param set-up) run with CPU tensors reporting
+    those type names, for the duration of the call only.
 Nothing outside megatron.core is touched. Any other megatron-core version is refused: the list of call
 sites above was read from 0.16.1's source and must be re-checked for another release.
 TransformerEngine, fused kernels and CUDA graphs are not made to work; use the local (non-TE) spec with
@@ -113,8 +114,14 @@ class _CpuTorch(types.ModuleType):
         return getattr(torch, name)
 
 
+_CUDA_TYPE_NAMES = {
+    name: name.replace("torch.", "torch.cuda.")
+    for name in ("torch.FloatTensor", "torch.BFloat16Tensor", "torch.HalfTensor")
+}
+
+
 def _reports_cuda_float_type(fn):
-    """Run `fn` with float32 CPU tensors answering `.type()` as 'torch.cuda.FloatTensor'."""
+    """Run `fn` with float32/bf16/fp16 CPU tensors answering `.type()` as 'torch.cuda.<Float|BFloat16|Half>Tensor'."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -122,7 +129,7 @@ def _reports_cuda_float_type(fn):
 
         def type_(self, *a, **k):
             name = original(self, *a, **k)
-            return "torch.cuda.FloatTensor" if not a and not k and name == "torch.FloatTensor" else name
+            return _CUDA_TYPE_NAMES.get(name, name) if not a and not k else name
 
         torch.Tensor.type = type_
         try:
@@ -167,6 +174,8 @@ def apply() -> bool:
     wrapped = _reports_cuda_float_type(clip_grads.clip_grad_by_total_norm_fp32)
     clip_grads.clip_grad_by_total_norm_fp32 = wrapped
     optimizer.clip_grad_by_total_norm_fp32 = wrapped
+    mixed = optimizer.Float16OptimizerWithFloat16Params  # sorts bf16 model params from fp32 ones by type name
+    mixed.__init__ = _reports_cuda_float_type(mixed.__init__)
     builder = distrib_optimizer.DistributedOptimizer.__dict__["_build_model_and_main_param_groups"].__func__
     distrib_optimizer.DistributedOptimizer._build_model_and_main_param_groups = classmethod(
         _reports_cuda_float_type(builder)

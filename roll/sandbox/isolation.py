@@ -3,12 +3,15 @@ filter, and a cgroup that caps memory and process count across all of the progra
 
 The program never sees the host: bubblewrap gives it new user, PID, mount, network, IPC, UTS and cgroup
 namespaces, a filesystem of only the interpreter, its standard library and the system's shared libraries
-(read-only), a private /proc of its own PID namespace, three device nodes, and size-capped tmpfs scratch
-and /tmp. It runs as uid 65534 with every capability dropped and cannot create further user namespaces.
+(read-only), a private read-only /proc of its own PID namespace (so /proc/sys and the like take no writes),
+no /sys, three device nodes, and size-capped tmpfs scratch and /tmp. It runs as uid 65534 with every
+capability dropped and cannot create further user namespaces; on the host it is an unprivileged uid too
+(hostuid.py: never uid 0, whatever uid the caller has).
 When the sandbox's first process (its PID 1) dies, the kernel kills everything in the PID namespace, so no
 descendant outlives a run, whatever it did with setsid or double forks.
 """
 
+import atexit
 import errno
 import os
 import shutil
@@ -21,6 +24,17 @@ import uuid
 SANDBOX_UID = 65534  # "nobody" inside the user namespace
 CGROUP_V1 = "/sys/fs/cgroup"
 CGROUP_PARENT = "roll_sandbox"
+
+
+def cgroup_parent() -> str:
+    """Where per-run cgroups go under each hierarchy: `ROLL_SANDBOX_CGROUP_PARENT` (a relative path; a
+    non-root trainer names a subtree delegated to its uid), default roll_sandbox."""
+    parent = os.environ.get("ROLL_SANDBOX_CGROUP_PARENT", CGROUP_PARENT)
+    if not parent or parent.startswith("/") or ".." in parent.split("/"):
+        raise SandboxUnavailable(
+            f"ROLL_SANDBOX_CGROUP_PARENT={parent!r}: need a relative path under /sys/fs/cgroup, without '..'"
+        )
+    return parent
 
 
 class SandboxUnavailable(RuntimeError):
@@ -117,11 +131,12 @@ def seccomp_filter_path() -> str:
             handle, path = tempfile.mkstemp(prefix="roll_seccomp_", suffix=".bpf")
             with os.fdopen(handle, "wb") as out:
                 rules.export_bpf(out)
+            atexit.register(_unlink, path)  # one file per process, not one per process ever started
             _filter_path = path
         return _filter_path
 
 
-def _read_only_paths() -> list[str]:
+def read_only_paths() -> list[str]:
     """What the interpreter needs: its binary, standard library, and the shared libraries it links."""
     paths = {
         os.path.dirname(os.path.realpath(sys.executable)),
@@ -138,9 +153,17 @@ def _read_only_paths() -> list[str]:
 
 
 def bwrap_command(
-    bwrap: str, seccomp_fd: int, inputs_dir: str, argv: list[str], scratch_mb: int, tmp_mb: int
+    bwrap: str,
+    seccomp_fd: int,
+    inputs_dir: str,
+    argv: list[str],
+    scratch_mb: int,
+    tmp_mb: int,
+    info_fd: int,
+    block_fd: int,
 ) -> list[str]:
-    """bubblewrap's arguments for running `argv` with `inputs_dir` visible read-only at /sandbox."""
+    """bubblewrap's arguments for running `argv` with `inputs_dir` visible read-only at /sandbox. bubblewrap
+    writes the sandbox's host PID to `info_fd`, then waits for a byte on `block_fd` before running `argv`."""
     command = [
         bwrap,
         "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces
@@ -161,7 +184,13 @@ def bwrap_command(
         "--setenv",
         "HOME",
         "/work",
+        "--info-fd",
+        str(info_fd),
+        "--block-fd",
+        str(block_fd),
         "--proc",
+        "/proc",
+        "--remount-ro",  # sysctls, sysrq-trigger, /proc/self/*: nothing in /proc takes a write
         "/proc",
         "--dev-bind",
         "/dev/null",
@@ -173,7 +202,7 @@ def bwrap_command(
         "/dev/urandom",
         "/dev/urandom",
     ]
-    for path in _read_only_paths():
+    for path in read_only_paths():
         command += ["--ro-bind", path, path]
     site = sysconfig.get_paths()["purelib"]
     if os.path.isdir(site) and site.startswith(sysconfig.get_paths()["stdlib"]):
@@ -192,20 +221,23 @@ class Cgroup:
     def __init__(self, memory_mb: int, max_processes: int):
         self.dirs: list[str] = []
         name = uuid.uuid4().hex[:12]
+        parent_name = cgroup_parent()
         if os.path.exists(os.path.join(CGROUP_V1, "memory", "cgroup.procs")):
-            memory = _make(os.path.join(CGROUP_V1, "memory", CGROUP_PARENT), name)
+            memory = _make(os.path.join(CGROUP_V1, "memory", parent_name), name)
             self.dirs.append(memory)
             _write(memory, "memory.limit_in_bytes", memory_mb * 1024 * 1024)
             if os.path.exists(os.path.join(memory, "memory.memsw.limit_in_bytes")):
                 _write(memory, "memory.memsw.limit_in_bytes", memory_mb * 1024 * 1024)  # no escape into swap
-            pids = _make(os.path.join(CGROUP_V1, "pids", CGROUP_PARENT), name)
+            pids = _make(os.path.join(CGROUP_V1, "pids", parent_name), name)
             self.dirs.append(pids)
             _write(pids, "pids.max", max_processes)
         elif os.path.exists(os.path.join(CGROUP_V1, "cgroup.controllers")):
-            parent = os.path.join(CGROUP_V1, CGROUP_PARENT)
+            parent = os.path.join(CGROUP_V1, parent_name)
             os.makedirs(parent, exist_ok=True)
-            _write(CGROUP_V1, "cgroup.subtree_control", "+memory +pids")
-            _write(parent, "cgroup.subtree_control", "+memory +pids")
+            level = CGROUP_V1
+            for part in ["", *parent_name.split("/")]:  # each level down to the parent delegates the controllers
+                level = os.path.join(level, part) if part else level
+                _write(level, "cgroup.subtree_control", "+memory +pids")
             group = _make(parent, name)
             self.dirs.append(group)
             _write(group, "memory.max", memory_mb * 1024 * 1024)
@@ -257,6 +289,13 @@ class Cgroup:
                 os.rmdir(d)
             except OSError:
                 pass  # a process still exiting; the empty group is harmless and removed next time
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _make(parent: str, name: str) -> str:

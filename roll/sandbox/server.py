@@ -13,6 +13,7 @@ import argparse
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from roll.sandbox.isolation import SandboxUnavailable
 from roll.sandbox.runner import require_isolation, run_python
 
 MAX_REQUEST_BYTES = 1 << 20
@@ -31,7 +32,10 @@ def run_code(request: dict) -> dict:
             "status": "SandboxError",
             "message": f"need code and stdin strings and 0 < run_timeout ≤ {MAX_TIMEOUT_S}",
         }
-    result = run_python(code, timeout=timeout, memory_mb=memory_mb, stdin=stdin)
+    try:
+        result = run_python(code, timeout=timeout, memory_mb=memory_mb, stdin=stdin)
+    except SandboxUnavailable as error:  # the machine could not build or vet a sandbox: not the code's failure
+        return {"status": "SandboxError", "message": str(error)}
     run = {
         "status": "TimeLimitExceeded" if result.timed_out else "Finished",
         "return_code": result.returncode,

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import hf_logits, restore_order, scoring_micro_batches
+from roll.strategies.offload import HostParking
 from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.utils.logging import get_logger
 
@@ -100,6 +101,7 @@ class InferenceStrategy:
         self.logger = get_logger(f"{self.config.name}[{self.rank}].{type(self).__name__}")
         self.model = None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self._parking = HostParking(self.device, type(self).__name__)  # offload/reload of training engines
         self._request_lock = threading.Lock()  # request-level generation: in-flight ids → aborted?
         self._in_flight: dict[str, bool] = {}
 
@@ -292,14 +294,11 @@ class InferenceStrategy:
                 f"{self.config.name}: the trainer sent no value for {len(missing)} parameters, e.g. {missing[:3]}"
             )
 
-    @torch.no_grad()
     def state_checksum(self) -> float:
-        """Σ over parameters of (Σp + Σp²) in float64: any lost or stale tensor changes it."""
-        total = 0.0
-        for _, param in self.module.named_parameters():
-            p = param.detach().double()
-            total += p.sum().item() + (p * p).sum().item()
-        return total
+        """Σ over parameters of (Σp + Σp²) in float64 (train_common.checksum): any lost or stale tensor changes it."""
+        from roll.strategies.train_common import checksum
+
+        return checksum(self.module.named_parameters())
 
     # --- memory -------------------------------------------------------------------------------------
     def offload(self) -> None:
@@ -354,8 +353,8 @@ class TrainStrategy(InferenceStrategy, metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def offload(self) -> None:
         """Move parameters, gradients and optimizer state off the accelerator (colocated roles); the next
-        train_step after reload() must equal one without the round trip. A no-op where there is nothing
-        to move (CPU)."""
+        train_step after reload() must equal one without the round trip. The same code runs without a GPU
+        (roll/strategies/offload.py: host copies, compute storages freed), so CPU tests exercise it."""
 
     @abc.abstractmethod
     def reload(self) -> None:

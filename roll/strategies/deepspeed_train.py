@@ -25,6 +25,7 @@ from roll.strategies.lora import (
     save_adapter,
     save_merged_hf,
 )
+from roll.strategies.offload import OFFLOAD_DEVICE
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -273,34 +274,56 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
     # --- memory ---------------------------------------------------------------------------------------
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to host memory between phases (colocated roles).
-        ZeRO 1-3 use DeepSpeed's own `offload_states` (also run on CPU, where it copies into fresh host
-        buffers and re-links them; the test suite checks training is unchanged). ZeRO-0 moves the module
-        and the AdamW state on GPU (not verified here) and has nothing to move on CPU."""
-        if self._engine_offloads_states():
-            if zero_stage(self.ds_config) == 3:
-                self._offload_zero3(torch.device("cpu"))
+        ZeRO 1-3: DeepSpeed's own `offload_states` moves its weight and gradient partitions and buffers
+        (copies into fresh host buffers, re-linked; on CPU too); the AdamW moments and ZeRO-3's fp32 master
+        partitions are parked by roll/strategies/offload.py (DeepSpeed moves those only for its CUDA
+        FusedAdam, or with `.to`, a no-op on CPU), as are a LoRA model's frozen base weights (outside
+        DeepSpeed's groups). ZeRO-0: everything is parked."""
+        stage = zero_stage(self.ds_config)
+        if not self._engine_offloads_states():
+            if stage == 0:
+                self._park(self._zero0_groups())
             else:
-                self.model.offload_states()
-        elif torch.cuda.is_available():
-            self.model.module.to("cpu")
-            self._move_optimizer_state(torch.device("cpu"))
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+                self._log_params_on_host()
+            return
+        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum as State
+
+        zero = self.model.optimizer
+        include = [State.lp_grads, State.contiguous_grad_buffer]
+        frozen = [p for p in self.module.parameters() if not p.requires_grad]
+        if stage == 3:
+            masters, frozen = list(zero.fp32_partitioned_groups_flat), [p.ds_tensor for p in frozen]
         else:
-            self._log_nothing_to_move()
+            include += [State.hp_params, State.lp_params]
+            masters = []
+        self.model.offload_states(include=include)  # ZeRO-3: also releases the gathered full weights
+        if stage == 3:
+            self._offload_zero3_lp_params()
+        self._park(
+            {
+                "master weights": masters,
+                "optimizer": [value for state in zero.optimizer.state.values() for value in state.values()],
+                "frozen parameters": frozen,
+            }
+        )
 
     def reload(self) -> None:
+        self._parking.reload()  # first: DeepSpeed's reload re-links its partitions to these
         if self._engine_offloads_states():
             self.model.reload_states()
-            if zero_stage(self.ds_config) == 3:
-                self._move_zero3_master_and_adam(self.device)
-                if self._lora_on:
-                    self._move_frozen_partitions(self.device)
-        elif torch.cuda.is_available():
-            self.model.module.to(self.device)
-            self._move_optimizer_state(self.device)
-        else:
-            self._log_nothing_to_move()
+
+    def _park(self, groups: dict) -> None:
+        moved = self._parking.offload(groups)
+        self.logger.debug("deepspeed_train offload: %s bytes", moved)
+
+    def _zero0_groups(self) -> dict:
+        params = list(self.module.parameters())
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # the torch AdamW under any wrapper
+        return {
+            "parameters": params,
+            "gradients": [p.grad for p in params],
+            "optimizer": [value for state in optimizer.state.values() for value in state.values()],
+        }
 
     def _engine_offloads_states(self) -> bool:
         """DeepSpeed's offload_states needs a ZeRO optimizer and refuses offloaded parameters (they live on
@@ -309,75 +332,32 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
         params_offloaded = zero.get("offload_param", {}).get("device", "none") not in (None, "none")
         return zero_stage(self.ds_config) > 0 and not params_offloaded
 
-    def _offload_zero3(self, device: torch.device) -> None:
-        """ZeRO-3's offload_states moves float32 master weights and Adam moments only for DeepSpeed's
-        FusedAdam (a CUDA op; roll uses torch AdamW so CPU and GPU train alike). DeepSpeed moves the
-        low-precision weights, gradient partitions and buckets; the master partitions and the AdamW state
-        are moved here the way DeepSpeed's own non-pinned path does it (`.data` swaps keep the tensors the
-        optimizer is keyed by)."""
-        from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
-
-        if self._lora_on:  # DeepSpeed's lp_params offload assumes every parameter trains (see below)
-            self._offload_zero3_lp_params_with_frozen(device)
-            include = [OffloadStateTypeEnum.lp_grads, OffloadStateTypeEnum.contiguous_grad_buffer]
-        else:
-            include = [
-                OffloadStateTypeEnum.lp_params,
-                OffloadStateTypeEnum.lp_grads,
-                OffloadStateTypeEnum.contiguous_grad_buffer,
-            ]
-        self.model.offload_states(include=include)
-        self._move_zero3_master_and_adam(device)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def _offload_zero3_lp_params_with_frozen(self, device: torch.device) -> None:
-        """ZeRO-3 offload of the low-precision weight partitions when some parameters are frozen (LoRA).
-        DeepSpeed 0.19.8's offload_states re-points `p.ds_tensor` of *every* module parameter into its flat
-        buffer, which holds the trained ones only ("start + length exceeds dimension size" with frozen
-        ones). Here the flat buffer is moved and re-pointed with the mapping its reload_states uses
-        (`_get_parameter_partitions`, the trained partitions), so DeepSpeed's reload undoes it; the frozen
-        partitions (the base model, outside that buffer) are moved one by one and brought back by
-        _reload_frozen_partitions."""
+    def _offload_zero3_lp_params(self) -> None:
+        """ZeRO-3's low-precision weight partitions to a fresh host copy of their flat buffer, re-pointed with
+        the mapping DeepSpeed's reload_states uses (`_get_parameter_partitions`: the trained parameters), so
+        its reload undoes it. DeepSpeed 0.19.8's own lp_params offload maps *every* module parameter into
+        that buffer, which holds only the trained ones ("start + length exceeds dimension size" when LoRA
+        freezes the base), and on CPU re-uses one host buffer, so nothing visibly moves after the first
+        round trip; the gathered full weights are released by offload_states (re-gathered on use)."""
         from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum
         from deepspeed.runtime.zero.utils import get_mapping_to_flat_buffer
 
         zero = self.model.optimizer
         if OffloadStateTypeEnum.lp_params in zero.offloaded_states:
             return
-        cpu_buffer = zero.lp_param_buffer.to(device)
-        zero.lp_param_buffer.data = cpu_buffer
+        buffer = zero.lp_param_buffer
+        host_buffer = torch.empty_like(buffer, device=OFFLOAD_DEVICE, pin_memory=buffer.is_cuda)  # fresh on CPU too
+        host_buffer.copy_(buffer)
+        zero.lp_param_buffer.data = host_buffer
         for tensor, offset, numel in get_mapping_to_flat_buffer(zero._get_parameter_partitions()):
-            tensor.data = cpu_buffer.narrow(0, offset, numel)
+            tensor.data = host_buffer.narrow(0, offset, numel)
         zero.fp16_partitioned_groups_flat.clear()
         zero.offloaded_states.add(OffloadStateTypeEnum.lp_params)
-        self._move_frozen_partitions(device)
 
-    def _move_frozen_partitions(self, device: torch.device) -> None:
-        for param in self.module.parameters():
-            if not param.requires_grad:
-                param.ds_tensor.data = param.ds_tensor.data.to(device)
-
-    def _move_zero3_master_and_adam(self, device: torch.device) -> None:
-        zero_optimizer = self.model.optimizer
-        for flat in zero_optimizer.fp32_partitioned_groups_flat:
-            flat.data = flat.data.to(device)
-        for state in zero_optimizer.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    value.data = value.data.to(device)
-
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
-
-    def _log_nothing_to_move(self) -> None:
-        if not getattr(self, "_said_nothing_to_move", False):
-            self.logger.info("deepspeed_train (ZeRO-0): offload/reload are no-ops on a CPU-only machine")
-            self._said_nothing_to_move = True
+    def _log_params_on_host(self) -> None:
+        if not getattr(self, "_said_params_on_host", False):
+            self.logger.info("deepspeed_train: offload_param keeps the weights and optimizer in host memory already")
+            self._said_params_on_host = True
 
 
 def resolve_ds_infer_config(strategy_config: dict, world_size: int, dtype: str) -> dict:

@@ -45,6 +45,7 @@ from roll.strategies.lora import (
     save_adapter,
     save_merged_hf,
 )
+from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -191,7 +192,7 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-class FSDP2InferStrategy(InferenceStrategy):
+class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     """Forward only (reference log-probs, values): weights sharded, gathered layer by layer per forward."""
 
     roles = frozenset({"score"})
@@ -210,7 +211,6 @@ class FSDP2InferStrategy(InferenceStrategy):
             self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config, self.device, self.logger
         )
         self.model.eval()
-        self._said_nothing_to_move = False
 
     def _stored_dtype(self) -> torch.dtype:
         """Forward only: keep the weights in the compute dtype (no master copy needed)."""
@@ -262,33 +262,18 @@ class FSDP2InferStrategy(InferenceStrategy):
 
     # --- memory ---------------------------------------------------------------------------------------
     def offload(self) -> None:
-        self._move_state(torch.device("cpu"))
+        """Frees any gathered (unsharded) weights, then parks this rank's shards (and, training, their
+        gradients and AdamW moments) in host memory (roll/strategies/offload.py). With cpu_offload they
+        live on the host already and nothing is moved."""
+        from torch.distributed.fsdp import FSDPModule
 
-    def reload(self) -> None:
-        self._move_state(self.device)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        super().offload()
 
-    def _move_state(self, device: torch.device) -> None:
-        """GPU path (not verified here): `module.to` moves FSDP2's sharded parameters (and any gradients);
-        the optimizer state follows in the training strategy. With cpu_offload the weights stay in host
-        memory anyway. On a CPU-only machine there is nothing to move: logged once, then skipped."""
-        if self.device.type == "cpu":
-            if not self._said_nothing_to_move:
-                self.logger.info(
-                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                    "optimizer state are in host memory already)",
-                    type(self).__name__,
-                )
-                self._said_nothing_to_move = True
-            return
-        if not self.fsdp_config["cpu_offload"]:
-            self.model.to(device)
-        self._move_optimizer_state(device)
-        if device.type == "cpu":
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        pass
+    def _offload_groups(self) -> dict:
+        return {"parameters": list(self.model.parameters())}
 
 
 class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainStrategy):
@@ -313,7 +298,6 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         self.optimizer = build_adamw([p for p in self.model.parameters() if p.requires_grad], args)
         self.scheduler = build_lr_scheduler(self.optimizer, args, total_steps)
         self.model.train()
-        self._said_nothing_to_move = False
 
     def _stored_dtype(self) -> torch.dtype:
         """float32 master weights and optimizer state; param_dtype (if lower) is FSDP2 mixed precision."""
@@ -412,11 +396,10 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
             return self.compute_log_probs(batch)
 
     # --- memory ---------------------------------------------------------------------------------------
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        """AdamW moments (DTensor shards) follow the parameters; the `step` counters stay where they are."""
-        if self.fsdp_config["cpu_offload"]:
-            return  # the optimizer steps on the host already
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
+    def _offload_groups(self) -> dict:
+        params = list(self.model.parameters())
+        return {
+            "parameters": params,
+            "gradients": [p.grad for p in params],
+            "optimizer": [value for state in self.optimizer.state.values() for value in state.values()],
+        }

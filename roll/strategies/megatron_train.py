@@ -43,6 +43,7 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
     gradient_clip_value,
@@ -188,7 +189,7 @@ def check_micro_batching(config, parallel: dict) -> None:
         raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer with megatron: {reason}")
 
 
-class MegatronInferStrategy(InferenceStrategy):
+class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
 
     roles = frozenset({"score"})
@@ -234,8 +235,11 @@ class MegatronInferStrategy(InferenceStrategy):
         self.pp_size, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
         self.hf_config = AutoConfig.from_pretrained(self.config.model_args.model_name_or_path)
         convert.check_supported(self.hf_config)
-        dtype = torch.float32 if self.training else DTYPES[self.config.model_args.dtype]
-        self.tf_config = mm.transformer_config(self.hf_config, self.parallel, params_dtype=dtype)
+        # model_args.dtype is the dtype of the model's parameters; training in bf16/fp16 keeps fp32 main
+        # (master) weights in megatron's optimizer (_wrap_for_training)
+        self.tf_config = mm.transformer_config(
+            self.hf_config, self.parallel, params_dtype=DTYPES[self.config.model_args.dtype]
+        )
         self.model = mm.build_gpt_model(
             self.hf_config,
             self.tf_config,
@@ -245,7 +249,6 @@ class MegatronInferStrategy(InferenceStrategy):
         )
         self.model.to(self.device)
         self.load_weights(self._hf_state_from_disk())
-        self._said_nothing_to_move = False
         self._wrap_for_training(total_steps)
         self.model.train(self.training)
 
@@ -401,11 +404,11 @@ class MegatronInferStrategy(InferenceStrategy):
 
     @torch.no_grad()
     def named_hf_parameters(self):
-        """Full HF-named weights on every rank (TP shards all-gathered, pipeline stages exchanged).
-        Collective: every rank must call it."""
+        """Full HF-named weights on every rank (TP shards all-gathered on the device, pipeline stages exchanged
+        through host memory). Collective: every rank must call it."""
         from megatron.core import parallel_state as ps
 
-        local = {k: v.detach().cpu() for k, v in self._local_state().items()}
+        local = {k: v.detach() for k, v in self._local_state().items()}  # on the device: NCCL gathers there
         if self.tp_size > 1:
             gathered = [{} for _ in range(self.tp_size)]
             group = ps.get_tensor_model_parallel_group()
@@ -417,6 +420,7 @@ class MegatronInferStrategy(InferenceStrategy):
             local = convert.merge_tp(gathered)
         stage = convert.globalize_pp(local, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank)
         if self.pp_size > 1:
+            stage = {k: v.cpu() for k, v in stage.items()}  # all_gather_object pickles: through host memory
             stages = [None] * self.pp_size
             dist.all_gather_object(stages, stage, group=ps.get_pipeline_model_parallel_group())
             stage = {}
@@ -431,33 +435,10 @@ class MegatronInferStrategy(InferenceStrategy):
         return checksum(self.named_hf_parameters())
 
     # --- memory -------------------------------------------------------------------------------------------
-    def offload(self) -> None:
-        self._move(torch.device("cpu"))
-
-    def reload(self) -> None:
-        self._move(self.device)
-
-    def _move(self, device: torch.device) -> None:
-        """GPU path (not verified here): parameters (and gradient buffers via module.to), then optimizer
-        state. On a CPU-only machine everything is in host memory already: logged once, skipped."""
-        if self.device.type == "cpu":
-            if not self._said_nothing_to_move:
-                self.logger.info(
-                    "%s: offload/reload are no-ops on a CPU-only machine (parameters, gradients and "
-                    "optimizer state are in host memory already)",
-                    type(self).__name__,
-                )
-                self._said_nothing_to_move = True
-            return
-        self.model.to(device)
-        for state in (
-            getattr(getattr(self, "optimizer", None), "state", {}).values() if hasattr(self, "optimizer") else ()
-        ):
-            for key, value in state.items():
-                if torch.is_tensor(value) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
-        if device.type == "cpu":
-            torch.cuda.empty_cache()
+    def _offload_groups(self) -> dict:
+        """offload() parks these in host memory by storage (roll/strategies/offload.py), so the views
+        megatron keeps into its contiguous buffers stay valid; training adds gradients and optimizer."""
+        return {"parameters": list(self.model.parameters())}
 
 
 class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
@@ -474,6 +455,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
         args = self.config.training_args
+        dtype = self.tf_config.params_dtype
+        if (
+            dtype != torch.float32
+        ):  # casts the first stage's float inputs to bf16/fp16 and the last one's output to fp32
+            from megatron.core.transformer.module import Float16Module
+
+            self.model = Float16Module(self.tf_config, self.model)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
             overlap_grad_reduce=self.parallel["overlap_grad_reduce"],
@@ -499,9 +487,9 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             clip_grad=0.0 if clip == float("inf") else clip,
             decoupled_weight_decay=True,
             use_distributed_optimizer=self.parallel["use_distributed_optimizer"],
-            bf16=False,
-            fp16=False,
-            params_dtype=torch.float32,
+            bf16=dtype == torch.bfloat16,  # fp32 main params in the optimizer, bf16 model params
+            fp16=dtype == torch.float16,  # the same with megatron's dynamic loss scaling (not verified here)
+            params_dtype=dtype,
         )
         # config_overrides={}: weight decay on every parameter, as build_adamw (megatron's default exempts
         # biases and norms)
@@ -538,6 +526,22 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         out["lr"] = self.config.training_args.learning_rate * self.lr_factor(self.steps_done)
         return out
 
+    def _offload_groups(self) -> dict:
+        """Parameters (with the distributed optimizer: views of the DDP param buffers), gradient buffers
+        (`main_grad` views), and each chained optimizer's torch-optimizer state and fp32 main params.
+        The ChainedOptimizer's own `state` is a ProxyDict (no .values()): its parts are read instead."""
+        params = list(self.model.parameters())
+        buffers = self.model.buffers + self.model.expert_parallel_buffers  # megatron DDP's, not Module.buffers()
+        optimizers = [part.optimizer for part in self._optimizers() if getattr(part, "optimizer", None) is not None]
+        return {
+            "parameters": params + [b.param_data for b in buffers],
+            "gradients": [getattr(p, "main_grad", None) for p in params]
+            + [p.grad for p in params]
+            + [b.grad_data for b in buffers],
+            "optimizer": [p for opt in optimizers for group in opt.param_groups for p in group["params"]]
+            + [value for opt in optimizers for state in opt.state.values() for value in state.values()],
+        }
+
     # --- checkpoints --------------------------------------------------------------------------------------
     def _rank_file(self, path: str) -> Path:
         from megatron.core import parallel_state as ps
@@ -557,6 +561,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             {
                 "model": self._local_state(),
                 "optimizer": optimizer_state,
+                "main_params": self._main_params(),
                 "steps_done": self.steps_done,
                 "layout": (self.tp_size, self.pp_size, self.world_size),
             },
@@ -577,6 +582,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         """The optimizers under megatron's ChainedOptimizer (one per parameter group kind)."""
         return list(getattr(self.optimizer, "chained_optimizers", [self.optimizer]))
 
+    def _main_params(self) -> list[list[torch.Tensor]]:
+        """Per optimizer, the tensors its torch optimizer steps: with bf16 the fp32 main (master) weights (or this
+        rank's shard of them), which the bf16 model parameters alone cannot restore; with fp32 the parameters."""
+        return [
+            [p.detach().cpu() for g in part.optimizer.param_groups for p in g["params"]] for part in self._optimizers()
+        ]
+
     @torch.no_grad()  # the fp32 distributed optimizer's "main params" are views of the model's leaf params
     def load_checkpoint(self, path: str) -> None:
         from roll.strategies.megatron import model as mm
@@ -593,4 +605,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         mm.load_into(self.module, saved["model"])
         for part, state in zip(self._optimizers(), saved["optimizer"]):
             part.optimizer.load_state_dict(state)
+        # older checkpoints (fp32 training only) have no main params: there the parameters are the main params
+        for part, main in zip(self._optimizers(), saved.get("main_params", [])):
+            params = [p for g in part.optimizer.param_groups for p in g["params"]]
+            if [tuple(p.shape) for p in params] != [tuple(t.shape) for t in main]:
+                raise ValueError(
+                    f"{self.config.name}: {source} holds main params of other shapes than this optimizer's"
+                )
+            for param, value in zip(params, main):
+                param.copy_(value)
         self.steps_done = saved["steps_done"]

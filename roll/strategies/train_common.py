@@ -107,14 +107,44 @@ def gradient_clip_value(max_grad_norm) -> float:
     return float(max_grad_norm) if max_grad_norm and max_grad_norm > 0 else float("inf")
 
 
+CHECKSUM_CHUNK = 1 << 24  # elements widened to float64 at a time: bounds the temporary copy (128 MB)
+
+
 @torch.no_grad()
-def checksum(named_tensors) -> float:
-    """Σ over tensors of (Σp + Σp²) in float64: any lost or stale tensor changes it."""
-    total = 0.0
-    for _, tensor in named_tensors:
-        p = tensor.detach().double()
-        total += p.sum().item() + (p * p).sum().item()
+def tensor_checksum(tensor: torch.Tensor) -> torch.Tensor:
+    """Σp + Σp² in float64 as a 0-d tensor on the tensor's own device (torch ops where it lives, no host copy)."""
+    flat = tensor.detach().reshape(-1)
+    total = torch.zeros((), dtype=torch.float64, device=flat.device)
+    for chunk in flat.split(CHECKSUM_CHUNK):
+        wide = chunk.double()
+        total += wide.sum() + torch.dot(wide, wide)
     return total
+
+
+class Checksum:
+    """Σ over tensors of (Σp + Σp²) in float64, accumulated on each tensor's device; `value()` brings back
+    one scalar per device. Any lost or stale tensor changes it."""
+
+    def __init__(self):
+        self.totals: dict[torch.device, torch.Tensor] = {}
+
+    def add(self, tensor: torch.Tensor) -> None:
+        part = tensor_checksum(tensor)
+        if part.device in self.totals:
+            self.totals[part.device] += part
+        else:
+            self.totals[part.device] = part
+
+    def value(self) -> float:
+        return float(sum(total.item() for total in self.totals.values()))
+
+
+def checksum(named_tensors) -> float:
+    """Σ over tensors of (Σp + Σp²) in float64 (Checksum): any lost or stale tensor changes it."""
+    total = Checksum()
+    for _, tensor in named_tensors:
+        total.add(tensor)
+    return total.value()
 
 
 def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:

@@ -133,17 +133,19 @@ def engine_checksum(worker) -> float:
     TP ranks is the full model's — comparable with the trainer's checksum of its HF parameters."""
     from vllm.distributed import get_tensor_model_parallel_rank
 
+    from roll.strategies.train_common import tensor_checksum
+
     tp_rank = get_tensor_model_parallel_rank()
-    per_tensor: dict[int, tuple[bool, list[float]]] = {}
+    per_tensor: dict[int, tuple[bool, list[torch.Tensor]]] = {}
     for module in worker.model_runner.model.modules():
         for name, param in module._parameters.items():
             if param is None:
                 continue
             value = _kernel_weight(module) if name == "weight" and _uses_kernel_copy(module) else param
-            value = value.detach().double()
             sharded = getattr(param, "output_dim", None) is not None or getattr(param, "input_dim", None) is not None
-            per_tensor.setdefault(id(param), (sharded, []))[1].append((value.sum() + (value * value).sum()).item())
-    return sum(sum(values) / len(values) for sharded, values in per_tensor.values() if sharded or tp_rank == 0)
+            per_tensor.setdefault(id(param), (sharded, []))[1].append(tensor_checksum(value))
+    means = [torch.stack(values).mean() for sharded, values in per_tensor.values() if sharded or tp_rank == 0]
+    return torch.stack(means).sum().item() if means else 0.0  # summed where the weights live: one scalar back
 
 
 @torch.no_grad()

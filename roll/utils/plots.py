@@ -28,9 +28,9 @@ def write_learning_curves(history: dict, output_dir: str) -> str:
         held_out = ([0, *held_out[0]], [history["before"]["val/score/all"], *held_out[1]])
     kl_key = next((k for k in KL_KEYS if any(k in m for m in metrics)), None)
     panels = [
-        ("reward (train samples)", "critic/score/mean", series("critic/score/mean")),
+        ("mean score of the step's training samples", "critic/score/mean", series("critic/score/mean")),
         ("held-out score", "val/score/all", held_out),
-        ("KL", kl_key or "no KL metric logged", series(kl_key) if kl_key else ([], [])),
+        ("KL (the metric named below)", kl_key or "no KL metric logged", series(kl_key) if kl_key else ([], [])),
         ("step time (s)", "timing/step", series("timing/step")),
     ]
     figure, axes = plt.subplots(2, 2, figsize=(10, 7))

@@ -126,6 +126,7 @@ class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMi
             kl_loss = agg_loss(kl, mask, settings.loss_agg_mode, **scale)
             loss = loss + settings.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.item()
+        loss = loss * settings.rl_loss_coef  # ROLL's RLVR actor: the RL terms only, not the entropy bonus
         if settings.entropy_loss_coef:
             entropy = agg_loss(
                 entropy_from_logits(logits.float() / settings.temperature), mask, settings.loss_agg_mode, **scale

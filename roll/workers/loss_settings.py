@@ -30,6 +30,7 @@ class LossSettings:
     kl_loss_type: str  # KL estimator of the KL loss (roll.algorithms.kl_penalty)
     entropy_loss_coef: float  # entropy bonus coefficient; 0 = off
     value_clip: float  # the critic's value clip range
+    rl_loss_coef: float = 1.0  # factor on pg + kl_loss_coef·kl (ROLL's RLVR actor), not on the entropy bonus
     # agg_loss arguments of this optimizer step (global token / row counts over all ranks and micro-batches):
     # set per train_step by the training strategy (train_common.split_train_batch); None = local formulas
     global_batch_info: dict | None = None
@@ -49,6 +50,7 @@ class LossSettings:
             kl_loss_type=config.kl_loss_type,
             entropy_loss_coef=config.entropy_loss_coef,
             value_clip=config.value_clip,
+            rl_loss_coef=config.rl_loss_coef,
         )
 
     @classmethod

@@ -1,9 +1,10 @@
 """Worker side of the bucketed weight sync (driven by roll.pipeline.core.weight_sync.WeightSync).
 
 Trainer (every rank, because the strategies gather shards collectively): `open_weight_stream` starts
-`buckets(strategy.named_hf_parameters(), limit)`; each `next_weight_bucket` advances it by one bucket on
-all ranks, and the ranks that serve inference workers publish it (object store, /dev/shm, CUDA IPC, or
-keep it for `broadcast_weight_bucket`). Only one bucket per rank is alive at a time.
+`buckets(strategy.named_hf_parameters(), limit)`, floating tensors cast to the engine's dtype and (for the
+sync check) summed into a checksum of what is sent, on their device; each `next_weight_bucket` advances it
+by one bucket on all ranks, and the ranks that serve inference workers publish it (object store, /dev/shm,
+CUDA IPC, or keep it for `broadcast_weight_bucket`). Only one bucket per rank is alive at a time.
 
 Inference: `begin_weight_update` starts the strategy's own `load_weights(iterator)` in a thread, fed one
 bucket per `receive_weight_bucket` call (an engine such as in-process vLLM reloads from one iterator);
@@ -22,6 +23,7 @@ from roll.distributed import weight_transport as transport
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.ray_utils import node_ip
 from roll.strategies.base import buckets
+from roll.strategies.train_common import Checksum
 
 _END = object()
 
@@ -83,14 +85,34 @@ class WeightReceiver:
             raise RuntimeError(f"{self.name}: loading the trainer's weights failed: {self._error}") from self._error
 
 
+def as_sent(named_tensors, dtype: torch.dtype | None, sent: Checksum | None):
+    """The stream's tensors in the engine's dtype (floating ones), added to `sent` as they go."""
+    for name, tensor in named_tensors:
+        if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
+            tensor = tensor.to(dtype)
+        if sent is not None:
+            sent.add(tensor)
+        yield name, tensor
+
+
 class WeightTransferMixin:
     """@register-ed methods of ActorWorker for WeightSync (see the module docstring)."""
 
     # --- trainer side ---------------------------------------------------------------------------------
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def open_weight_stream(self, method: str, limit_bytes: float, serving_ranks: list, adapter: bool = False) -> None:
+    def open_weight_stream(
+        self,
+        method: str,
+        limit_bytes: float,
+        serving_ranks: list,
+        adapter: bool = False,
+        dtype: str | None = None,
+        checksum: bool = False,
+    ) -> None:
         """`adapter`: stream the LoRA adapter matrices only (named_adapter_parameters), else the full HF
-        weights (named_hf_parameters: merged with LoRA)."""
+        weights (named_hf_parameters: merged with LoRA). `dtype`: floating tensors go in the dtype the
+        engine serves (it would round them on loading anyway; half the bytes for bf16 from fp32 masters).
+        `checksum`: serving ranks sum what they send (sent_weights_checksum), on the tensors' device."""
         named = getattr(self.strategy, "named_adapter_parameters" if adapter else "named_hf_parameters", None)
         if named is None:
             raise TypeError(
@@ -98,8 +120,17 @@ class WeightTransferMixin:
                 f"(actor_train needs a training strategy)"
             )
         self._close_stream()
-        self._stream = buckets(named(), limit_bytes)
-        self._stream_method, self._stream_serves, self._pending = method, self.rank in serving_ranks, None
+        serves = self.rank in serving_ranks
+        self._sent = Checksum() if checksum and serves else None
+        tensors = as_sent(named(), getattr(torch, dtype) if dtype else None, self._sent)
+        self._stream = buckets(tensors, limit_bytes)
+        self._stream_method, self._stream_serves, self._pending = method, serves, None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sent_weights_checksum(self) -> float | None:
+        """Checksum of what the last stream sent, as sent (serving ranks with checksum=True; else None)."""
+        sent = getattr(self, "_sent", None)
+        return sent.value() if sent is not None else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def next_weight_bucket(self) -> dict | None:

@@ -164,13 +164,35 @@ def test_user_env_by_dotted_path(chat):
 
 
 def test_normalize_scores_by_group_and_batch():
+    """ROLL's agentic_reward_norm (roll/pipeline/agentic/utils.py): torch's unbiased std; a group of one row or
+    with std ≤ 1e-6 gives 0, whatever the mean type."""
     scores = torch.tensor([1.0, 0.0, 3.0, 1.0])
     groups = np.array(["a", "a", "b", "b"], dtype=object)
     assert normalize_scores(scores, groups, "group", None).tolist() == [0.5, -0.5, 1.0, -1.0]
     assert normalize_scores(scores, groups, "batch", None).tolist() == pytest.approx([-0.25, -1.25, 1.75, -0.25])
+    # a: (1, 0), unbiased std √½; b: (3, 1), std √2 → ±0.5/√½ and ±1/√2, all ±1/√2
     scaled = normalize_scores(scores, groups, "group", "group")
-    assert scaled.tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-5)
+    half = 0.5 / (0.5**0.5 + 1e-6)
+    assert scaled.tolist() == pytest.approx([half, -half, 1 / (2**0.5 + 1e-6), -1 / (2**0.5 + 1e-6)], rel=1e-6)
+    # batch std: mean 1.25, squared deviations sum to 4.75, unbiased std √(4.75/3)
+    std = (4.75 / 3) ** 0.5
+    assert normalize_scores(scores, groups, "batch", "batch").tolist() == pytest.approx(
+        [(s - 1.25) / (std + 1e-6) for s in (1.0, 0.0, 3.0, 1.0)], rel=1e-6
+    )
     assert normalize_scores(scores, groups, None, None).tolist() == scores.tolist()
+
+
+def test_normalize_scores_is_zero_on_a_degenerate_group():
+    # batch mean 2, group std: c is one row, d is constant — both 0 (the population std gave (x − 2)/1e-6 ≈ 1e6)
+    scores = torch.tensor([1.0, 3.0, 3.2, 0.9, 0.9])
+    groups = np.array(["a", "a", "c", "d", "d"], dtype=object)
+    out = normalize_scores(scores, groups, "batch", "group")
+    mean = float(scores.mean())
+    std_a = 2**0.5
+    assert out.tolist() == pytest.approx([(1 - mean) / (std_a + 1e-6), (3 - mean) / (std_a + 1e-6), 0, 0, 0])
+    # a one-row group is 0 even with the batch std (ROLL checks the group's row count)
+    assert normalize_scores(scores, groups, "batch", "batch")[2] == 0
+    assert normalize_scores(torch.tensor([4.0]), np.array(["x"], dtype=object), "batch", "batch").tolist() == [0]
 
 
 def test_token_level_score_sits_on_the_last_generated_token():

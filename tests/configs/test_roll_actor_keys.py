@@ -37,3 +37,31 @@ def test_sequence_ratio_only_with_the_ppo_loss():
     assert policy_loss_config(config).importance_sampling == "seq"
     with pytest.raises(ConfigError, match="'importance_sampling' = seq applies to the PPO loss"):
         load_rlvr_config(rlvr_dict(importance_sampling="seq", pg_variant="topr"))
+
+
+def test_rl_loss_coef_is_a_key_with_roll_meaning():
+    # ROLL: roll/pipeline/rlvr/rlvr_config.py RLVRConfig.rl_loss_coef, default 1.0 (the loss maths:
+    # tests/algorithms/test_roll_maths.py); it used to be unknown with the hint "did you mean 'kl_loss_coef'"
+    from roll.workers.loss_settings import LossSettings
+
+    config = load_rlvr_config(rlvr_dict(rl_loss_coef=0.25))
+    assert LossSettings.from_config(config, step=0).rl_loss_coef == 0.25
+    assert load_rlvr_config(rlvr_dict()).rl_loss_coef == 1.0
+
+
+def test_agentic_ratio_type_segment():
+    # ROLL: roll/pipeline/agentic/agentic_config.py AgenticConfig.ratio_type (token | segment, default token)
+    from roll.configs import compose_config, load_agentic_config
+    from tests.configs.test_roll_compat import CORPUS
+
+    def load(*overrides):
+        return load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", list(overrides)))
+
+    assert policy_loss_config(load()).importance_sampling == "token"
+    assert policy_loss_config(load("ratio_type=segment")).importance_sampling == "segment"
+    with pytest.raises(ConfigError, match="'ratio_type' = segment applies to the PPO loss"):
+        load("ratio_type=segment", "pg_variant=topr")
+    with pytest.raises(ConfigError, match="'ratio_type' = segment and 'importance_sampling' = seq"):
+        load("ratio_type=segment", "importance_sampling=seq")
+    with pytest.raises(ConfigError, match="ratio_type"):
+        load("ratio_type=turn")

@@ -13,6 +13,7 @@ SMALL_RUN = [
     "actor_train.infer_batch_size=32",
     "eval_steps=0",
     "track_with=stdout",
+    "weight_sync_check=full",  # the tests verify every sync in full (probe included), not the default's checksums
 ]
 
 
@@ -26,6 +27,7 @@ SMALL_AGENTIC = [
     "max_steps=1",
     "actor_train.training_args.per_device_train_batch_size=4",
     "actor_train.training_args.gradient_accumulation_steps=1",
+    "weight_sync_check=full",
 ]
 
 

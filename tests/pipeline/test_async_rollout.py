@@ -17,7 +17,7 @@ import torch
 
 from roll.configs import ConfigError
 from roll.pipeline.core.callbacks import read_samples
-from roll.pipeline.rlvr.async_rollout import stale_action
+from roll.pipeline.rlvr.rollout.base import stale_action
 from tests.pipeline.helpers import NO_REFERENCE, trained_weights
 from tests.reliability.test_recovery import KillWorker
 
@@ -107,6 +107,8 @@ def test_staleness_metrics_reach_tensorboard(runs):
     assert all(h.num == GROUP for h in lags.values())
     assert {(h.min, h.max) for h in lags.values()} == {(0.0, 0.0), (1.0, 1.0)}  # steps 1, 3: lag 0; steps 2, 4: lag 1
     assert sorted(lags) == sorted({event.step for event in board.Scalars("async/lag")})
+    # TensorBoard counts steps as the progress line [N/max] and checkpoints step-N do: from 1 (issue 31)
+    assert sorted(lags) == [1, 2, 3, 4]
 
 
 def test_killed_engine_fails_clearly_and_resumes_from_the_checkpoint(runs):

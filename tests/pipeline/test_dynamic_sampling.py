@@ -46,6 +46,7 @@ def pipeline(demo_dir, tmp_path_factory):
 def set_filter(pipeline, type_="no_filter", refill=False, bound=16, **args):
     pipeline.config.rewards["math"].query_filter_config = RewardFilterConfig(type_, args)
     pipeline.config.is_use_additional_prompts, pipeline.config.max_additional_running_prompts = refill, bound
+    pipeline.compose_rollout()  # the rollout mode is chosen from the config once: again after changing it
 
 
 def sampled(pipeline, step):

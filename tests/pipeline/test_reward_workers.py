@@ -14,7 +14,7 @@ from roll.distributed.data_proto import DataProto
 from roll.workers.rewards.crossthinkqa_rule import CrossThinkQARuleRewardWorker, length_reward, repetition_penalty
 from roll.workers.rewards.grading import RewardDataError
 from roll.workers.rewards.ifeval_rule import GeneralRuleRewardWorker, grade_ifeval
-from roll.workers.rewards.judge_server import make_server
+from roll.workers.rewards.judge_server import api_url, make_server
 from roll.workers.rewards.llm_judge import chat_completion, parse_verdict
 
 
@@ -70,7 +70,7 @@ def serve(model_dir):
     server = make_server(str(model_dir))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        yield api_url(server)  # what the server prints for judge_api_url
     finally:
         server.shutdown()
 

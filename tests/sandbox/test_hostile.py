@@ -1,7 +1,8 @@
 """Hostile programs against the sandbox, one per attack class, each judged from OUTSIDE the sandbox:
 processes left behind, files that appeared on the host, bytes a host listener received, secrets printed,
 host processes killed. Every test also checks (autouse fixture) that no sandboxed process and no per-run
-cgroup outlives its run."""
+cgroup outlives its run. Host-global writes, the program's host uid, and this corpus re-run by an
+unprivileged caller are in test_host_global.py."""
 
 import os
 import signal
@@ -15,7 +16,7 @@ import uuid
 import pytest
 
 from roll.sandbox import capabilities, run_python
-from roll.sandbox.isolation import CGROUP_PARENT, CGROUP_V1
+from roll.sandbox.isolation import CGROUP_V1, cgroup_parent
 from roll.sandbox.runner import _run
 
 
@@ -36,7 +37,7 @@ def _sandboxed_pids() -> list[int]:
 def _run_cgroups() -> list[str]:
     found = []
     for hierarchy in ("memory", "pids", ""):
-        parent = os.path.join(CGROUP_V1, hierarchy, CGROUP_PARENT)
+        parent = os.path.join(CGROUP_V1, hierarchy, cgroup_parent())
         if os.path.isdir(parent):
             found += [os.path.join(parent, d) for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))]
     return found
@@ -76,7 +77,8 @@ def test_controls_get_the_right_verdicts():
 def test_process_storms_are_capped_and_reaped(storm):
     result = _run(storm, timeout=2.0, memory_mb=256, stdin="", nproc=16)
     assert result.timed_out
-    assert run_python("print('host still forks')").stdout == "host still forks\n"
+    after = run_python("print('host still forks')")
+    assert after.stdout == "host still forks\n", after
 
 
 def test_memory_split_across_children_hits_one_cap():

@@ -1,6 +1,8 @@
 """roll.sandbox.run_python: output, errors, limits, environment, concurrency, and refusal without isolation.
 The attack corpus is in test_hostile.py."""
 
+import os
+
 import pytest
 
 from roll.sandbox import SandboxUnavailable, capabilities, run_python, runner
@@ -71,4 +73,16 @@ def test_refuses_without_isolation_unless_allowed(monkeypatch):
     ):
         run_python("print(1)")
     unsafe = run_python("import os\nprint(os.getuid())", allow_unsafe=True)
-    assert unsafe.stdout == "0\n"  # no user namespace: this is the host's root, which is why it is refused
+    # no user namespace: the host's uid, and never root (a root caller's unsafe run is host uid 65534 too)
+    assert unsafe.stdout == f"{65534 if os.getuid() == 0 else os.getuid()}\n"
+
+
+def test_a_sandbox_that_cannot_be_built_is_an_error_not_a_failed_program(monkeypatch):
+    # bubblewrap exits before reporting its sandbox: SandboxUnavailable, not a result scored as wrong code
+    monkeypatch.setattr(runner.isolation, "bwrap_binary", lambda: "/bin/false")
+    with pytest.raises(SandboxUnavailable, match="the sandbox could not be built: exit status 1"):
+        run_python("print(1)")
+    from roll.sandbox.server import run_code
+
+    answer = run_code({"code": "print(1)"})  # the grading server answers SandboxError, which clients retry
+    assert answer["status"] == "SandboxError" and "could not be built" in answer["message"]

@@ -76,13 +76,20 @@ class StandInWorker:  # test double for roll.distributed.worker.Worker: what str
 
 
 def make_worker_config(
-    model_dir, strategy_name, strategy_config, micro, accumulation, world_size, gradient_checkpointing=False
+    model_dir,
+    strategy_name,
+    strategy_config,
+    micro,
+    accumulation,
+    world_size,
+    gradient_checkpointing=False,
+    dtype="float32",
 ) -> WorkerConfig:
     return WorkerConfig(
         name="actor_train",
         model_args=ModelArgs(
             model_name_or_path=str(model_dir),
-            dtype="float32",
+            dtype=dtype,
             disable_gradient_checkpointing=not gradient_checkpointing,
         ),
         training_args=TrainingArgs(
@@ -326,14 +333,16 @@ def _gathered_metrics(metrics: dict) -> dict:
 
 
 def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
-    """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing],
+    """scenario keys: name, strategy, config, micro, accumulation, [gradient_checkpointing], [dtype],
     [save_after] (checkpoint after that many steps), [resume_from] (scenario name: load its checkpoint and
-    run the remaining steps), [offload] (offload + reload + a scoring forward before every step),
+    run the remaining steps), [offload] (offload + reload watched by offload_probe + a scoring forward before
+    every step),
     [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
     [loss_agg_mode] (instead of LOSS's), [worker] (WorkerConfig fields to override, e.g. dynamic batching),
     [record_micro_rows] (record the rows of each micro-batch split_train_batch makes, per step)."""
     from roll.strategies import create_strategy
     from roll.strategies.train_common import split_train_batch
+    from tests.strategies import offload_probe
 
     if scenario["strategy"].endswith("_infer"):
         return run_infer_scenario(scenario, rank, model_dir, batches)
@@ -345,6 +354,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         scenario["accumulation"],
         WORLD_SIZE,
         scenario.get("gradient_checkpointing", False),
+        scenario.get("dtype", "float32"),
     )
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     critic = scenario.get("critic", False)
@@ -360,14 +370,13 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
     own_rows = slice(rank * ROWS_PER_RANK, (rank + 1) * ROWS_PER_RANK)
-    steps, scored, micro_counts = [], [], []
+    steps, scored, micro_counts, round_trips = [], [], [], []
     for step in range(first_step, scenario.get("steps", STEPS)):
         batch = as_proto(batches[step], own_rows, scenario.get("loss_agg_mode"))
         if scenario.get("record_micro_rows"):  # rows per micro-batch of each step (collective)
             micro_counts.append([len(part) for part in split_train_batch(config, batch)])
-        if scenario.get("offload"):
-            strategy.offload()
-            strategy.reload()
+        if scenario.get("offload"):  # watched: every engine tensor leaves at offload, returns unchanged
+            round_trips.append(offload_probe.round_trip(strategy))
             scored.append(strategy.compute_log_probs(batch))  # the pipeline scores between phases
         steps.append(_gathered_metrics(strategy.train_step(batch, value_loss_fn if critic else loss_fn)))
         if scenario.get("save_after") == step + 1:
@@ -393,6 +402,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         "log_probs": everyone,
         "checksum": checksum,
         "micro_rows": micro_counts,
+        "round_trips": round_trips,
     }
     if scenario.get("save_after"):
         hf_dir = workdir / scenario["name"] / "hf"
@@ -406,23 +416,26 @@ def _uneven_rows(rank: int) -> slice:
 
 
 def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
-    """Forward-only strategies: log-probs of the saved model, checksum, then a weight load (as a weight
-    sync would send) and the state it leaves."""
+    """Forward-only strategies: [offload] (an offload/reload round trip watched by offload_probe first),
+    log-probs of the saved model, checksum, then a weight load (as a weight sync would send) and the
+    state it leaves."""
     import torch.distributed as dist
 
     from roll.strategies import create_strategy
+    from tests.strategies import offload_probe
 
     config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, WORLD_SIZE)
     config = dataclasses.replace(config, **scenario.get("worker", {}))
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, WORLD_SIZE))
     strategy.initialize()
+    round_trips = [offload_probe.round_trip(strategy)] if scenario.get("offload") else []  # before scoring
 
     def gathered_log_probs():
         everyone = [None] * WORLD_SIZE
         dist.all_gather_object(everyone, strategy.compute_log_probs(as_proto(batches[0], _uneven_rows(rank))))
         return everyone
 
-    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum()}
+    result = {"log_probs": gathered_log_probs(), "checksum": strategy.state_checksum(), "round_trips": round_trips}
     if scenario.get("load_weights"):
         shifted = [(name, tensor.detach().cpu().clone() + 0.01) for name, tensor in strategy.named_hf_parameters()]
         strategy.load_weights(shifted)

@@ -94,6 +94,7 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
     """scenario keys: name, strategy, config, micro, accumulation, target (model_args.lora_target),
     [gradient_checkpointing], [save_after], [resume_from], [offload] (as in harness.run_scenario)."""
     from roll.strategies import create_strategy
+    from tests.strategies import offload_probe
 
     config = h.make_worker_config(
         model_dir,
@@ -116,12 +117,11 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
     own_rows = slice(rank * h.ROWS_PER_RANK, (rank + 1) * h.ROWS_PER_RANK)
-    steps, saved_log_probs = [], None
+    steps, saved_log_probs, round_trips = [], None, []
     for step in range(first_step, h.STEPS):
         batch = h.as_proto(batches[step], own_rows)
-        if scenario.get("offload"):  # colocated roles: offload + reload + a scoring forward between phases
-            strategy.offload()
-            strategy.reload()
+        if scenario.get("offload"):  # colocated roles: offload + reload (watched) + a scoring forward between phases
+            round_trips.append(offload_probe.round_trip(strategy))
             strategy.compute_log_probs(batch)
         steps.append(h._gathered_metrics(strategy.train_step(batch, h.loss_fn)))
         if scenario.get("save_after") == step + 1:
@@ -152,6 +152,7 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
         "adapter": dict(strategy.named_adapter_parameters()),  # adapter-only weight sync's source
         "adapter_checksum": strategy.adapter_checksum(),
         "adapter_config": strategy.adapter_config(),
+        "round_trips": round_trips,
     }
     del strategy
     return result

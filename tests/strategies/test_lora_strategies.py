@@ -14,6 +14,7 @@ import torch
 
 from tests.strategies import harness as h
 from tests.strategies import lora_scenarios as ls
+from tests.strategies import offload_probe
 
 ENGINES = {  # name: (strategy, strategy_config, lora_target, gradient checkpointing)
     "ds_zero0": ("deepspeed_train", h.ds_config(0), "all-linear", False),
@@ -22,7 +23,7 @@ ENGINES = {  # name: (strategy, strategy_config, lora_target, gradient checkpoin
     "ds_zero3": ("deepspeed_train", h.ds_config(3), "all-linear", True),
     "fsdp2": ("fsdp2_train", {"reshard_after_forward": True}, r".*\.(q_proj|v_proj|up_proj|down_proj)", True),
 }
-OFFLOADED = ("ds_zero2", "ds_zero3", "fsdp2")  # offload/reload run for real on CPU for ZeRO-1..3 (no-op: FSDP2)
+OFFLOADED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")  # watched by offload_probe (round_trips)
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "grad_norm", "lr")
 
 
@@ -209,3 +210,9 @@ def test_offload_reload_leaves_lora_training_unchanged(lora_runs, name):
         for key in LOSS_KEYS:
             assert got[key] == want[key], key
     assert all(torch.equal(offloaded["after"][n], t) for n, t in plain["after"].items())
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_moves_adapters_frozen_base_and_optimizer_state(lora_runs, name):
+    """offload_probe: the frozen base weights move as well as the adapters and their AdamW state."""
+    offload_probe.assert_every_tensor_moved(lora_runs["results"][f"{name}/offload"]["round_trips"])

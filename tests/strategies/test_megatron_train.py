@@ -18,9 +18,12 @@ import pytest
 import torch
 
 from tests.strategies import harness as h
+from tests.strategies import offload_probe
 from tests.strategies.test_train_strategies import DYNAMIC, LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL = 1e-5, 1e-6, 2e-5
+BF16_RTOL, BF16_PARAM_ATOL = 5e-2, 2e-2  # bf16 forward/backward against the fp32 reference
+BF16 = "tp1_dp2_distopt_bf16"
 TP2 = {"tensor_model_parallel_size": 2}
 LAYOUTS = {  # name: (strategy_config, micro, accumulation)
     "tp1_dp2": ({}, 4, 2),
@@ -30,6 +33,7 @@ LAYOUTS = {  # name: (strategy_config, micro, accumulation)
     "pp2": ({"pipeline_model_parallel_size": 2}, 4, 4),
 }
 RESUMED = ("tp1_dp2_distopt", "tp2", "pp2")
+OFFLOADED = ("tp2", "tp1_dp2_distopt")  # DDP buffers without / with the distributed optimizer's param buffer
 DYNAMIC_BATCHING = ("tp1_dp2", "tp2")  # PP 1 only (pipeline stages exchange fixed shapes)
 
 
@@ -58,6 +62,10 @@ def scenarios() -> list[dict]:
             )
         )
     out.append(dict(name="tp2/micro1_acc16", strategy="megatron_train", config=TP2, micro=1, accumulation=16))
+    # bf16 parameters, fp32 main params sharded by the distributed optimizer; saved after step 1 and resumed
+    bf16 = dict(strategy="megatron_train", config={"use_distributed_optimizer": True}, micro=4, accumulation=2)
+    out.append(dict(name=BF16, dtype="bfloat16", save_after=1, **bf16))
+    out.append(dict(name=f"{BF16}/resumed", dtype="bfloat16", resume_from=BF16, **bf16))
     # token-mean: split-invariant through train_common.global_batch_info (counts over all ranks, pooled rows)
     for name, config, micro, accumulation in (("tp2", TP2, 1, 16), ("tp2", TP2, 16, 1), ("tp1_dp2", {}, 8, 1)):
         out.append(
@@ -70,8 +78,19 @@ def scenarios() -> list[dict]:
                 loss_agg_mode="token-mean",
             )
         )
-    out.append(dict(name="tp2/offload", strategy="megatron_train", config=TP2, micro=4, accumulation=4, offload=True))
-    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True))
+    for name in OFFLOADED:
+        config, micro, accumulation = LAYOUTS[name]
+        out.append(
+            dict(
+                name=f"{name}/offload",
+                strategy="megatron_train",
+                config=config,
+                micro=micro,
+                accumulation=accumulation,
+                offload=True,
+            )
+        )
+    out.append(dict(name="infer_tp2", strategy="megatron_infer", config=TP2, load_weights=True, offload=True))
     out.append(dict(name="sum_pi_squared_pp2", sum_pi_squared=True, config={"pipeline_model_parallel_size": 2}))
     for name in DYNAMIC_BATCHING:  # token-budget micro-batches (train and scoring) vs the fixed split
         config, micro, accumulation = LAYOUTS[name]
@@ -144,10 +163,24 @@ def test_save_load_continue_equals_uninterrupted(runs, name):
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= set(uninterrupted["hf_files"])
 
 
-def test_offload_reload_leaves_training_unchanged(runs):
-    plain, offloaded = runs["results"]["tp2"], runs["results"]["tp2/offload"]
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_reload_leaves_training_unchanged(runs, name):
+    plain, offloaded = runs["results"][name], runs["results"][f"{name}/offload"]
     _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=0)
     assert _max_param_diff(offloaded["params"], plain["params"]) == 0
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_moves_parameters_gradient_buffers_and_optimizer_state(runs, name):
+    """Fails on c1685f7, whose megatron offload returned early without a GPU (and, on a GPU, crashed on the
+    ChainedOptimizer's ProxyDict state): every parameter, main_grad and optimizer tensor of every chained
+    optimizer leaves compute memory at offload and is back bit-identical at reload."""
+    offload_probe.assert_every_tensor_moved(runs["results"][f"{name}/offload"]["round_trips"], gradients=True)
+
+
+def test_megatron_infer_offload_moves_every_weight(runs):
+    """A round trip before scoring: the weights leave and come back (log-probs vs HF checked below)."""
+    offload_probe.assert_every_tensor_moved(runs["results"]["infer_tp2"]["round_trips"], optimizer=False)
 
 
 def test_megatron_infer_scores_like_hf_and_loads_weights(runs):
@@ -252,3 +285,14 @@ def test_micro_batching_limits_are_errors(tmp_path, keys, parallel, match):
     config = h.make_worker_config(tmp_path, "megatron_train", None, 1, 1, 2)
     with pytest.raises(ValueError, match=match):
         check_micro_batching(dataclasses.replace(config, **keys), parallel)
+
+
+def test_bf16_params_with_fp32_main_params_train_like_fp32_and_resume_exactly(runs):
+    """bf16 model parameters, fp32 main params in megatron's optimizer: the same training as fp32 within bf16
+    rounding, and a resume restores the main params (the bf16 parameters alone cannot), so it is exact."""
+    bf16, resumed, reference = runs["results"][BF16], runs["results"][f"{BF16}/resumed"], runs["reference"]
+    assert {p.dtype for p in bf16["params"].values()} == {torch.bfloat16}
+    _assert_steps_close(bf16["steps"], reference["steps"], ("actor/pg_loss", "grad_norm"), rtol=BF16_RTOL, atol=1e-3)
+    assert _max_param_diff(bf16["params"], reference["params"]) < BF16_PARAM_ATOL
+    _assert_steps_close(resumed["steps"], bf16["steps"][1:], LOSS_KEYS, rtol=0, atol=0)
+    assert _max_param_diff(resumed["params"], bf16["params"]) == 0

@@ -423,7 +423,7 @@ def test_pipeline_wiring_generate_sync_checksum_probe(models, make, monkeypatch)
         for p in hf.model.parameters():
             p.mul_(1.1)
     with pytest.raises(error_type, match="did not load the trained weights"):
-        sync._check_checksums(step=1)
+        sync._check_checksums(1, [hf.state_checksum()])  # what the trainer sends now (fp32 both)
     with pytest.raises(error_type, match="stale or wrong weights"):
         sync._check_probe(step=1)
     assert sync.sync_and_verify(step=2)["weight_sync/probe_max_abs_diff"] <= 1e-5
@@ -586,7 +586,7 @@ def test_hf_infer_requests_of_one_call_are_one_batch_each_row_on_its_own(models,
 def test_request_samples_are_laid_out_as_the_batched_generate_lays_them_out(models, make):
     """The request-level rollout (generate_opt_level 1) builds its training batch from RequestResults with
     samples_to_batch: for the same greedy replies it must give the batched `generate`'s tensors."""
-    from roll.pipeline.rlvr.request_rollout import Sample, samples_to_batch
+    from roll.pipeline.rlvr.rollout.requests import Sample, samples_to_batch
 
     hf = make(models[1], "hf_infer")
     batch = prompt_batch(hf.model.config.vocab_size, rows=4, seed=5)

@@ -4,7 +4,8 @@ production PPO loss (ActorWorker._policy_loss: vanilla clip + low-var KL loss + 
 weight decay, linear LR schedule with warm-up, gradient clipping that binds).
 
 Also: micro-batch 1 × accumulation 8 = micro-batch 8 × accumulation 1; save → load → continue = the
-uninterrupted run; offload + reload between steps changes nothing; forward-only strategies score like HF.
+uninterrupted run; offload + reload between steps changes nothing and moves every tensor (offload_probe.py);
+forward-only strategies score like HF.
 
 All scenarios run in one pair of spawned processes (see harness.py); each test checks one of them.
 
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 from tests.strategies import harness as h
+from tests.strategies import offload_probe
 
 LOSS_RTOL, LOSS_ATOL, PARAM_ATOL, SAME_RUN_ATOL = 1e-5, 1e-6, 2e-5, 0.0
 FSDP2 = {"reshard_after_forward": True}
@@ -34,8 +36,9 @@ EQUIVALENCE = {  # name: (strategy, strategy_config, gradient checkpointing)
 }
 RESUMED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INVARIANCE = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
-OFFLOADED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
+OFFLOADED = ("ds_zero0", "ds_zero1", "ds_zero2", "ds_zero3", "fsdp2")
 INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_infer", h.ds_config(3))}
+PARKED_INFER = ("fsdp2_infer",)  # a round trip before scoring (deepspeed_infer moves its module on a GPU only)
 # token-mean needs the step's global token count (train_common.global_batch_info) to be split-invariant
 TOKEN_MEAN_INVARIANCE = ("ds_zero2", "fsdp2")
 CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on the sharded engines and one that is not
@@ -137,7 +140,7 @@ def scenarios() -> list[dict]:
         )
     )
     for name, (strategy, config) in INFER.items():
-        out.append(dict(name=name, strategy=strategy, config=config, load_weights=True))
+        out.append(dict(name=name, strategy=strategy, config=config, load_weights=True, offload=name in PARKED_INFER))
     return out + micro_batching_scenarios()
 
 
@@ -281,6 +284,19 @@ def test_offload_reload_leaves_training_unchanged(runs, name):
     plain, offloaded = runs["results"][name], runs["results"][f"{name}/offload"]
     _assert_steps_close(offloaded["steps"], plain["steps"], LOSS_KEYS, rtol=0, atol=SAME_RUN_ATOL)
     assert _max_param_diff(offloaded["params"], plain["params"]) <= SAME_RUN_ATOL
+
+
+@pytest.mark.parametrize("name", PARKED_INFER)
+def test_forward_only_offload_moves_every_weight(runs, name):
+    """The weights leave and come back (the log-probs after the round trip are checked against HF below)."""
+    offload_probe.assert_every_tensor_moved(runs["results"][name]["round_trips"], optimizer=False)
+
+
+@pytest.mark.parametrize("name", OFFLOADED)
+def test_offload_moves_every_parameter_and_optimizer_tensor(runs, name):
+    """Watched by offload_probe: out of compute memory at offload, back bit-identical at reload (fails on an
+    offload that returns early)."""
+    offload_probe.assert_every_tensor_moved(runs["results"][f"{name}/offload"]["round_trips"])
 
 
 @pytest.mark.parametrize("name", CRITIC)

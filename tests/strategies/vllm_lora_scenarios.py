@@ -99,7 +99,7 @@ def adapter_sync(workdir: Path) -> dict:
 
     train_adapters(trainer, seed=2)  # a second "step": a new adapter id replaces the first
     try:  # not synced yet: the adapter checksum says so
-        adapter._check_checksums(step=1)
+        adapter._check_checksums(1, [trainer.adapter_checksum()])  # what the trainer sends now (fp32 both)
         out["stale_detected"] = None
     except WeightSyncError as error:
         out["stale_detected"] = str(error)

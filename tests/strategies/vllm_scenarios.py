@@ -298,10 +298,12 @@ def tied(workdir: Path) -> dict:
     out = {}
 
     def verify(label):
-        """Both checks of WeightSync, each on its own, so the test sees which ones fire."""
-        for check in ("_check_checksums", "_check_probe"):
+        """Both checks of WeightSync, each on its own, so the test sees which ones fire; the checksum compares
+        the engine with what the trainer sends (fp32 both: its state checksum)."""
+        checks = {"_check_checksums": lambda: sync._check_checksums(5, [hf.state_checksum()]), "_check_probe": None}
+        for check, call in checks.items():
             try:
-                value = getattr(sync, check)(step=5)
+                value = call() if call else sync._check_probe(step=5)
                 out[f"{label}{check}"] = {"passed": True, "value": value}
             except error_type as error:
                 out[f"{label}{check}"] = {"passed": False, "error": str(error)}

@@ -109,10 +109,13 @@ def test_program_extraction():
 
 
 def test_roll_path_and_refusal_without_isolation(monkeypatch):
-    from roll.pipeline.rlvr.rewards.code_sandbox_reward_worker import CodeSandboxRewardWorker as RollPath
+    from roll.configs.roll_keys import ROLL_REWARD_WORKERS
     from roll.sandbox import SandboxUnavailable, runner
 
-    assert RollPath is CodeSandboxRewardWorker
+    # ROLL's dotted path is rewritten to ours at load time (no shim module under roll.pipeline.rlvr.rewards)
+    roll_path = "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker"
+    ours = ROLL_REWARD_WORKERS[roll_path]
+    assert ours == f"{CodeSandboxRewardWorker.__module__}.{CodeSandboxRewardWorker.__name__}"
     monkeypatch.setattr(runner, "layers", lambda: {"cgroup": (False, "no cgroup v1 or v2")})
     with pytest.raises(SandboxUnavailable, match="cgroup: no cgroup v1 or v2"):
         make_worker(monkeypatch)

@@ -30,6 +30,7 @@ OVERRIDES = {
     "kl_loss_type": "k2",
     "entropy_loss_coef": 0.01,
     "value_clip": 0.4,
+    "rl_loss_coef": 0.5,
 }
 
 
@@ -48,6 +49,7 @@ def test_from_config_carries_each_config_key():
         "kl_loss_type": "k2",
         "entropy_loss_coef": 0.01,
         "value_clip": 0.4,
+        "rl_loss_coef": 0.5,
         "global_batch_info": None,  # the training strategy sets it per optimizer step
     }
     assert {f.name for f in dataclasses.fields(LossSettings)} == set(expected)  # a new field needs a line here

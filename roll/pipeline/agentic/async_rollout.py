@@ -2,7 +2,7 @@
 episodes of step t+k while the trainer trains step t.
 
 An episode is a loop of turns driven from the driver, so it cannot be queued on the engine as one call the
-way RLVR's generate calls are (roll/pipeline/rlvr/async_rollout.py). Instead one background thread plays
+way RLVR's generate calls are (roll/pipeline/rlvr/rollout/async_batch.py). Instead one background thread plays
 the steps' episodes in order, and the schedule is fixed rather than timing-dependent, so runs are
 reproducible: the rollout of step s is played entirely with policy version v(s) = max(first, s - k) (version
 v = the trainer's weights after v optimizer steps). At step t the engine serves version t; the thread plays

@@ -11,25 +11,24 @@ EPS = 1e-6
 def normalize_scores(
     scores: torch.Tensor, groups: np.ndarray, mean_type: str | None, std_type: str | None
 ) -> torch.Tensor:
-    """(score − mean) / (std + ε), with mean and std over the row's group ("group") or over all rows
-    ("batch"); None skips that part. std is the population std (a one-row group has std 0)."""
-    out = scores.float().clone()
+    """ROLL's `agentic_reward_norm` (roll/pipeline/agentic/utils.py). Per group x (the rows sharing a `groups`
+    value): mean = batch mean | mean(x) | 0 for "batch" | "group" | None; std = the unbiased std (torch's
+    default, as ROLL) of the batch | of x | none. With a std: (x − mean)/(std + ε) when x has more than one row
+    and std > ε, else 0 (a group of one or a constant group has nothing to compare; never (x − mean)/ε)."""
+    values = scores.float()
+    out = torch.empty_like(values)
     index = defaultdict(list)
     for row, key in enumerate(groups):
         index[key].append(row)
-
-    def stat(kind: str, fn) -> torch.Tensor:
-        if kind == "batch":
-            return torch.full_like(out, fn(scores.float()))
-        values = torch.empty_like(out)
-        for rows in index.values():
-            values[rows] = fn(scores[rows].float())
-        return values
-
-    if mean_type is not None:
-        out = out - stat(mean_type, lambda x: x.mean())
-    if std_type is not None:
-        out = out / (stat(std_type, lambda x: x.std(unbiased=False)) + EPS)
+    batch_std = float(values.std()) if len(values) > 1 else 0.0
+    for rows in index.values():
+        x = values[rows]
+        mean = {"batch": values.mean(), "group": x.mean(), None: 0.0}[mean_type]
+        if std_type is None:
+            out[rows] = x - mean
+            continue
+        std = batch_std if std_type == "batch" else (float(x.std()) if len(rows) > 1 else 0.0)
+        out[rows] = (x - mean) / (std + EPS) if len(rows) > 1 and std > EPS else torch.zeros_like(x)
     return out
 
 

@@ -24,6 +24,7 @@ from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.agentic.async_rollout import AgenticAsyncRollout
 from roll.pipeline.agentic.episode_scores import episode_metrics, normalize_scores
+from roll.pipeline.agentic.first_prompts import check_first_prompts, first_prompt_ids
 from roll.pipeline.agentic.rollout import EnvRollout, to_batch
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
@@ -48,6 +49,7 @@ class AgenticPipeline(BasePipeline):
                 self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
             except (ImportError, TypeError, ValueError) as error:
                 raise ValueError(f"custom_envs.{tag}.env_type: {error}") from None
+        check_first_prompts(self.config, self.chat, self.env_classes)  # before any worker: names the tag
         if self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
             self.async_rollout = AgenticAsyncRollout(self)
         elif self.config.async_generation_ratio == 0:
@@ -111,15 +113,11 @@ class AgenticPipeline(BasePipeline):
         super().close()
 
     def _probe_batch(self) -> DataProto:
-        """The first validation (else training) environment's first prompt."""
+        """The first validation (else training) environment's first prompt, as its env manager builds it."""
         manager = self.config.val_env_manager or self.config.train_env_manager
         tag = group_tags(manager)[0]
-        env = self.env_classes[tag](**self.config.custom_envs[tag].env_config)
-        observation = env.reset(seed=self.config.val_seed_offset)
-        instructions = getattr(env, "instructions", "")
-        text = f"{instructions}\n{observation}" if instructions else observation
-        env.close()
-        row = {"prompt_ids": self.chat.prompt_ids(text), "prompt_text": text, "ground_truth": None, "tag": tag}
+        ids = first_prompt_ids(self.config, tag, self.chat, self.env_classes[tag], self.config.val_seed_offset)
+        row = {"prompt_ids": ids, "prompt_text": self.chat.decode(ids), "ground_truth": None, "tag": tag}
         return collate_prompts([row], self.config.prompt_length, self.pad_token_id)
 
     # ---- one step ---------------------------------------------------------------------------------

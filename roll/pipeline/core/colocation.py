@@ -1,7 +1,9 @@
 """Roles that share device ids take turns: before a phase its roles are reloaded and every other
 resident role on the same devices is offloaded (weights, gradients, optimizer state or KV cache, as each
-strategy can). Roles on separate devices are never touched. On a CPU-only machine the strategies'
-offload/reload move nothing (they say so once in the log), but the calls run the same way."""
+strategy can). Roles on separate devices are never touched. On a CPU-only machine the training
+strategies' offload/reload run the same code as on a GPU (host copies, compute storages freed:
+roll/strategies/offload.py); inference engines without a sleep mode there keep their weights. A role is
+touched only after use() made it resident: an offloaded engine's tensors have no memory until reload."""
 
 import time
 

@@ -28,11 +28,11 @@ def progress(metrics: dict) -> str:
         ("reward", "critic/score/mean"),
         ("len", "response_length/mean"),
         ("pg_loss", "actor/pg_loss"),
-        ("kl", "mismatch/mismatch_kl"),
+        ("rollout_kl", "mismatch/mismatch_kl"),  # engine vs trainer log-probs, not the KL to the reference
         ("val", "val/score/all"),
     ]
     parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
-    if "weight_sync/probe_max_abs_diff" in metrics:  # present only when the step's weight-sync check passed
+    if metrics.get("weight_sync/checked", 0) > 0:  # the step's weight-sync check ran and passed (a failure raises)
         parts.append("sync ok")
     phases = " ".join(  # the phases and the overhead; per-role busy/idle go to the tracker only
         f"{k[len('timing/') :]} {v:.1f}s"

@@ -27,16 +27,27 @@ def _shaping_on(config, *keys) -> bool:
 _MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
 _SCORE_KEYS = ("norm_mean_type", "norm_std_type", "use_reward_scaling", "reward_clip")
 _WEIGHT_KEYS = ("difficulty_loss_weight", "length_loss_weight")
+_WEIGHTS = "sample_loss_weights"  # apply_reward_shaping → compute_advantages
 
 
 def apply_reward_shaping(batch: DataProto, config) -> dict:
     """ROLL's sample masks, score normalisation/clip (docs/algorithms.md §11), before the token rewards are
-    built; with every key off the batch is untouched. Masked samples leave `response_mask` (the loss mask)."""
+    built; with every key off the batch is untouched. Masked samples leave `response_mask` (the loss mask); the
+    loss weights are computed here, before that, and taken by `compute_advantages`."""
     data, metrics = batch.batch, {}
-    if not _shaping_on(config, *_MASK_KEYS, *_SCORE_KEYS):
+    if not _shaping_on(config, *_MASK_KEYS, *_SCORE_KEYS, *_WEIGHT_KEYS):
         return metrics
     mask, scores = data["response_mask"], data["scores"]
     lengths, index = mask.sum(-1), batch.non_tensor_batch["uid"]
+    if _shaping_on(config, *_WEIGHT_KEYS):
+        # from the lengths before the sample masks, as ROLL (compute_sample_weights reads response_mask, not
+        # final_response_mask): a dropped row must not count as length 0 in the kept rows' weights
+        data[_WEIGHTS] = sample_loss_weights(
+            lengths,
+            batch.non_tensor_batch.get("difficulty"),
+            difficulty_loss_weight=config.difficulty_loss_weight,
+            length_loss_weight=config.length_loss_weight,
+        )
     if _shaping_on(config, *_MASK_KEYS):
         keep = sample_level_mask(
             scores,
@@ -57,8 +68,8 @@ def apply_reward_shaping(batch: DataProto, config) -> dict:
         # the scores as placed so far (agentic: after reward_normalization), one per row
         placed = data["token_level_scores"].sum(-1)
         shaped = reward_norm(placed, index, config.norm_mean_type, config.norm_std_type)
-        if config.use_reward_scaling and shaped.numel() > 1:
-            shaped = shaped / (shaped.std() + 1e-6)
+        if config.use_reward_scaling:  # a constant batch gives 0, not x/1e-6
+            shaped = reward_norm(shaped, index, None, "batch")
         if config.reward_clip is not None:
             metrics["shaping/reward_clip_frac"] = float((shaped.abs() > config.reward_clip).float().mean())
             shaped = shaped.clamp(-config.reward_clip, config.reward_clip)
@@ -161,11 +172,8 @@ def compute_advantages(batch: DataProto, config) -> None:
         )
     if _shaping_on(config, *_WEIGHT_KEYS):
         # a positive per-sample factor on A scales the clipped surrogate exactly (docs/algorithms.md §11.3)
-        weights = sample_loss_weights(
-            data["response_mask"].sum(-1),
-            batch.non_tensor_batch.get("difficulty"),
-            difficulty_loss_weight=config.difficulty_loss_weight,
-            length_loss_weight=config.length_loss_weight,
-        )
+        if _WEIGHTS not in data:
+            raise ValueError("difficulty/length_loss_weight: run apply_reward_shaping before compute_advantages")
+        weights = data.pop(_WEIGHTS)  # driver-side only: the workers never see it
         advantages = advantages * weights.unsqueeze(-1).to(advantages.dtype)
     data["advantages"], data["returns"] = advantages, returns

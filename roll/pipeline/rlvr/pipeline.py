@@ -16,10 +16,8 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
-from roll.pipeline.rlvr.async_rollout import AsyncRollout
-from roll.pipeline.rlvr.dynamic_sampling import filter_enabled, sample_filtered_batch
-from roll.pipeline.rlvr.request_rollout import RequestRollout
 from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_metrics
+from roll.pipeline.rlvr.rollout import Rollout, RolloutParts, build_rollout
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.functional import scores_on_last_token
@@ -33,6 +31,8 @@ logger = get_logger("roll.pipeline")
 class RLVRPipeline(BasePipeline):
     """Prompts with verifiable rewards: `RLVRPipeline(config).run()`; see `BasePipeline`."""
 
+    rollout: Rollout | None = None  # the config's rollout mode (roll.pipeline.rlvr.rollout), set by _setup_data
+
     # ---- set-up -------------------------------------------------------------------------------
     def _setup_data(self) -> None:
         config = self.config
@@ -40,12 +40,7 @@ class RLVRPipeline(BasePipeline):
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
         self.sampler = prompt_sampler(self.train_rows, config.actor_train.data_args, config.seed)
         self._run_length()
-        if getattr(self, "request_rollout", None) is not None:  # a recovery re-runs _setup_data
-            self.request_rollout.close()
-        self.request_rollout = RequestRollout(self) if config.generate_opt_level == 1 else None
-        self.async_rollout = (
-            AsyncRollout(self) if config.async_generation_ratio > 0 and self.request_rollout is None else None
-        )
+        self.compose_rollout()
         self.val_rows = (
             self._load_rows(config.validation.data_args, "validation.data_args")
             if config.validation is not None
@@ -92,33 +87,42 @@ class RLVRPipeline(BasePipeline):
             roles.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
         return roles
 
+    def compose_rollout(self) -> None:
+        """`self.rollout` ← the mode the config asks for, on the current sampler. Called by _setup_data (again
+        when a recovery starts over: the old rollout's threads end first)."""
+        if self.rollout is not None:
+            self.rollout.close()
+        parts = RolloutParts(
+            sampler=self.sampler,
+            generate=self.generate,
+            compute_rewards=self.compute_rewards,
+            submit_generation=self.submit_generation,
+            finish_generation=self.finish_generation,
+            engine=lambda: self.actor_infer,  # looked up per call: a recovery restarts the roles, not the rollout
+            use_engine=lambda: self.memory.use("actor_infer"),
+            pad_token_id=self.pad_token_id,
+        )
+        self.rollout = build_rollout(self.config, parts)
+
     def data_state(self) -> dict:
-        rollout = self.async_rollout or self.request_rollout
-        queued = rollout.data_state() if rollout is not None else None
-        return {"sampler": queued or self.sampler.state_dict()}
+        return {"sampler": self.rollout.state_dict()}
 
     def load_data_state(self, state: dict) -> None:
-        self.sampler.load_state_dict(state["sampler"])
+        self.rollout.load_state_dict(state["sampler"])
 
     def _run_from(self, first_step: int, history: dict) -> None:
-        rollout = self.async_rollout or self.request_rollout
-        if rollout is not None:  # a (re)start: nothing in flight, the engine gets version first_step
-            rollout.reset(first_step)
+        self.rollout.start(first_step)
         super()._run_from(first_step, history)
 
     def _before_weight_sync(self, timer: StepTimer) -> None:
-        if self.request_rollout is not None:
-            with timer.phase("rollout_wait"):  # the calls in flight end (or are aborted: partial_rollout)
-                self.request_rollout.before_weight_sync()
+        self.rollout.before_weight_sync(timer)
 
     def _after_weight_sync(self) -> None:
-        rollout = self.async_rollout or self.request_rollout
-        if rollout is not None:
-            rollout.after_weight_sync()
+        self.rollout.after_weight_sync()
 
     def close(self) -> None:
-        if getattr(self, "request_rollout", None) is not None:
-            self.request_rollout.close()
+        if self.rollout is not None:
+            self.rollout.close()
         super().close()
 
     def _probe_batch(self) -> DataProto:
@@ -163,6 +167,11 @@ class RLVRPipeline(BasePipeline):
             seed = (1 << 40) + seed * 1000 + generation_round
         batch.meta_info.update(generation_config=generation, seed=seed)
         return batch.pad_to_multiple(self.actor_infer.world_size)
+
+    def submit_generation(self, rows: list[dict], step: int) -> tuple[object, int]:
+        """`generate`'s call without waiting for it: (its PendingCall, the padding rows for finish_generation)."""
+        batch, pad = self.generation_request(rows, step)
+        return self.actor_infer.generate.submit(batch), pad
 
     def finish_generation(self, out: DataProto, pad: int, n: int) -> DataProto:
         """Drop the `pad` padding prompts' `n` samples each and decode the responses."""
@@ -261,33 +270,13 @@ class RLVRPipeline(BasePipeline):
         return metrics
 
     def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict]]:
-        """The step's scored samples and their prompt rows: rollout_batch_size prompts, or with a
-        rewards.<domain>.query_filter_config the groups that pass it (roll.pipeline.rlvr.dynamic_sampling)."""
-        if self.request_rollout is not None:  # request-level: groups scored as they finish, maybe steps ahead
-            with timer.phase("generate_and_reward"):
-                rows, batch, rollout_metrics = self.request_rollout.take(step)
-            metrics.update(rollout_metrics)
-            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step)
-            return batch, rows
-        if self.async_rollout is not None:  # off-policy: (mostly) generated while earlier steps trained
-            with timer.phase("generate"):
-                rows, batch, async_metrics = self.async_rollout.take(step)
-            metrics.update(async_metrics)
-            self.tracker.histogram("async/lag", batch.non_tensor_batch["policy_lag"].astype(np.int64), step)
-            with timer.phase("reward"):
-                self.compute_rewards(batch)
-            return batch, rows
-        if filter_enabled(self.config):
-            with timer.phase("generate_and_reward"):
-                batch, rows, filter_metrics = sample_filtered_batch(self, step)
-            metrics.update(filter_metrics)
-            return batch, rows
-        rows = self.sampler.next_rows(self.config.rollout_batch_size)
-        with timer.phase("generate"):
-            batch = self.generate(rows, step)
-        with timer.phase("reward"):
-            self.compute_rewards(batch)
-        return batch, rows
+        """The step's scored samples and their prompt rows, from the config's rollout mode; its metrics are
+        added to `metrics`, its histograms (async/lag) go to the tracker."""
+        taken = self.rollout.take(step, timer)
+        metrics.update(taken.metrics)
+        for name, values in taken.histograms.items():
+            self.tracker.histogram(name, values, step + 1)  # the tracker counts steps from 1, as the progress line
+        return taken.batch, taken.rows
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
         """`reward_baselines` (estimators registered with greedy_baseline, e.g. ReMax): each sample's

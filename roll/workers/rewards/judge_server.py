@@ -1,7 +1,8 @@
 """A small OpenAI-compatible judge server: POST /v1/chat/completions answered by a local transformers model.
 
 `python -m roll.workers.rewards.judge_server --model PATH --port 8000` serves a judge for
-`judge_model_type: api` without any external service (greedy decoding, one request at a time).
+`judge_model_type: api` without any external service (greedy decoding, one request at a time); it prints
+the `judge_api_url` to give the reward domain (`http://HOST:PORT/v1`).
 """
 
 import argparse
@@ -54,10 +55,19 @@ def make_server(model_path: str, host: str = "127.0.0.1", port: int = 0) -> Thre
     return ThreadingHTTPServer((host, port), Handler)
 
 
+def api_url(server: ThreadingHTTPServer) -> str:
+    """What `judge_api_url` is for this server: its base URL ending in /v1 (the worker appends
+    /chat/completions)."""
+    host, port = server.server_address[:2]
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/v1"
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    make_server(args.model, args.host, args.port).serve_forever()
+    server = make_server(args.model, args.host, args.port)
+    print(f"judge server ready; in the config: judge_model_type: api, judge_api_url: {api_url(server)}", flush=True)
+    server.serve_forever()

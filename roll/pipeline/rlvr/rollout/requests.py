@@ -4,8 +4,8 @@ once all its groups are scored. With `async_generation_ratio: k` the engine may 
 
 Two driver threads do the streaming: the dispatcher keeps one `generate_requests` call (a few prompt groups,
 each prompt × num_return_sequences_in_group requests) in flight per actor_infer worker and collects what
-comes back; a finished group goes to the scorer thread (`RLVRPipeline.compute_rewards`). The trainer thread
-opens steps (draws their prompts), takes batches and syncs weights.
+comes back; a finished group goes to the scorer thread (`compute_rewards`). The trainer thread opens steps
+(draws their prompts), takes batches and syncs weights.
 
 Policy versions and the weight sync: version v = the trainer's weights after v optimizer steps; every
 generated token records the version that produced it. Before a weight sync the dispatcher stops sending
@@ -24,18 +24,19 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import ray
 import torch
 
 from roll.data.prompts import collate_prompts
 from roll.distributed.data_proto import DataProto
-from roll.pipeline.rlvr.async_rollout import stale_action
 from roll.pipeline.rlvr.reward_metrics import merge_worker_metrics
+from roll.pipeline.rlvr.rollout.base import OffPolicy, Rollout, RolloutBatch, stale_action
 from roll.utils.functional import rollout_tensors
+from roll.utils.progress import StepTimer
 
 
 @dataclass
@@ -60,32 +61,71 @@ class Group:
     attempt: int = 0  # regenerations: part of the sampling seeds
 
 
-class RequestRollout:
-    """Owned by an RLVRPipeline with generate_opt_level 1."""
+@dataclass(frozen=True)
+class RequestSettings:
+    seed: int  # the run's: part of every request's sampling seed
+    batch_size: int  # prompts per step (rollout_batch_size)
+    group_size: int  # samples per prompt (num_return_sequences_in_group)
+    prompt_length: int
+    max_new_tokens: int  # actor_infer.generating_args.max_new_tokens: a sample's response tokens, all segments
+    partial: bool  # partial_rollout: abort the requests in flight at a weight sync, resume them after it
 
-    def __init__(self, pipeline):
-        config = pipeline.config
-        self.pipeline, self.config = pipeline, config
-        self.ahead = int(config.async_generation_ratio)
-        self.max_lag = self.ahead if config.async_max_lag is None else config.async_max_lag
-        self.policy, self.partial = config.async_stale_samples, config.partial_rollout
-        self.n = config.num_return_sequences_in_group
-        self.max_new_tokens = config.actor_infer.generating_args.max_new_tokens
+    @classmethod
+    def from_config(cls, config) -> "RequestSettings":
+        return cls(
+            config.seed,
+            config.rollout_batch_size,
+            config.num_return_sequences_in_group,
+            config.prompt_length,
+            config.actor_infer.generating_args.max_new_tokens,
+            config.partial_rollout,
+        )
+
+
+class RequestRollout(Rollout):
+    """Dependencies: `engine()` → the actor_infer Cluster as it is now (roles restart on a recovery and this
+    object outlives them), of which it uses world_size, rpc_timeout, generate_requests.submit, abort_requests
+    and first_finished; `use_engine()` gives the engine its turn on shared devices; `finish_generation(batch,
+    pad, group_size)` decodes the responses; `compute_rewards(batch)` scores a group (on the scorer thread)."""
+
+    def __init__(
+        self,
+        sampler,
+        engine: Callable[[], object],
+        use_engine: Callable[[], None],
+        finish_generation: Callable[[DataProto, int, int], DataProto],
+        compute_rewards: Callable[[DataProto], DataProto],
+        pad_token_id: int,
+        settings: RequestSettings,
+        schedule: OffPolicy,
+    ):
+        super().__init__(sampler)
+        self.engine, self.use_engine = engine, use_engine
+        self.finish_generation, self.compute_rewards = finish_generation, compute_rewards
+        self.pad_token_id, self.settings, self.schedule = pad_token_id, settings, schedule
+        self.ahead, self.max_lag, self.policy = schedule.ahead, schedule.max_lag, schedule.stale
+        self.n, self.max_new_tokens, self.partial = settings.group_size, settings.max_new_tokens, settings.partial
         self.cond = threading.Condition()
         self.threads: list[threading.Thread] = []
         self.scorer: ThreadPoolExecutor | None = None
         self.counts = {"dropped": 0, "regenerated": 0}  # samples, over the run
-        self.version, self.stopping, self.error = 0, False, None
+        self.version, self.stopping, self.error, self.paused = 0, False, None, False
+        self.steps: dict[int, tuple[dict, list[Group]]] = {}  # opened step → (sampler state before it, groups)
+
+    @classmethod
+    def from_config(cls, config, sampler, engine, use_engine, finish_generation, compute_rewards, pad_token_id):
+        settings, schedule = RequestSettings.from_config(config), OffPolicy.from_config(config)
+        return cls(sampler, engine, use_engine, finish_generation, compute_rewards, pad_token_id, settings, schedule)
 
     # ---- lifecycle (the trainer thread) ------------------------------------------------------------------------
-    def reset(self, first_step: int) -> None:
+    def start(self, first_step: int) -> None:
         """A (re)start: the threads of an earlier attempt end, nothing is in flight, the engine serves
         version first_step."""
         self.close()
         self.version, self.stopping, self.error, self.paused = first_step, False, None, False
-        self.world = self.pipeline.actor_infer.world_size
+        self.world = self.engine().world_size
         # a call carries this many groups: each step's prompts take >= 2 calls per worker, so groups stream
-        self.groups_per_call = max(1, math.ceil(self.config.rollout_batch_size / (2 * self.world)))
+        self.groups_per_call = max(1, math.ceil(self.settings.batch_size / (2 * self.world)))
         self.steps: dict[int, tuple[dict, list[Group]]] = {}  # opened step → (sampler state before it, groups)
         self.pending: deque[tuple[Group, int]] = deque()  # (group, sample) requests waiting for a worker
         self.in_flight: dict[int, tuple] = {}  # rank → (call, [(group, sample)], version, request ids)
@@ -105,17 +145,23 @@ class RequestRollout:
             self.scorer.shutdown(wait=False, cancel_futures=True)
             self.scorer = None
 
-    def data_state(self) -> dict | None:
-        """The sampler position to checkpoint: before the oldest opened step's prompts (None: none open)."""
+    def state_dict(self) -> dict:
+        """Before the oldest opened step's prompts (the sampler's position if none is open)."""
         with self.cond:
-            return self.steps[min(self.steps)][0] if self.steps else None
+            opened = self.steps[min(self.steps)][0] if self.steps else None
+        return opened or super().state_dict()
 
     # ---- the trainer's side ----------------------------------------------------------------------------------
-    def take(self, step: int) -> tuple[list, DataProto, dict]:
+    def take(self, step: int, timer: StepTimer) -> RolloutBatch:
+        with timer.phase("generate_and_reward"):
+            rows, batch, metrics = self._scored(step)
+        return RolloutBatch(batch, rows, metrics, {"async/lag": batch.non_tensor_batch["policy_lag"].astype(np.int64)})
+
+    def _scored(self, step: int) -> tuple[list, DataProto, dict]:
         """Step `step`'s rows and scored batch (with `policy_version`/`policy_lag` per sample), having opened
         the steps up to step + k so that their generation overlaps this step's training."""
-        last = self.config.max_steps - 1
-        self.pipeline.memory.use("actor_infer")
+        last = self.schedule.last_step
+        self.use_engine()
         for ahead in range(step, min(step + self.ahead, last) + 1):
             if ahead not in self.steps:
                 self._open(ahead)
@@ -131,7 +177,7 @@ class RequestRollout:
                     metrics[f"async/{name}_samples"] += self.n
                     self.counts[name] += self.n
                     if self.policy == "drop":
-                        group.row = self.pipeline.sampler.next_rows(1)[0]
+                        group.row = self.sampler.next_rows(1)[0]
                     self._restart(group)
                 self.cond.notify_all()
         with self.cond:
@@ -160,19 +206,20 @@ class RequestRollout:
         )
         return [group.row for group in groups], batch, metrics
 
-    def before_weight_sync(self) -> None:
+    def before_weight_sync(self, timer: StepTimer) -> None:
         """New weights load only between calls: stop sending, and let the calls in flight end (aborted at the
         next token with partial_rollout; their requests resume after the sync)."""
-        with self.cond:
-            self.paused = True
-            calls = list(self.in_flight.items())
-        if self.partial:
-            for rank, (_, _, _, ids) in calls:
-                self.pipeline.actor_infer.abort_requests(rank, ids)
-        with self.cond:
-            while self.in_flight and self.error is None:
-                self.cond.wait(0.05)
-            self._raise_error()
+        with timer.phase("rollout_wait"):
+            with self.cond:
+                self.paused = True
+                calls = list(self.in_flight.items())
+            if self.partial:
+                for rank, (_, _, _, ids) in calls:
+                    self.engine().abort_requests(rank, ids)
+            with self.cond:
+                while self.in_flight and self.error is None:
+                    self.cond.wait(0.05)
+                self._raise_error()
 
     def after_weight_sync(self) -> None:
         with self.cond:
@@ -182,8 +229,8 @@ class RequestRollout:
 
     # ---- bookkeeping (under self.cond) ------------------------------------------------------------------------
     def _open(self, step: int) -> None:
-        state = dict(self.pipeline.sampler.state_dict())
-        rows = self.pipeline.sampler.next_rows(self.config.rollout_batch_size)
+        state = dict(self.sampler.state_dict())
+        rows = self.sampler.next_rows(self.settings.batch_size)
         groups = [Group(step, i, row, []) for i, row in enumerate(rows)]
         with self.cond:
             self.steps[step] = (state, groups)
@@ -230,15 +277,15 @@ class RequestRollout:
                         return
                     if not self.paused:
                         self._send_calls()
-                    refs = {call.refs[0]: rank for rank, (call, *_) in self.in_flight.items()}
-                    if not refs:
+                    calls = {rank: call for rank, (call, *_) in self.in_flight.items()}
+                    if not calls:
                         self.cond.wait(0.05)
                         continue
-                ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.05)
-                if not ready:
+                rank = self.engine().first_finished(calls, timeout=0.05)
+                if rank is None:
                     self._check_timeouts()
                     continue
-                self._collect(refs[ready[0]])
+                self._collect(rank)
         except BaseException as error:  # noqa: BLE001 — handed to the trainer thread, which raises it
             with self.cond:
                 self.error = error
@@ -254,7 +301,7 @@ class RequestRollout:
                 groups.add(group)
                 batch.append((group, j, group.samples[j]))
             requests = [self._request(group, j) for group, j, _ in batch]
-            call = self.pipeline.actor_infer.generate_requests.submit(rank, requests)
+            call = self.engine().generate_requests.submit(rank, requests)
             self.in_flight[rank] = (call, batch, self.version, [request[0] for request in requests])
 
     def _request(self, group: Group, j: int) -> tuple:
@@ -263,7 +310,7 @@ class RequestRollout:
         if sample.segments > 1:
             self.step_counts["resumed"] += 1
         # a seed per (run seed, step, prompt, sample, attempt, segment): hf_infer seeds a call by its first
-        seed = ((self.config.seed * 100003 + group.step) * 1009 + group.index) * 64 + j
+        seed = ((self.settings.seed * 100003 + group.step) * 1009 + group.index) * 64 + j
         seed = (seed * 16 + group.attempt) * 16 + sample.segments
         request_id = f"{group.step}-{group.index}-{j}-{group.attempt}-{sample.segments}"
         sampling = {"max_new_tokens": self.max_new_tokens - len(sample.tokens), "seed": seed % 2**62}
@@ -271,7 +318,7 @@ class RequestRollout:
 
     def _check_timeouts(self) -> None:
         """A call older than actor_infer's rpc_timeout: its result() raises RoleTimeout naming role and method."""
-        timeout = self.pipeline.actor_infer.rpc_timeout
+        timeout = self.engine().rpc_timeout
         for call, *_ in list(self.in_flight.values()):
             if timeout is not None and time.monotonic() - call.started > timeout:
                 call.result()
@@ -301,15 +348,14 @@ class RequestRollout:
 
     # ---- the scorer thread -------------------------------------------------------------------------------------
     def _score(self, group: Group) -> DataProto:
-        pipeline = self.pipeline
         with self.cond:
             self.step_counts["overlapped"] += bool(self.in_flight)
-        prompt = collate_prompts([group.row], self.config.prompt_length, pipeline.pad_token_id)
+        prompt = collate_prompts([group.row], self.settings.prompt_length, self.pad_token_id)
         prompt.non_tensor_batch["domain"] = np.array([group.row["domain"]], dtype=object)
         prompt.non_tensor_batch["uid"] = np.array([f"{group.step}-{group.index}"], dtype=object)
-        batch = samples_to_batch(group.samples, prompt, self.max_new_tokens, pipeline.pad_token_id)
-        batch = pipeline.finish_generation(batch, 0, self.n)
-        return pipeline.compute_rewards(batch)
+        batch = samples_to_batch(group.samples, prompt, self.max_new_tokens, self.pad_token_id)
+        batch = self.finish_generation(batch, 0, self.n)
+        return self.compute_rewards(batch)
 
 
 def samples_to_batch(samples: list[Sample], prompt: DataProto, response_length: int, pad_token_id: int) -> DataProto:
