@@ -29,13 +29,14 @@ def test_one_gpu_demo_configs_validate_and_colocate(strategy, dtype):
     config = load([*ONE_GPU, "max_steps=2", *strategy_overrides(strategy), *dtype_overrides(dtype)])
     assert config.num_gpus_per_node == 1 and config.actor_train.strategy_args.strategy_name.endswith("_train")
     assert {config.actor_train.model_args.dtype, config.actor_infer.model_args.dtype} == {dtype}
-    assert sync_method(config) == "ipc"
+    assert sync_method(config) == "ipc" and config.weight_sync_check == "full"
 
 
 def test_lora_and_two_gpu_configs_validate_with_their_sync_paths():
     one_gpu = [o for o in ONE_GPU if not o.startswith("reference.")]
     assert sync_method(load([*one_gpu, *strategy_overrides("fsdp2")], name="rlvr_tiny_lora")) == "ipc"
     assert sync_method(load(["num_gpus_per_node=2", *strategy_overrides("fsdp2")])) == "collective"
+    assert load(ONE_GPU).weight_sync_check == "full"  # the tier asserts a full check after every step
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

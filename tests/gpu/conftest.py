@@ -19,8 +19,10 @@ requires_two_gpus = pytest.mark.skipif(
     torch.cuda.device_count() < 2, reason=f"needs 2 CUDA GPUs, this machine has {torch.cuda.device_count()}"
 )
 
-# Every role on GPU 0, as a one-GPU user runs the demo (docs/gpu.md).
+# Every role on GPU 0, as a one-GPU user runs the demo (docs/gpu.md), every weight sync verified in full
+# (checksums + probe log-probs; the default checks checksums only after each step).
 ONE_GPU = [
+    "weight_sync_check=full",
     "num_gpus_per_node=1",
     "actor_train.device_mapping=[0]",
     "actor_infer.device_mapping=[0]",

@@ -40,8 +40,8 @@ def _assert_trained_and_synced(history: dict, steps: int = 2) -> None:
     ran = history["steps"]
     assert sorted(ran) == list(range(steps))
     for step, metrics in ran.items():
-        # present only when that step's weight-sync check passed (a failed check raises WeightSyncError)
-        assert "weight_sync/probe_max_abs_diff" in metrics, f"step {step}: no verified weight sync"
+        # a full check ran after this step's sync and passed (a failed check raises WeightSyncError)
+        assert metrics["weight_sync/checked"] == 2 and "weight_sync/probe_max_abs_diff" in metrics, f"step {step}"
         assert math.isfinite(metrics["actor/pg_loss"]), f"step {step}: pg_loss {metrics['actor/pg_loss']}"
         assert metrics["timing/step"] > 0
 
@@ -72,7 +72,7 @@ def test_lora_demo_on_one_gpu(strategy, gpu_demo, gpu_ray, tmp_path):
 @requires_two_gpus
 def test_separate_roles_sync_over_nccl(gpu_demo, gpu_ray, tmp_path):
     """actor_train (+ reference) on GPU 0, actor_infer on GPU 1: the demo's own layout on two GPUs."""
-    overrides = ["num_gpus_per_node=2", "max_steps=2", *strategy_overrides("fsdp2")]
+    overrides = ["weight_sync_check=full", "num_gpus_per_node=2", "max_steps=2", *strategy_overrides("fsdp2")]
     history = run_pipeline(make_config(gpu_demo, tmp_path / "out", overrides), inspect=_inspect)
     _assert_trained_and_synced(history)
     assert history["inspected"]["sync_method"] == "collective"
