@@ -54,6 +54,7 @@ TIERS = {
     "pipeline/test_ray_cluster.py::test_a_worker_whose_devices_span_two_nodes_is_a_config_error": "quick",
     "pipeline/test_reward_workers.py": "quick",
     "pipeline/test_rewards_routing.py": "quick",
+    "pipeline/test_rollout_modes.py": "quick",  # each rollout mode against test doubles, no Ray
     "pipeline/test_validation_metrics.py": "quick",
     "pipeline/test_weight_sync_paths.py::test_method_follows_the_placement": "quick",
     "pipeline/test_weight_sync_paths.py::test_pack_unpack_is_exact_for_mixed_dtypes_and_shapes": "quick",
