@@ -14,25 +14,17 @@ import dataclasses
 import re
 from pathlib import Path
 
-from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, check_agentic, group_tags, num_env_workers
+from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, group_tags, num_env_workers
 from roll.configs.base import PipelineConfig
 from roll.configs.checks import (
     BatchPlan,
     batch_plan,
-    check_algorithm,
-    check_micro_batching,
-    check_model_types,
-    check_roles,
-    check_run_length,
-    check_strategy_configs,
     describe_reference,
     reference_source,
     roles,
 )
-from roll.configs.generation_checks import check_async, check_generation
 from roll.configs.loader import ConfigError, build, collected
 from roll.configs.policy_loss import effective_policy_loss_mode, policy_loss_config
-from roll.configs.profiler import check_profiler
 from roll.configs.rlvr import RLVRConfig
 from roll.configs.worker import (
     DataArgs,
@@ -164,43 +156,29 @@ def _set_or_add(override: str) -> str:
     return override if override.startswith(("+", "~")) else "++" + override
 
 
-def load_rlvr_config(config) -> RLVRConfig:
-    """A composed DictConfig (or plain dict) → a validated RLVRConfig with derived fields filled."""
-    data = _resolve_and_strip_shared_blocks(config, RLVRConfig)
-    _drop_null_entries(data, "rewards")
+def load_config(cls, config):
+    """A composed DictConfig (or plain dict) → a validated `cls` (RLVRConfig or AgenticConfig): ROLL's spellings
+    translated, the strict build (every unknown key, wrong type and out-of-range number of the file in one
+    message), then the config's own cross-field rules (`validate()`)."""
+    data = _resolve_and_strip_shared_blocks(config, cls)
+    for key in cls.DROPPABLE_MAPS:
+        _drop_null_entries(data, key)
     for role in ROLE_KEYS:
         _name_role(data, role, role)
-    for domain in list(data.get("rewards") or {}):
-        _name_role(data["rewards"], domain, f"rewards.{domain}")
-    rlvr = _build_with_roll_keys(RLVRConfig, data)
-    check_run_length(rlvr)
-    check_model_types(rlvr)
-    check_roles(rlvr)
-    check_generation(rlvr)
-    check_async(rlvr)
-    check_algorithm(rlvr)
-    check_profiler(rlvr, roles(rlvr))
-    batch_plan(rlvr)  # raises on batch sizes that do not divide
-    _check_engines(rlvr)
-    return rlvr
+    for key in cls.NAMED_ROLE_MAPS:
+        for name in list(data.get(key) or {}):
+            _name_role(data[key], name, f"{key}.{name}")
+    built = _build_with_roll_keys(cls, data)
+    built.validate()
+    return built
+
+
+def load_rlvr_config(config) -> RLVRConfig:
+    return load_config(RLVRConfig, config)
 
 
 def load_agentic_config(config) -> AgenticConfig:
-    """A composed DictConfig (or plain dict) → a validated AgenticConfig with derived fields filled."""
-    data = _resolve_and_strip_shared_blocks(config, AgenticConfig)
-    _drop_null_entries(data, "custom_envs")
-    for role in ROLE_KEYS:
-        _name_role(data, role, role)
-    agentic = _build_with_roll_keys(AgenticConfig, data)
-    check_run_length(agentic)
-    check_model_types(agentic)
-    check_roles(agentic)
-    check_algorithm(agentic)
-    check_agentic(agentic)
-    check_profiler(agentic, roles(agentic))
-    check_micro_batching(agentic)
-    _check_engines(agentic)
-    return agentic
+    return load_config(AgenticConfig, config)
 
 
 def _build_with_roll_keys(cls, data: dict):
@@ -219,13 +197,6 @@ def _build_with_roll_keys(cls, data: dict):
     if hasattr(config, "rewards"):
         note_roll_spellings(config, extra)
     return config
-
-
-def _check_engines(config) -> None:
-    """Every role's strategy_config through its engine's validator, so --dry_run catches engine-key mistakes."""
-    problems = check_strategy_configs(config)
-    if problems:
-        raise collected(problems)
 
 
 def optimizer_steps(config) -> dict:

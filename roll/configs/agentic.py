@@ -14,9 +14,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.checks import data_parallel_size
+from roll.configs.checks import (
+    check_algorithm,
+    check_micro_batching,
+    check_model_types,
+    check_roles,
+    check_run_length,
+    check_strategy_configs,
+    data_parallel_size,
+    roles,
+)
 from roll.configs.generation_checks import check_async, check_stop_strings
-from roll.configs.loader import ConfigError, field_help
+from roll.configs.loader import ConfigError, collected, field_help
+from roll.configs.profiler import check_profiler
 from roll.configs.worker import GeneratingArgs
 
 
@@ -132,6 +142,9 @@ class RewardNormalization:
 
 @dataclass
 class AgenticConfig(RLAlgorithmConfig):
+    DROPPABLE_MAPS = ("custom_envs",)  # the loader: `custom_envs.<tag>: null` drops an inherited environment
+    NAMED_ROLE_MAPS = ()
+
     custom_envs: dict[str, EnvConfig] = field_help(
         default_factory=dict,
         help="environments by tag: custom_envs.<tag> with env_type and env_config; `custom_envs.<tag>: null` "
@@ -212,6 +225,20 @@ class AgenticConfig(RLAlgorithmConfig):
         if self.val_batch_size is None or self.val_env_manager is None:
             return 1
         return self.val_batch_size // self.val_env_manager.num_envs
+
+    def validate(self) -> None:
+        """The rules that join fields of several blocks, after the strict build checked each field (types,
+        ranges, keys); the first broken rule raises ConfigError naming its keys and the fix."""
+        check_run_length(self)
+        check_model_types(self)
+        check_roles(self)
+        check_algorithm(self)
+        check_agentic(self)
+        check_profiler(self, roles(self))
+        check_micro_batching(self)
+        problems = check_strategy_configs(self)  # each engine's own keys, all reported together
+        if problems:
+            raise collected(problems)
 
 
 def check_agentic(config: AgenticConfig) -> None:

@@ -7,12 +7,27 @@ the prompt batch shape, the reward domains and the held-out prompts.
 from dataclasses import dataclass
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.loader import field_help
+from roll.configs.checks import (
+    batch_plan,
+    check_algorithm,
+    check_model_types,
+    check_roles,
+    check_run_length,
+    check_strategy_configs,
+    roles,
+)
+from roll.configs.generation_checks import check_async, check_generation
+from roll.configs.loader import collected, field_help
+from roll.configs.profiler import check_profiler
 from roll.configs.worker import RewardConfig, ValidationConfig
 
 
 @dataclass
 class RLVRConfig(RLAlgorithmConfig):
+    # the loader: `<key>.<name>: null` drops an inherited entry of these maps; their entries are named roles
+    DROPPABLE_MAPS = ("rewards",)
+    NAMED_ROLE_MAPS = ("rewards",)
+
     rewards: dict[str, RewardConfig] = field_help(
         default_factory=dict,
         help="reward domains: rewards.<domain> with worker_cls and tag_included; `rewards.<domain>: null` drops a "
@@ -73,3 +88,18 @@ class RLVRConfig(RLAlgorithmConfig):
     def group(self) -> tuple[str, int]:
         """(key, value) of the GRPO group size: the samples compared with each other."""
         return "num_return_sequences_in_group", self.num_return_sequences_in_group
+
+    def validate(self) -> None:
+        """The rules that join fields of several blocks, after the strict build checked each field (types,
+        ranges, keys); the first broken rule raises ConfigError naming its keys and the fix."""
+        check_run_length(self)
+        check_model_types(self)
+        check_roles(self)
+        check_generation(self)
+        check_async(self)
+        check_algorithm(self)
+        check_profiler(self, roles(self))
+        batch_plan(self)  # raises on batch sizes that do not divide
+        problems = check_strategy_configs(self)  # each engine's own keys, all reported together
+        if problems:
+            raise collected(problems)

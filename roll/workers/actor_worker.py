@@ -20,7 +20,7 @@ from roll.utils.functional import response_log_probs, slice_response_logits
 from roll.workers.checkpointing import CheckpointMixin
 from roll.workers.memory import MemoryMixin
 from roll.workers.ppo_epochs import PPOEpochsMixin
-from roll.workers.weight_transfer import WeightTransferMixin
+from roll.workers.weight_sync_worker import WeightTransferMixin
 
 
 class ActorWorker(CheckpointMixin, MemoryMixin, PPOEpochsMixin, WeightTransferMixin, Worker):

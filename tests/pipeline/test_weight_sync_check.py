@@ -7,6 +7,8 @@ bf16, as every GPU run with model_args.dtype bfloat16 does. On c1685f7 the first
 check (the trainer's fp32 checksum against the engine's bf16 one).
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -94,8 +96,11 @@ def test_config_refuses_a_full_check_interval_that_does_nothing():
     assert PipelineConfig().weight_sync_check == "checksum"
     with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = 5 has no effect with weight_sync_check"):
         PipelineConfig(weight_sync_check="full", weight_sync_full_check_steps=5)
-    with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = -2: must be >= 0"):
-        PipelineConfig(weight_sync_full_check_steps=-2)
+    from roll.configs import compose_config, load_rlvr_config
+
+    tiny = str(Path(__file__).resolve().parents[2] / "examples" / "tiny_rlvr")
+    with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = -2: must be ≥ 0"):  # the loader's range
+        load_rlvr_config(compose_config(tiny, "rlvr_tiny", ["weight_sync_full_check_steps=-2"]))
 
 
 def test_off_and_checksum_still_check_the_start_up_sync_in_full(roles):

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from roll.distributed import weight_transport as transport
+from roll.distributed import bucket_transport as transport
 from roll.pipeline.core.weight_sync import choose_method
-from roll.workers.weight_transfer import WeightReceiver
+from roll.workers.weight_sync_worker import WeightReceiver
 
 LIMIT_MB = 0.02  # the tiny demo model has tensors of 256 B .. 128 KB: several buckets, some single big tensors
 

@@ -35,11 +35,11 @@ class StandInWorker:  # test double for roll.distributed.worker.Worker: what str
 
 
 def transfer_worker(strategy):
-    """The real weight-transfer methods of ActorWorker (roll.workers.weight_transfer) on one in-process
+    """The real weight-transfer methods of ActorWorker (roll.workers.weight_sync_worker) on one in-process
     worker; an inference strategy standing in as the trainer exports its module's parameters."""
     import logging
 
-    from roll.workers.weight_transfer import WeightTransferMixin
+    from roll.workers.weight_sync_worker import WeightTransferMixin
 
     worker = WeightTransferMixin()
     worker.strategy = strategy

@@ -2,7 +2,7 @@
 
 Transfer: the trainer's HF-named weights go in buckets of at most `model_update_buffer_size_mb` (a
 larger single tensor goes alone), so a sync needs one bucket of extra memory, not the whole model. The
-driver only moves references; the bytes go worker to worker (roll.workers.weight_transfer) by one of:
+driver only moves references; the bytes go worker to worker (roll.workers.weight_sync_worker) by one of:
   object_store  Ray's object store (any placement; the fallback)
   collective    a broadcast group of trainer rank 0 + every inference worker (separate devices)
   ipc           shared memory between workers on the same device ids (colocated)

@@ -1,4 +1,5 @@
-"""How one weight bucket travels from a trainer worker to inference workers.
+"""How one weight bucket travels from a trainer worker to inference workers (the transport under the worker side,
+roll.workers.weight_sync_worker, which roll.pipeline.core.weight_sync drives).
 
 A bucket is packed into one flat byte buffer plus a list of (name, dtype, shape, offset) entries, so
 every transport moves a single tensor per bucket and the receiver rebuilds the named tensors as views:

@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from roll.distributed import weight_transport as transport
+from roll.distributed import bucket_transport as transport
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.ray_utils import node_ip
 from roll.strategies.base import buckets
