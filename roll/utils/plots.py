@@ -4,7 +4,12 @@ from pathlib import Path
 
 # First key present wins: the KL to the reference when a KL loss is on, else the reward's KL penalty, else the
 # PPO ratio's KL estimate.
-KL_KEYS = ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl", "mismatch/mismatch_kl")
+KL_KEYS = {
+    "actor/kl_loss": "KL loss to the reference",
+    "actor/reward_kl_penalty": "reward KL penalty (to the reference)",
+    "actor/ppo_kl": "PPO KL (trainer vs rollout policy)",
+    "mismatch/mismatch_kl": "rollout mismatch KL (engine vs trainer)",
+}
 
 
 def write_learning_curves(history: dict, output_dir: str) -> str:
@@ -30,7 +35,7 @@ def write_learning_curves(history: dict, output_dir: str) -> str:
     panels = [
         ("mean score of the step's training samples", "critic/score/mean", series("critic/score/mean")),
         ("held-out score", "val/score/all", held_out),
-        ("KL (the metric named below)", kl_key or "no KL metric logged", series(kl_key) if kl_key else ([], [])),
+        (KL_KEYS.get(kl_key, "KL"), kl_key or "no KL metric logged", series(kl_key) if kl_key else ([], [])),
         ("step time (s)", "timing/step", series("timing/step")),
     ]
     figure, axes = plt.subplots(2, 2, figsize=(10, 7))
