@@ -101,8 +101,10 @@ def test_async_rollout_plays_the_next_step_while_training_with_the_previous_weig
     first = _deterministic(async_["steps"][0])
     assert first.pop("async/lag") == 0.0
     assert first["mismatch/lag_0/mismatch_kl"] == first["mismatch/mismatch_kl"]  # per-lag mismatch metrics
-    same = {k: v for k, v in first.items() if not k.startswith(("async/", "mismatch/lag_"))}
-    assert same == _deterministic(full["steps"][0])
+    # the bytes each role was sent differ by design: the async loop calls actor_infer in other batches
+    differ = ("async/", "mismatch/lag_", "system/sent_bytes/")
+    same = {k: v for k, v in first.items() if not k.startswith(differ)}
+    assert same == {k: v for k, v in _deterministic(full["steps"][0]).items() if not k.startswith(differ)}
     for step in range(1, STEPS):
         metrics = async_["steps"][step]
         assert metrics["async/lag"] == 1.0, step
