@@ -25,7 +25,7 @@ from roll.configs.checks import (
     roles,
 )
 from roll.configs.generation_checks import check_async, check_stop_strings
-from roll.configs.loader import ConfigError, collected, field_help
+from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import check_profiler
 from roll.configs.worker import GeneratingArgs
 
@@ -236,9 +236,7 @@ class AgenticConfig(RLAlgorithmConfig):
         check_agentic(self)
         check_profiler(self, roles(self))
         check_micro_batching(self)
-        problems = check_strategy_configs(self)  # each engine's own keys, all reported together
-        if problems:
-            raise collected(problems)
+        check_strategy_configs(self)  # each engine's own keys, all reported together
 
 
 def check_agentic(config: AgenticConfig) -> None:

@@ -7,7 +7,7 @@ never rewritten: only fields left null are filled, and the report says what they
 
 from dataclasses import dataclass
 
-from roll.configs.loader import ConfigError, closest
+from roll.configs.loader import ConfigError, closest, collected
 from roll.configs.policy_loss import effective_policy_loss_mode
 from roll.utils.patterns import is_regex
 
@@ -490,9 +490,10 @@ def check_micro_batching(config) -> None:
             )
 
 
-def check_strategy_configs(config) -> list:
+def check_strategy_configs(config) -> None:
     """Each role's strategy_config through its engine's own check (the strategy class's
-    `check_strategy_config`, found through the registry), at load time and by --dry_run."""
+    `check_strategy_config`, found through the registry), at load time and by --dry_run; every problem raised
+    together."""
     from roll.strategies import strategy_class
 
     problems = []
@@ -509,4 +510,5 @@ def check_strategy_configs(config) -> list:
             )
         except ValueError as error:
             problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
-    return problems
+    if problems:
+        raise collected(problems)
