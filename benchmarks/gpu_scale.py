@@ -91,28 +91,23 @@ class Sampler(threading.Thread):
 def build_model(args, demo_dir: Path, out: Path) -> int:
     """A random-init Qwen2 of the requested shape with the demo's tokenizer; returns its parameter count."""
     import torch
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer
+
+    from roll.demo.tiny_model import save_random_qwen2
 
     tokenizer = AutoTokenizer.from_pretrained(demo_dir / "model")
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    _, parameters = save_random_qwen2(
+        out,
+        tokenizer,
         hidden_size=args.hidden,
         intermediate_size=args.intermediate,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
         max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
+        dtype=getattr(torch, args.dtype),
     )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(getattr(torch, args.dtype))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return sum(p.numel() for p in model.parameters())
+    return parameters
 
 
 def overrides(args, demo_dir: Path, model_dir: Path, output_dir: Path) -> list[str]:

