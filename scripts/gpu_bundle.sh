@@ -55,10 +55,14 @@ def closure(roots):
 
 
 wanted = closure([("roll", ("megatron",))])
-kept_out = set(closure([("torch", ()), ("transformers", ())])) | {"roll", "triton"}
+kept_out = {"roll", "torch", "transformers", "triton"}
 kept_out |= {name for name in wanted if name.startswith(("nvidia-", "cuda-"))}
-if sys.argv[2] != "1":  # the lent image's own packages (docs/gpu.md): carrying them would only shadow them
+if sys.argv[2] != "1":
+    # the lent image's own packages (docs/gpu.md): carrying them would only shadow them. What torch and transformers
+    # need here but the image lacks (pydantic: DeepSpeed imports it; the image's transformers does not need it) travels.
     kept_out |= {canon(n) for n in Path("scripts/gpu_image_packages.txt").read_text().split() if not n.startswith("#")}
+else:
+    kept_out |= set(closure([("torch", ()), ("transformers", ())]))
 carried = sorted(f"{name}=={version}" for name, version in wanted.items() if name not in kept_out)
 Path(sys.argv[1]).write_text("\n".join(carried) + "\n")
 print(f"gpu_bundle.sh: carrying {len(carried)} packages, leaving out {len(set(wanted) & kept_out)} (torch, transformers, "
