@@ -66,7 +66,7 @@ else:
 carried = sorted(f"{name}=={version}" for name, version in wanted.items() if name not in kept_out)
 Path(sys.argv[1]).write_text("\n".join(carried) + "\n")
 print(f"gpu_bundle.sh: carrying {len(carried)} packages, leaving out {len(set(wanted) & kept_out)} (torch, transformers, "
-      f"their needs{', the image' if sys.argv[2] != '1' else ''})")
+      f"{'the CUDA packages, what the image has' if sys.argv[2] != '1' else 'their needs, the CUDA packages'})")
 EOF
 
 # 2. wheels for CPython 3.12 manylinux x86_64; pure-Python sdists become wheels here
