@@ -121,10 +121,13 @@ class Retriever(BaseHTTPRequestHandler):
         else:
             docs = [{"document": {"contents": f'"Doc {i}"\ntext about {body["queries"][0]}'}} for i in range(2)]
             reply = json.dumps({"result": [docs]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the tool gave up first (the time-limit test)
 
     def log_message(self, *args):
         pass
