@@ -66,7 +66,7 @@ class ToolWrapperConfig:
 @dataclass
 class EnvConfig:
     env_type: str = field_help(
-        help="a registered environment (frozen_lake, sokoban, calculator) or the dotted path "
+        help="a registered environment (frozen_lake, sokoban, calculator, roll_math, roll_qa) or the dotted path "
         "of a roll.agentic.envs.BaseEnv subclass in your own module"
     )
     env_config: dict[str, Any] = field_help(
