@@ -45,13 +45,15 @@ class ToolWrapperArgs:
 class ToolConfig:
     tool_id: Literal["python_code", "search", "mcp"] = field_help(
         help="python_code: the reply's <code>…</code> or ```python block runs in roll's kernel sandbox (roll.sandbox); "
-        "search: <search>query</search> goes to a retrieval server over HTTP; mcp is refused (not built)"
+        "search: <search>query</search> goes to a retrieval server over HTTP; mcp: <tool_call>{json}</tool_call> "
+        "calls a tool of a Model Context Protocol server (needs the mcp extra)"
     )
     tool_args: dict[str, Any] = field_help(
         default_factory=dict,
         help="python_code: timeout (5 s), sandbox_type (none | bwrap: both run in roll's sandbox), "
         "keep_error_last_line, tool_instruction, patterns (ROLL's), memory_mb (256), allow_unsafe_local_sandbox "
-        "(false); search: search_url (null = $SEARCH_URL), topk (3), timeout (5 s per request), num_workers",
+        "(false); search: search_url (null = $SEARCH_URL), topk (3), timeout (5 s per request), num_workers; mcp: "
+        "server_url (its SSE endpoint), tool_names_subset, custom_prompt, num_workers, timeout (30 s per exchange)",
     )
 
 

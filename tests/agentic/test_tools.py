@@ -201,7 +201,10 @@ def test_rolls_tool_wrapper_loads_with_rolls_meaning():
 @pytest.mark.parametrize(
     "tool,message",
     [
-        ("{tool_id:mcp,tool_args:{server_url:xxx}}", "tool_configs[0].tool_id = 'mcp' is refused: ROLL's MCP tool"),
+        (
+            "{tool_id:mcp,tool_args:{server_url:xxx}}",
+            "tool_args.server_url = 'xxx': expected the http(s) URL of an MCP",
+        ),
         ("{tool_id:search,tool_args:{search_url:'localhost:8000'}}", "search_url = 'localhost:8000': expected an"),
         ("{tool_id:python_code,tool_args:{timout:5}}", "tool_configs[0].tool_args: unknown key(s) ['timout']"),
         ("{tool_id:python_code,tool_args:{sandbox_type:docker}}", "sandbox_type = 'docker': choose one of"),

@@ -2,25 +2,20 @@
 
 from roll.agentic.envs.base import BaseEnv
 from roll.agentic.envs.tools.base import Tool, ToolCall
+from roll.agentic.envs.tools.mcp_tool import MCPTool
 from roll.agentic.envs.tools.python_code import PythonCodeTool
 from roll.agentic.envs.tools.search import SearchTool
 from roll.agentic.envs.tools.wrapper import ToolEnv
 
-TOOLS: dict[str, type[Tool]] = {"python_code": PythonCodeTool, "search": SearchTool}
-# ROLL's tool_ids that roll does not build, with the reason
-REFUSED_TOOLS = {
-    "mcp": "ROLL's MCP tool (a Model Context Protocol client) is not built in roll; the python_code and search "
-    "tools are",
-}
+TOOLS: dict[str, type[Tool]] = {"python_code": PythonCodeTool, "search": SearchTool, "mcp": MCPTool}
+REMOTE = (SearchTool, MCPTool)  # their failures name the environment
 
 
 def make_tool(tool_id: str, tool_args: dict, where: str, env_name: str) -> Tool:
-    if tool_id in REFUSED_TOOLS:
-        raise ValueError(f"{where}.tool_id = {tool_id!r} is refused: {REFUSED_TOOLS[tool_id]}")
     if tool_id not in TOOLS:
         raise ValueError(f"{where}.tool_id = {tool_id!r}: choose one of {sorted(TOOLS)}")
-    if tool_id == "search":
-        return SearchTool(where, env_name=env_name, **tool_args)
+    if issubclass(TOOLS[tool_id], REMOTE):
+        return TOOLS[tool_id](where, env_name=env_name, **tool_args)
     return TOOLS[tool_id](where, **tool_args)
 
 
@@ -35,4 +30,14 @@ def wrap_with_tools(env: BaseEnv, tool_wrapper, tag: str) -> ToolEnv:
     return ToolEnv(env, tools, args.tool_reward, args.tool_success_reward, args.max_tool_uses)
 
 
-__all__ = ["Tool", "ToolCall", "ToolEnv", "PythonCodeTool", "SearchTool", "TOOLS", "make_tool", "wrap_with_tools"]
+__all__ = [
+    "Tool",
+    "ToolCall",
+    "ToolEnv",
+    "PythonCodeTool",
+    "SearchTool",
+    "MCPTool",
+    "TOOLS",
+    "make_tool",
+    "wrap_with_tools",
+]
