@@ -84,3 +84,34 @@ def test_dapo_with_python_code_episode(math_file):
     assert tool.observation == f"Code execution result: {2 * int(term)}\n\n{MAX_USES_NOTE}" and not tool.done
     final = env.step(f"\\boxed{{{2 * int(term)}}}")
     assert final.done and final.reward == 1.0 and final.info["tool_use_counter"] == 1
+
+
+def test_the_driver_does_not_reset_envs_that_download_or_ask_a_server(monkeypatch):
+    """The first-prompt check (pipeline start, --dry_run with a local tokenizer) resets shipped envs in the driver;
+    not roll_math / roll_qa (a dataset download) nor an env with the mcp tool (a server): their env managers
+    check at the first reset. Other tags are still checked."""
+    from types import SimpleNamespace
+
+    from roll.agentic.env_managers import ChatTokens
+    from roll.configs import ConfigError
+    from roll.configs.agentic import EnvConfig, EnvManagerConfig, ToolConfig, ToolWrapperConfig
+    from roll.demo.tiny_model import build_tokenizer
+    from roll.pipeline.agentic.first_prompts import check_first_prompts
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("the driver read the dataset")
+
+    monkeypatch.setattr("datasets.load_dataset", no_download)
+    mcp = ToolWrapperConfig(tool_configs=[ToolConfig("mcp", {"server_url": "http://127.0.0.1:9/sse"})])
+    envs = {
+        "Math": EnvConfig(env_type="roll_math", env_config={"dataset_name": "open-r1/DAPO-Math-17k-Processed"}),
+        "CalcMcp": EnvConfig(env_type="calculator", tool_wrapper=mcp),  # its reset would list the server's tools
+        "Calc": EnvConfig(env_type="calculator"),
+    }
+    config = SimpleNamespace(
+        custom_envs=envs, train_env_manager=EnvManagerConfig(tags=list(envs), num_env_groups=3), val_env_manager=None,
+        seed=0, val_seed_offset=0, prompt_length=4, response_length=64,
+    )  # fmt: skip
+    chat = ChatTokens(build_tokenizer(["What is", "Answer the arithmetic question."]))
+    with pytest.raises(ConfigError, match="tag 'Calc' at seed 0"):  # Math and CalcMcp were skipped, Calc checked
+        check_first_prompts(config, chat)

@@ -52,6 +52,7 @@ def load_rows(name: str, split: str | None, where: str):
 
 class DatasetQuestionEnv(BaseEnv):
     name = ""
+    reset_in_driver = False  # reset reads the dataset (a Hub download): not in the driver or --dry_run
     default_config = {
         "dataset_name": "",
         "split": None,  # null = the dataset's only split

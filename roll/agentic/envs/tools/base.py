@@ -19,6 +19,7 @@ class Tool(abc.ABC):
 
     tool_id: ClassVar[str]
     default_args: ClassVar[dict[str, Any]] = {}
+    contacts_at_reset: ClassVar[bool] = False  # its instructions come from a server (the driver does not ask)
 
     def __init__(self, where: str, **tool_args):
         self.where = where  # custom_envs.<tag>.tool_wrapper.tool_configs[i], for every message

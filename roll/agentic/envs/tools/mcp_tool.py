@@ -22,6 +22,7 @@ CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 class MCPTool(Tool):
     tool_id = "mcp"
+    contacts_at_reset = True
     default_args = {
         "server_url": None,  # the server's SSE endpoint (ROLL's key), e.g. http://host:8000/sse
         "tool_names_subset": None,  # null = every tool the server lists
