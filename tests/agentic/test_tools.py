@@ -109,20 +109,33 @@ def test_wrapper_counts_uses_and_passes_other_replies_to_the_env():
 
 
 class Retriever(BaseHTTPRequestHandler):
+    """A Search-R1 retriever; msgpack_only: like GEM's mosec server, JSON bodies get HTTP 422."""
+
     delay = 0.0
+    msgpack_only = False
     requests: list = []
 
     def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        import msgpack
+
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        packed = self.headers["Content-Type"] == "application/msgpack"
+        if self.msgpack_only and not packed:
+            self.send_response(422)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = msgpack.unpackb(raw) if packed else json.loads(raw)
         Retriever.requests.append(body)
         time.sleep(self.delay)
+        docs = [{"document": {"contents": f'"Doc {i}"\ntext about {body["queries"][0]}'}} for i in range(2)]
         if body["queries"] == ["broken"]:
             reply = b"not json"
         else:
-            docs = [{"document": {"contents": f'"Doc {i}"\ntext about {body["queries"][0]}'}} for i in range(2)]
-            reply = json.dumps({"result": [docs]}).encode()
+            reply = msgpack.packb({"result": [docs]}) if packed else json.dumps({"result": [docs]}).encode()
         try:
             self.send_response(200)
+            self.send_header("Content-Type", "application/msgpack" if packed else "application/json")
             self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
             self.wfile.write(reply)
@@ -135,7 +148,7 @@ class Retriever(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def retriever():
-    Retriever.delay, Retriever.requests = 0.0, []
+    Retriever.delay, Retriever.requests, Retriever.msgpack_only = 0.0, [], False
     server = ThreadingHTTPServer(("127.0.0.1", 0), Retriever)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -154,6 +167,13 @@ def test_search_tool_asks_the_server_and_returns_passages(retriever):
         '\n\n<information>Doc 1(Title: "Doc 0") text about capital of France\n'
         'Doc 2(Title: "Doc 1") text about capital of France\n</information>\n\n'
     )
+
+
+def test_search_tool_speaks_msgpack_to_a_server_that_refuses_json(retriever):
+    Retriever.msgpack_only = True  # GEM's mosec retrieval server, which ROLL's start_retrieval_server.sh starts
+    call = SearchTool(WHERE, env_name="custom_envs.HotpotQA", search_url=retriever, topk=2).call("<search>x</search>")
+    assert call.ok and 'Doc 2(Title: "Doc 1") text about x' in call.observation
+    assert Retriever.requests == [{"queries": ["x"], "topk": 2, "return_scores": True}]
 
 
 def test_search_failures_name_the_env_and_url_and_keep_the_time_limit(retriever, monkeypatch):

@@ -1,7 +1,8 @@
 """ROLL's search tool: the model asks <search>query</search>; the query goes to a retrieval server over HTTP
-(the Search-R1 retriever protocol ROLL's examples start: POST {"queries": [q], "topk": k, "return_scores": true}
-as JSON, answered by {"result": [[{"document": {"contents": "title\\ntext"}, "score": s}, ...]]}) and the
-passages come back inside <information>...</information>.
+(the Search-R1 retriever protocol: POST {"queries": [q], "topk": k, "return_scores": true} as JSON, answered by
+{"result": [[{"document": {"contents": "title\\ntext"}, "score": s}, ...]]}; a server that refuses JSON with
+HTTP 400/415/422 is asked again in msgpack, which GEM's mosec retrieval server, the one ROLL's
+start_retrieval_server.sh starts, reads) and the passages come back inside <information>...</information>.
 
 Every request has a time limit (tool_args.timeout). A failed request (unreachable server, time-out, HTTP error,
 an answer of another shape) does not stop the episode, as in ROLL: the model reads an error naming the
@@ -10,6 +11,7 @@ environment and the URL, the call counts as failed, and the same message is logg
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlparse
@@ -65,27 +67,50 @@ class SearchTool(Tool):
         return ToolCall(f"\n\n<information>{text}</information>\n\n", ok, action[: match.end()])
 
     def search(self, query: str) -> list[dict]:
-        body = json.dumps({"queries": [query], "topk": self.topk, "return_scores": True}).encode()
-        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+        payload = {"queries": [query], "topk": self.topk, "return_scores": True}
+        deadline = time.monotonic() + self.timeout  # one limit for the whole search, a second try included
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            raise SearchError(f"HTTP {error.code} {error.reason}") from None
-        except TimeoutError:
-            raise SearchError(f"no answer within {self.timeout:g} s (tool_args.timeout)") from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            if isinstance(reason, TimeoutError):
-                raise SearchError(f"no answer within {self.timeout:g} s (tool_args.timeout)") from None
-            raise SearchError(str(reason)) from None
+            raw, kind = self._post(json.dumps(payload).encode(), "application/json", deadline)
+        except RefusedBody:  # a retriever that reads msgpack only (GEM's mosec retrieval_server): ask it so
+            import msgpack
+
+            raw, kind = self._post(msgpack.packb(payload), "application/msgpack", deadline)
         try:
-            passages = json.loads(raw)["result"][0]
+            if "msgpack" in kind:
+                import msgpack
+
+                passages = msgpack.unpackb(raw)["result"][0]
+            else:
+                passages = json.loads(raw)["result"][0]
             if not isinstance(passages, list):
                 raise TypeError(f"result[0] is a {type(passages).__name__}")
             return passages
         except (ValueError, KeyError, IndexError, TypeError) as error:
-            raise SearchError(f'the answer is not {{"result": [[passages]]}} JSON ({error!r}): {raw[:200]!r}') from None
+            raise SearchError(f'the answer is not {{"result": [[passages]]}} ({error!r}): {raw[:200]!r}') from None
+
+    def _post(self, body: bytes, content_type: str, deadline: float) -> tuple[bytes, str]:
+        """(answer body, its content type); RefusedBody for HTTP 400/415/422, SearchError for other failures."""
+        left = deadline - time.monotonic()
+        too_slow = f"no answer within {self.timeout:g} s (tool_args.timeout)"
+        if left <= 0:
+            raise SearchError(too_slow)
+        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(request, timeout=left) as response:
+                return response.read(), response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as error:
+            if error.code in (400, 415, 422) and content_type == "application/json":
+                raise RefusedBody() from None
+            raise SearchError(f"HTTP {error.code} {error.reason}") from None
+        except TimeoutError:
+            raise SearchError(too_slow) from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise SearchError(too_slow if isinstance(reason, TimeoutError) else str(reason)) from None
+
+
+class RefusedBody(Exception):
+    pass
 
 
 class SearchError(RuntimeError):
