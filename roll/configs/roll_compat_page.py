@@ -155,7 +155,7 @@ DIFFERENCES = [
         "the query is POSTed as JSON (Search-R1's retriever protocol), and again as msgpack when the server "
         "refuses JSON with HTTP 400/415/422 (GEM's mosec retriever); GEM's tool sends one fixed encoding. A failed "
         "request reads [search error: custom_envs.<tag>: search request to <url> failed: …] and counts as a "
-        "failed call (GEM's answers a search error as a successful call)",
+        "failed call",
     ),
     (
         "custom_envs.<tag>.tool_wrapper (mcp)",
