@@ -32,7 +32,9 @@ def server_url():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    http = uvicorn.Server(uvicorn.Config(server.sse_app(), host="127.0.0.1", port=port, log_level="error"))
+    http = uvicorn.Server(
+        uvicorn.Config(server.sse_app(), host="127.0.0.1", port=port, log_level="error", timeout_graceful_shutdown=0)
+    )
     thread = threading.Thread(target=http.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

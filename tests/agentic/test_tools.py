@@ -150,7 +150,7 @@ class Retriever(BaseHTTPRequestHandler):
 def retriever():
     Retriever.delay, Retriever.requests, Retriever.msgpack_only = 0.0, [], False
     server = ThreadingHTTPServer(("127.0.0.1", 0), Retriever)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/retrieve"
     server.shutdown()
