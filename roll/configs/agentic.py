@@ -319,7 +319,8 @@ def check_agentic(config: AgenticConfig) -> None:
                 f"token)"
             )
         _check_env_config(tag, env)
-        _check_tools(tag, env)
+        if any(m is not None and tag in m.tags for m in (config.train_env_manager, config.val_env_manager)):
+            _check_tools(tag, env)  # as ROLL, only the tags an env manager runs get their tools built
         _check_env_templates(tag, env)
     managers = [("train_env_manager", config.train_env_manager)]
     if config.val_env_manager is not None:
@@ -433,8 +434,8 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
 
 
 def _check_tools(tag: str, env: EnvConfig) -> None:
-    """Build the tools once (no call is made), so --dry_run reports bad tool_args, a missing sandbox layer or
-    a refused tool_id."""
+    """Build the tools once (no call is made, no server is asked), so --dry_run reports bad tool_args, a bad
+    URL, a missing sandbox layer or a missing mcp package."""
     from roll.agentic.envs.tools import make_tool
     from roll.sandbox import SandboxUnavailable
 

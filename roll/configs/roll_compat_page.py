@@ -160,8 +160,8 @@ DIFFERENCES = [
     (
         "custom_envs.<tag>.tool_wrapper (mcp)",
         "one SSE session per exchange (tool list, call), each within tool_args.timeout; ROLL keeps one connection "
-        "open. A server_url that is not an http(s) URL (ROLL's example's placeholder xxx) is a config error even "
-        "for a tag no env manager runs (roll checks every custom_envs entry; ROLL builds only the tags it runs)",
+        "open. As ROLL, tools are built (and their tool_args checked) only for the tags an env manager runs, so "
+        "ROLL's unused placeholder server_url: xxx loads; on a tag that runs it is a config error",
     ),
     (
         "custom_envs.<tag>.tool_wrapper.tool_configs (several tools)",

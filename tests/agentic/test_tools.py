@@ -216,6 +216,9 @@ def test_rolls_tool_wrapper_loads_with_rolls_meaning():
     assert env.tool_wrapper.tool_configs[0].tool_id == "python_code"
     search = "+custom_envs.FrozenLake.tool_wrapper={tool_configs:[{tool_id:search,tool_args:{search_url:'http://localhost:8000/retrieve'}}]}"  # noqa: E501
     assert load(search).custom_envs["FrozenLake"].tool_wrapper.wrapper_args == ToolWrapperArgs()  # GEM's defaults
+    # ROLL builds the tools of the tags it runs only: its examples' unused HotpotQA_with_mcp (server_url: xxx) loads
+    unused = "+custom_envs.Unused={env_type:frozen_lake,tool_wrapper:{tool_configs:[{tool_id:mcp,tool_args:{server_url:xxx}}]}}"  # noqa: E501
+    assert load(unused).custom_envs["Unused"].tool_wrapper.tool_configs[0].tool_args == {"server_url": "xxx"}
 
 
 @pytest.mark.parametrize(
