@@ -80,7 +80,9 @@ def test_hostile_program_is_contained(tmp_path):
     assert not wrote.info["tool_ok"] and wrote.reward == 0.05  # tool_reward only: a failed call
     start = time.monotonic()
     spin = env.step("<code>while True: pass</code>")
-    assert spin.observation == "Code execution result: Execution timed out after 1 seconds.\n"
+    assert (
+        spin.observation == "Code execution result: Timed out: the program ran longer than 1 s (tool_args.timeout).\n"
+    )
     bomb = env.step("<code>import os\nwhile True: os.fork()</code>")  # the sandbox's process cap, then its kill
     assert not bomb.info["tool_ok"] and time.monotonic() - start < 20
     hog = env.step("<code>x = bytearray(512 * 2**20)\nprint(len(x))</code>")

@@ -77,7 +77,7 @@ class PythonCodeTool(Tool):
         result = run_python(code, timeout=self.timeout, memory_mb=self.memory_mb, allow_unsafe=self.allow_unsafe)
         stderr = result.stderr.strip()
         if result.timed_out:
-            stderr = f"Execution timed out after {self.timeout:g} seconds."
+            stderr = f"Timed out: the program ran longer than {self.timeout:g} s (tool_args.timeout)."
         elif result.memory_exceeded:
             stderr = f"{stderr}\nKilled: the program exceeded the {self.memory_mb} MiB memory limit.".strip()
         ok = result.returncode == 0 and not result.timed_out

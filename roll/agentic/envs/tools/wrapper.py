@@ -8,7 +8,8 @@ environment. The tools' instructions follow the first observation."""
 from roll.agentic.envs.base import BaseEnv, EnvStep
 from roll.agentic.envs.tools.base import Tool, ToolCall
 
-MAX_USES_NOTE = "\n\nReached the maximum number of tool use. Please output final answer directly."  # ROLL's words
+# appended to the call that uses the last tool call (ROLL appends such a note too)
+MAX_USES_NOTE = "\n\nThat was your last tool call: give your final answer now."
 
 
 class ToolEnv(BaseEnv):
