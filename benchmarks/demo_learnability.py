@@ -36,7 +36,7 @@ from roll.algorithms import (
 )
 from roll.demo.rlvr import DemoSettings, encode_prompts, greedy_eval, load_model, prepare_demo  # noqa: E402
 from roll.demo.task import read_jsonl  # noqa: E402
-from roll.workers.rewards.math_verify_grader import grade  # noqa: E402
+from roll.utils.math_grader import grade  # noqa: E402
 
 
 def parse_args(argv=None):

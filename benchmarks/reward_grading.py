@@ -14,8 +14,8 @@ import time
 
 from math_verify import parse, verify
 
-from roll.workers.rewards.grading import grade_with_time_limit
-from roll.workers.rewards.math_verify_grader import exact_integer_match, grade_math
+from roll.utils.grading import grade_with_time_limit
+from roll.utils.math_grader import exact_integer_match, grade_math
 
 
 def math_verify_only(reply, truth):

@@ -130,7 +130,7 @@ def run_trl(args, data_dir: str) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from roll.demo.rlvr import encode_prompts, greedy_eval
-    from roll.workers.rewards.math_verify_grader import grade_math
+    from roll.utils.math_grader import grade_math
 
     config = roll_config(data_dir, args.seed, args.max_steps, args.eval_steps, "/tmp/unused")
     train, infer = config.actor_train, config.actor_infer

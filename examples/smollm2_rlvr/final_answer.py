@@ -12,8 +12,8 @@ before a wrong answer; a first SmolLM2 run learned exactly that (docs/results.md
 
 import re
 
+from roll.utils.grading import RewardDataError
 from roll.workers.rewards import RewardWorker
-from roll.workers.rewards.grading import RewardDataError
 
 _BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
 _NUMBER = re.compile(r"-?[0-9][0-9,]*(?:\.[0-9]+)?")

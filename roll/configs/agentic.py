@@ -31,9 +31,44 @@ from roll.configs.worker import GeneratingArgs
 
 
 @dataclass
+class ToolWrapperArgs:
+    tool_reward: float = field_help(0.05, "reward of a turn that calls a tool (ROLL's default)", bounds="(-inf, inf)")
+    tool_success_reward: float = field_help(
+        0.25, "added when the tool ran without error (ROLL's default)", bounds="(-inf, inf)"
+    )
+    max_tool_uses: int | None = field_help(
+        10, "tool calls per episode at most; later replies go to the environment. null = no cap", bounds="[1, inf)"
+    )
+
+
+@dataclass
+class ToolConfig:
+    tool_id: Literal["python_code", "search", "mcp"] = field_help(
+        help="python_code: the reply's <code>…</code> or ```python block runs in roll's kernel sandbox (roll.sandbox); "
+        "search: <search>query</search> goes to a retrieval server over HTTP; mcp: <tool_call>{json}</tool_call> "
+        "calls a tool of a Model Context Protocol server (needs the mcp extra)"
+    )
+    tool_args: dict[str, Any] = field_help(
+        default_factory=dict,
+        help="python_code: timeout (5 s), sandbox_type (none | bwrap: both run in roll's sandbox), "
+        "keep_error_last_line, tool_instruction, patterns (ROLL's), memory_mb (256), allow_unsafe_local_sandbox "
+        "(false); search: search_url (null = $SEARCH_URL), topk (3), timeout (5 s per request), num_workers; mcp: "
+        "server_url (its SSE endpoint), tool_names_subset, custom_prompt, num_workers, timeout (30 s per exchange)",
+    )
+
+
+@dataclass
+class ToolWrapperConfig:
+    wrapper_args: ToolWrapperArgs = field_help(default_factory=ToolWrapperArgs, help="rewards and the use cap")
+    tool_configs: list[ToolConfig] = field_help(
+        default_factory=list, help="the tools, tried in this order on each reply (ROLL's GEM tool wrapper)"
+    )
+
+
+@dataclass
 class EnvConfig:
     env_type: str = field_help(
-        help="a registered environment (frozen_lake, sokoban, calculator) or the dotted path "
+        help="a registered environment (frozen_lake, sokoban, calculator, roll_math, roll_qa) or the dotted path "
         "of a roll.agentic.envs.BaseEnv subclass in your own module"
     )
     env_config: dict[str, Any] = field_help(
@@ -79,6 +114,12 @@ class EnvConfig:
         "{env_instruction}, {history} (the last history_length turns as '(step: k, observation: …, action: …, "
         "reward: …)'), {step_count}, {history_length}, {current_step}, {current_observation}, "
         "{max_response_length}. null = the observation itself (step: after the history window)",
+    )
+
+    tool_wrapper: ToolWrapperConfig | None = field_help(
+        None,
+        "ROLL's tool wrapper: tools the model may call before the environment steps (docs/agentic_envs.md, Tools); "
+        "null = none",
     )
 
 
@@ -278,6 +319,8 @@ def check_agentic(config: AgenticConfig) -> None:
                 f"token)"
             )
         _check_env_config(tag, env)
+        if any(m is not None and tag in m.tags for m in (config.train_env_manager, config.val_env_manager)):
+            _check_tools(tag, env)  # as ROLL, only the tags an env manager runs get their tools built
         _check_env_templates(tag, env)
     managers = [("train_env_manager", config.train_env_manager)]
     if config.val_env_manager is not None:
@@ -388,6 +431,24 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
         make_env(env.env_type, dict(env.env_config))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
+
+
+def _check_tools(tag: str, env: EnvConfig) -> None:
+    """Build the tools once (no call is made, no server is asked), so --dry_run reports bad tool_args, a bad
+    URL, a missing sandbox layer or a missing mcp package."""
+    from roll.agentic.envs.tools import make_tool
+    from roll.sandbox import SandboxUnavailable
+
+    if env.tool_wrapper is None:
+        return
+    where = f"custom_envs.{tag}.tool_wrapper"
+    if not env.tool_wrapper.tool_configs:
+        raise ConfigError(f"'{where}.tool_configs' is empty: list at least one tool")
+    for i, tool in enumerate(env.tool_wrapper.tool_configs):
+        try:
+            make_tool(tool.tool_id, dict(tool.tool_args), f"{where}.tool_configs[{i}]", f"custom_envs.{tag}").close()
+        except (TypeError, ValueError, SandboxUnavailable) as error:
+            raise ConfigError(str(error)) from None
 
 
 TEMPLATE_FIELDS = ("observation", "turn_idx", "actions_left", "max_response_length", "suffix")

@@ -6,7 +6,15 @@ python -m roll.configs.reference > docs/configuration.md
 import dataclasses
 import typing
 
-from roll.configs.agentic import AgenticConfig, EnvConfig, EnvManagerConfig, RewardNormalization
+from roll.configs.agentic import (
+    AgenticConfig,
+    EnvConfig,
+    EnvManagerConfig,
+    RewardNormalization,
+    ToolConfig,
+    ToolWrapperArgs,
+    ToolWrapperConfig,
+)
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import describe
 from roll.configs.profiler import ProfilerConfig, RoleProfilerConfig
@@ -75,6 +83,9 @@ SECTIONS = [
         AgenticConfig,
     ),
     ("Environments: `custom_envs.<tag>`", EnvConfig),
+    ("Tools: `custom_envs.<tag>.tool_wrapper` (docs/agentic_envs.md)", ToolWrapperConfig),
+    ("`custom_envs.<tag>.tool_wrapper.wrapper_args`", ToolWrapperArgs),
+    ("`custom_envs.<tag>.tool_wrapper.tool_configs[i]`", ToolConfig),
     ("`train_env_manager`, `val_env_manager`", EnvManagerConfig),
     ("`reward_normalization`", RewardNormalization),
 ]

@@ -143,6 +143,36 @@ DIFFERENCES = [
         "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
         "silently ignores it",
     ),
+    # ROLL's tool wrapper and GEM dataset environments (docs/agentic_envs.md)
+    (
+        "custom_envs.<tag>.tool_wrapper (python_code)",
+        "the program always runs in roll's kernel sandbox (namespaces, read-only file system, seccomp, memory_mb "
+        "256 for the whole sandbox); ROLL's sandbox_type: none runs it in a plain child process, and both of "
+        "ROLL's values (none, bwrap) mean roll's sandbox here",
+    ),
+    (
+        "custom_envs.<tag>.tool_wrapper (search)",
+        "the query is POSTed as JSON (Search-R1's retriever protocol), and again as msgpack when the server "
+        "refuses JSON with HTTP 400/415/422 (GEM's mosec retriever); GEM's tool sends one fixed encoding. A failed "
+        "request reads [search error: custom_envs.<tag>: search request to <url> failed: …] and counts as a "
+        "failed call",
+    ),
+    (
+        "custom_envs.<tag>.tool_wrapper (mcp)",
+        "one SSE session per exchange (tool list, call), each within tool_args.timeout; ROLL keeps one connection "
+        "open. As ROLL, tools are built (and their tool_args checked) only for the tags an env manager runs, so "
+        "ROLL's unused placeholder server_url: xxx loads; on a tag that runs it is a config error",
+    ),
+    (
+        "custom_envs.<tag>.tool_wrapper.tool_configs (several tools)",
+        "a reply goes to the first tool whose call ran well, else to the first that was called; GEM's loop keeps "
+        "the last tool it tried, so a failed call of an earlier tool can pass the reply to the environment",
+    ),
+    (
+        "env_type: roll_math / roll_qa",
+        "validation episodes draw rows by their seeds, as training ones; ROLL's validation walks the dataset in "
+        "order. Each environment worker process reads the dataset once (ROLL: one Ray actor per dataset)",
+    ),
 ]
 
 

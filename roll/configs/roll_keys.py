@@ -230,13 +230,6 @@ ROLL_KEYS: list[RollKey] = [
         "(judge_model_type: inference; world_size follows the devices instead of ROLL's client count)",
     ),
     RollKey(
-        "custom_envs",
-        "tool_wrapper",
-        REFUSED,
-        "ROLL's GEM tool wrappers (python code execution, search and MCP tools inside an environment) are not "
-        "built in roll's environments",
-    ),
-    RollKey(
         "",
         "rollout_mock",
         REFUSED,

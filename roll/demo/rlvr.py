@@ -173,7 +173,7 @@ def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
 def greedy_eval(model, tokenizer, rows: list[dict], max_new_tokens: int = 8, batch_size: int = 256) -> dict:
     """Greedy replies to `rows` graded by math-verify: accuracy, share of replies with a boxed number,
     and how often each answer was given (a warm-started model answers near chance, often one number)."""
-    from roll.workers.rewards.math_verify_grader import grade
+    from roll.utils.math_grader import grade
 
     was_training = model.training
     model.eval()

@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from roll.demo import task as demo_task
 from roll.demo.rlvr import MARKER, DemoSettings, is_prepared, prepare_demo
 from roll.demo.tiny_model import build_tiny_model
-from roll.workers.rewards.math_verify_grader import grade
+from roll.utils.math_grader import grade
 
 
 def test_heldout_phrasings_never_occur_in_training():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from roll.pipeline.core.callbacks import read_samples
-from roll.workers.rewards.math_verify_grader import grade
+from roll.utils.math_grader import grade
 from tests.pipeline.helpers import REPO, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -108,8 +108,8 @@ def test_refill_stops_at_its_bound_with_a_log_line(pipeline):
 
 
 def test_scorers_are_scored_logged_and_summed_with_their_weights(pipeline):
+    from roll.utils.math_grader import grade_math
     from roll.workers.rewards.format_rule import has_boxed_answer
-    from roll.workers.rewards.math_verify_grader import grade_math
 
     set_filter(pipeline)
     batch, _, _ = sampled(pipeline, 9)

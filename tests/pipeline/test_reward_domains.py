@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from roll.pipeline.core.callbacks import read_samples
+from roll.utils.math_grader import grade
 from roll.workers.rewards.choice_rule import grade_choice
 from roll.workers.rewards.crossthinkqa_rule import length_reward
 from roll.workers.rewards.ifeval_rule import grade_ifeval
 from roll.workers.rewards.llm_judge import chat_completion, parse_verdict
-from roll.workers.rewards.math_verify_grader import grade
 from tests.pipeline.helpers import run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")

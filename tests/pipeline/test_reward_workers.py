@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from roll.distributed.data_proto import DataProto
+from roll.utils.grading import RewardDataError
 from roll.workers.rewards.crossthinkqa_rule import CrossThinkQARuleRewardWorker, length_reward, repetition_penalty
-from roll.workers.rewards.grading import RewardDataError
 from roll.workers.rewards.ifeval_rule import GeneralRuleRewardWorker, grade_ifeval
 from roll.workers.rewards.judge_server import api_url, make_server
 from roll.workers.rewards.llm_judge import chat_completion, parse_verdict
@@ -160,7 +160,7 @@ def test_judge_prompt_names_and_templates_are_checked():
 
 def test_judge_worker_over_the_api(judge_url):
     """judge_model_type 'api': concurrent requests to the local server; a dead endpoint scores 0, counted."""
-    from roll.workers.rewards.grading import ERROR
+    from roll.utils.grading import ERROR
     from roll.workers.rewards.llm_judge import LLMJudgeRewardWorker
 
     settings = {

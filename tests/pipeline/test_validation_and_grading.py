@@ -16,8 +16,8 @@ import pytest
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.core.callbacks import read_samples
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
+from roll.utils.math_grader import grade_math
 from roll.workers.rewards.math_rule import MathRuleRewardWorker
-from roll.workers.rewards.math_verify_grader import grade_math
 from tests.pipeline.helpers import run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")

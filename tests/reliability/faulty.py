@@ -11,8 +11,8 @@ import os
 import time
 
 from roll.agentic.envs import BaseEnv, EnvStep
+from roll.utils.math_grader import grade as grade_math
 from roll.workers.rewards import RewardWorker
-from roll.workers.rewards.math_verify_grader import grade as grade_math
 
 
 class FaultyRewardWorker(RewardWorker):

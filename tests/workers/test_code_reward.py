@@ -10,8 +10,8 @@ import torch
 from roll.configs import RewardConfig
 from roll.distributed.data_proto import DataProto
 from roll.sandbox.server import make_server
+from roll.utils.grading import ERROR, GRADED, RewardDataError
 from roll.workers.rewards.code_sandbox import CodeSandboxRewardWorker, extract_program, parse_cases
-from roll.workers.rewards.grading import ERROR, GRADED, RewardDataError
 
 ADD = json.dumps(
     {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from roll.workers.rewards.math_verify_grader import grade_math
+from roll.utils.math_grader import grade_math
 
 PATH = Path(__file__).resolve().parents[2] / "examples" / "smollm2_rlvr" / "final_answer.py"
 spec = importlib.util.spec_from_file_location("final_answer", PATH)

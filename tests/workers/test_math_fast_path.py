@@ -6,7 +6,7 @@ import itertools
 import pytest
 from math_verify import parse, verify
 
-from roll.workers.rewards.math_verify_grader import exact_integer_match, grade_math
+from roll.utils.math_grader import exact_integer_match, grade_math
 
 REPLIES = ["\\boxed{7}", " \\boxed{ 7 } ", "\\boxed{07}", "\\boxed{-7}", "\\boxed{8}", "\\boxed{0}", "\\boxed{-0}",
            "\\boxed{123456789}", "\\boxed{12}\n"]  # fmt: skip
@@ -48,8 +48,8 @@ def test_everything_else_goes_to_math_verify(reply, truth):
 def test_math_worker_grades_boxed_integers_inline(monkeypatch):
     """Only the rows the exact-match path cannot decide pay for a time-limited grading thread; scores and
     statuses are those of grading every row with math-verify."""
+    from roll.utils.grading import GRADED
     from roll.workers.rewards import base, math_rule
-    from roll.workers.rewards.grading import GRADED
     from tests.workers.test_reward_grading import batch_of, make_worker
 
     threaded = []

@@ -9,9 +9,9 @@ import pytest
 
 from roll.configs import RewardConfig
 from roll.distributed.data_proto import DataProto
+from roll.utils.grading import ERROR, GRADED, TIMEOUT, RewardDataError
 from roll.workers.rewards import choice_rule, math_rule
 from roll.workers.rewards.base import LOGGED_FAILURES
-from roll.workers.rewards.grading import ERROR, GRADED, TIMEOUT, RewardDataError
 
 TIMEOUT_S = 0.5
 
@@ -102,7 +102,7 @@ def test_a_row_that_cannot_be_graded_stops_the_step(monkeypatch):
 
 
 def test_require_boxed_scores_replies_without_a_boxed_answer_zero(monkeypatch):
-    from roll.workers.rewards.math_verify_grader import last_boxed
+    from roll.utils.math_grader import last_boxed
 
     replies = ["The answer is 5", "so \\boxed{5}", "\\boxed{4} no wait \\boxed{5}", "\\boxed{\\frac{10}{2}}"]
     lenient, _ = make_worker(math_rule.MathRuleRewardWorker, monkeypatch)

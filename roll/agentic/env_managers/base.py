@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from roll.agentic.env_managers.chat import ChatTokens
 from roll.agentic.envs import make_env
+from roll.agentic.envs.tools import wrap_with_tools
 
 
 @dataclass
@@ -77,6 +78,8 @@ class EnvManager:
             if env_cls is not None
             else make_env(env_config.env_type, dict(env_config.env_config))
         )
+        if env_config.tool_wrapper is not None:  # ROLL's tool wrapper: tools answer calls before the env steps
+            self.env = wrap_with_tools(self.env, env_config.tool_wrapper, tag)
         self.episode: Episode | None = None
         self.observation = ""
 

@@ -1,6 +1,6 @@
 """Environments for agentic RL and their registry; importing this registers the shipped envs."""
 
-from roll.agentic.envs import calculator, frozen_lake, sokoban  # noqa: F401  (registration side effect)
+from roll.agentic.envs import calculator, dataset_questions, frozen_lake, sokoban  # noqa: F401  (registration)
 from roll.agentic.envs.base import BaseEnv, EnvStep
 from roll.agentic.envs.registry import list_envs, make_env, register_env
 

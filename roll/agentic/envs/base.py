@@ -25,6 +25,9 @@ class BaseEnv(abc.ABC):
     instructions: str = ""  # task description shown once, before the first observation
     action_pattern: str = ""  # the regex the action text must match (documentation for users)
     default_config: ClassVar[dict[str, Any]] = {}
+    # False where reset() reads what only the environment workers should fetch (a dataset download): the
+    # driver and --dry_run then do not reset it to measure the first prompt; its env manager checks that
+    reset_in_driver: ClassVar[bool] = True
 
     def __init__(self, **env_config):
         unknown = sorted(set(env_config) - set(self.default_config))

@@ -37,7 +37,7 @@ def check_first_prompts(config, chat, env_classes: dict | None = None) -> None:
         if manager is None:
             continue
         for tag in dict.fromkeys(group_tags(manager)):
-            if config.custom_envs[tag].env_type not in shipped:
+            if config.custom_envs[tag].env_type not in shipped or not resets_in_driver(config.custom_envs[tag]):
                 continue
             try:
                 first_prompt_ids(config, tag, chat, (env_classes or {}).get(tag), seed)
@@ -46,6 +46,18 @@ def check_first_prompts(config, chat, env_classes: dict | None = None) -> None:
                     f"{error} (the first prompt of {key}'s tag {tag!r} at seed {seed}, built as its "
                     f"{config.custom_envs[tag].env_manager} env manager builds it)"
                 ) from None
+
+
+def resets_in_driver(env) -> bool:
+    """False for an environment whose reset would download its data or ask a tool server (roll_math, roll_qa,
+    the mcp tool): their env managers check the first prompt at the first reset instead."""
+    from roll.agentic.envs.registry import resolve_env_class
+    from roll.agentic.envs.tools import TOOLS
+
+    if not resolve_env_class(env.env_type).reset_in_driver:
+        return False
+    tools = env.tool_wrapper.tool_configs if env.tool_wrapper is not None else []
+    return not any(TOOLS[tool.tool_id].contacts_at_reset for tool in tools)
 
 
 def check_first_prompts_on_disk(config):

@@ -22,10 +22,10 @@ from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
 from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
+from roll.utils.grading import ERROR, TIMEOUT
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
 from roll.utils.progress import StepTimer
-from roll.workers.rewards.grading import ERROR, TIMEOUT
 
 logger = get_logger("roll.pipeline")
 
@@ -192,7 +192,7 @@ class RLVRPipeline(BasePipeline):
 
     def compute_rewards(self, batch: DataProto) -> DataProto:
         """Scores from each domain's workers, placed on the last response token, and each row's
-        `grading_status` (roll.workers.rewards.grading: graded, error or time-out; see reward_failures)."""
+        `grading_status` (roll.utils.grading: graded, error or time-out; see reward_failures)."""
         scores = torch.zeros(len(batch))
         status = torch.zeros(len(batch), dtype=torch.int8)
         scorer_scores = {  # every scorer's own score (nan on other domains' rows), for reward/<domain>/<name>

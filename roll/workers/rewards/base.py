@@ -19,7 +19,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
-from roll.workers.rewards.grading import GRADED, TIMEOUT, grade_with_time_limit
+from roll.utils.grading import GRADED, TIMEOUT, grade_with_time_limit
 
 LOGGED_FAILURES = 5  # per worker: the first failures are logged with their row, all are counted
 EXCERPT_CHARS = 200

@@ -7,8 +7,8 @@ last line. Letters A–J are recognised; a response with no recognisable choice 
 import re
 
 from roll.distributed.data_proto import DataProto
+from roll.utils.grading import RewardDataError
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.grading import RewardDataError
 
 _PATTERNS = (
     re.compile(r"\\boxed\{\s*\(?([A-J])\)?\s*\}"),

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.sandbox import require_isolation, run_python
+from roll.utils.grading import ERROR, RewardDataError
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.grading import ERROR, RewardDataError
 
 FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 PYTHON_LABELS = {"", "python", "python3", "py"}

@@ -22,8 +22,8 @@ from if_verifiable.ifeval import instructions_util
 from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
 
 from roll.distributed.data_proto import DataProto
+from roll.utils.grading import RewardDataError
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.grading import RewardDataError
 
 # the package's module-level nltk, with the two data-free replacements described above
 instructions_util._get_sentence_tokenizer = functools.lru_cache(maxsize=None)(nltk.tokenize.PunktSentenceTokenizer)

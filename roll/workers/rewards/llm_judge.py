@@ -23,8 +23,8 @@ from roll.configs.worker import ROLL_JUDGE_PROMPTS
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.strategies import create_strategy
+from roll.utils.grading import ERROR
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.grading import ERROR
 
 DEFAULT_PROMPT = (
     "Question: {question}\nReference answer: {reference}\nStudent answer: {response}\n"

@@ -5,8 +5,8 @@ import functools
 
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
+from roll.utils.math_grader import exact_integer_match, grade_math
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.math_verify_grader import exact_integer_match, grade_math
 
 
 class MathRuleRewardWorker(RewardWorker):
