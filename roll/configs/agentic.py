@@ -39,17 +39,22 @@ class EnvConfig:
     env_config: dict[str, Any] = field_help(
         default_factory=dict, help="keyword arguments of the environment's constructor"
     )
-    env_manager: Literal["traj", "step"] = field_help(
+    env_manager: Literal["traj", "step", "step_concat"] = field_help(
         "traj",
         "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
-        "step: one sample per turn with a history window and discounted step returns",
+        "step: one sample per turn with a history window and discounted step returns; step_concat (ROLL's "
+        "StepConcatEnvManager): step's samples and returns, the prompt = the window's earlier observations joined "
+        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']",
     )
     max_turns: int = field_help(
         5, "model replies per episode at most (the environment may end it earlier)", bounds="[1, inf)"
     )
     max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn", bounds="[1, inf)")
     history_length: int = field_help(
-        2, "step manager: earlier (observation, action) turns shown in each prompt", bounds="[0, inf)"
+        2,
+        "step manager: earlier (observation, action) turns shown in each prompt; step_concat: the window counts the "
+        "current turn, so history_length − 1 earlier observations (ROLL's rule)",
+        bounds="[0, inf)",
     )
     action_pattern: str | None = field_help(
         None,
@@ -78,7 +83,10 @@ class EnvConfig:
         "info['suffix'], '' if none); the environment's instructions precede the first one. step manager: ROLL's "
         "{env_instruction}, {history} (the last history_length turns as '(step: k, observation: …, action: …, "
         "reward: …)'), {step_count}, {history_length}, {current_step}, {current_observation}, "
-        "{max_response_length}. null = the observation itself (step: after the history window)",
+        "{max_response_length}. step_concat manager: {history} (the earlier observations of the window of "
+        "history_length turns, the current one included, one per line) and {current_observation} (the observation, "
+        "a newline, the last info['suffix']). null = the observation itself (step, step_concat: after the history "
+        "window)",
     )
 
 
@@ -249,11 +257,11 @@ def check_agentic(config: AgenticConfig) -> None:
         )
     if get_adv_estimator_spec(config.adv_estimator).step_rows:
         used = config.train_env_manager.tags
-        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager != "step")
+        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager == "traj")
         if traj:
             raise ConfigError(
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
-                f"custom_envs.<tag>.env_manager: step for {traj}"
+                f"custom_envs.<tag>.env_manager: step (or step_concat) for {traj}"
             )
     check_async(config)
     check_stop_strings(config, "actor_infer.generating_args", config.actor_infer.generating_args)
@@ -360,7 +368,7 @@ def agentic_optimizer_steps(config: AgenticConfig) -> dict:
     """Optimizer steps per pipeline step for LR schedules. Step-wise samples vary in number: the estimate
     assumes max_turns samples per trajectory."""
     out = {}
-    turns = max(env.max_turns if env.env_manager == "step" else 1 for env in config.custom_envs.values())
+    turns = max(env.max_turns if env.env_manager != "traj" else 1 for env in config.custom_envs.values())
     for name in ("actor_train", "critic"):
         worker = getattr(config, name)
         if worker is None:
@@ -401,6 +409,7 @@ STEP_TEMPLATE_FIELDS = (
     "current_observation",
     "max_response_length",
 )
+STEP_CONCAT_TEMPLATE_FIELDS = ("history", "current_observation")  # ROLL's StepConcatEnvManager fills only these
 
 
 def _check_env_templates(tag: str, env: EnvConfig) -> None:
@@ -414,7 +423,9 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
     if env.agent_template is None:
         return
-    fields = TEMPLATE_FIELDS if env.env_manager == "traj" else STEP_TEMPLATE_FIELDS
+    fields = {"traj": TEMPLATE_FIELDS, "step": STEP_TEMPLATE_FIELDS, "step_concat": STEP_CONCAT_TEMPLATE_FIELDS}[
+        env.env_manager
+    ]
     try:
         env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:

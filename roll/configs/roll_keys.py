@@ -254,7 +254,9 @@ ROLL_KEYS: list[RollKey] = [
         "custom_envs",
         "env_manager_cls",
         ALIAS,
-        "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step; other classes are refused",
+        "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step, StepConcatEnvManager = "
+        "env_manager: step_concat; ProxyEnvManager, AgentNativeStepEnvManager and other classes are refused, each "
+        "with its reason",
     ),
     RollKey(
         "custom_envs",
@@ -263,7 +265,13 @@ ROLL_KEYS: list[RollKey] = [
         "an integer ≥ 0, no effect: ROLL caps concurrent env.step calls of the tag with it (0 = no cap); roll's "
         "env steps run one at a time per environment worker",
     ),
-    RollKey("custom_envs", "agent_runner_cls", ALIAS, "null only (ROLL's default: the env manager plays the episode)"),
+    RollKey(
+        "custom_envs",
+        "agent_runner_cls",
+        ALIAS,
+        "null only (ROLL's default: the env manager plays the episode); ROLL's runners (GEMRunner ...) play it from "
+        "outside, through ProxyEnvManager's OpenAI-style HTTP endpoint, which roll does not build",
+    ),
     RollKey(
         "custom_envs",
         "use_thread_lock",

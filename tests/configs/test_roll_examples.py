@@ -347,3 +347,23 @@ def test_an_environment_roll_does_not_ship_fails_the_dry_run():
     unknown = ["custom_envs.FrozenLake.env_type=webshop"]
     with pytest.raises(ConfigError, match="env_type' = 'webshop': not an environment roll ships"):
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", unknown))
+
+
+def test_rolls_env_manager_classes_map_or_are_refused_with_their_reason():
+    cls = "custom_envs.FrozenLake.env_manager_cls=roll.pipeline.agentic.env_manager."
+    concat = [
+        cls + "step_concat_env_manager.StepConcatEnvManager",
+        "custom_envs.FrozenLake.agent_template='{history}|{current_observation}'",
+        "adv_estimator=step_reinforce",
+    ]
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", concat))
+    assert config.custom_envs["FrozenLake"].env_manager == "step_concat"  # a step-row manager: step_reinforce runs
+    with pytest.raises(ConfigError, match=r"step_concat manager\): placeholders may be \['\{history\}', '\{current"):
+        bad = [*concat[:1], "custom_envs.FrozenLake.agent_template='{env_instruction} {current_observation}'"]
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", bad))
+    for name, reason in (
+        ("proxy_env_manager.ProxyEnvManager", "OpenAI-style chat endpoint over HTTP"),
+        ("agent_native_env_manager.AgentNativeStepEnvManager", "tool-calling agent environments"),
+    ):
+        with pytest.raises(ConfigError, match=f"{name}' is refused: ROLL's .*{reason}"):
+            load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", [cls + name]))
