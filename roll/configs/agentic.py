@@ -279,13 +279,13 @@ def check_agentic(config: AgenticConfig) -> None:
             "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
+        _check_env_config(tag, env)  # first: an environment roll cannot build makes the rest moot
         if env.max_tokens_per_step >= config.response_length:
             raise ConfigError(
                 f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
                 f"than response_length = {config.response_length} (a cut reply gets an end-of-turn "
                 f"token)"
             )
-        _check_env_config(tag, env)
         _check_env_templates(tag, env)
     managers = [("train_env_manager", config.train_env_manager)]
     if config.val_env_manager is not None:
@@ -385,6 +385,11 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
     from roll.agentic.envs.registry import list_envs, make_env
 
     if env.env_type not in list_envs():
+        from roll.configs.roll_env_types import roll_env_refusal
+
+        reason = roll_env_refusal(env.env_type)
+        if reason is not None:
+            raise ConfigError(f"'custom_envs.{tag}.env_type' = {env.env_type!r} is refused: {reason}")
         if "." not in env.env_type:  # not a dotted class path either: the pipeline could not resolve it
             raise ConfigError(
                 f"'custom_envs.{tag}.env_type' = {env.env_type!r}: not an environment roll ships {list_envs()} nor a "

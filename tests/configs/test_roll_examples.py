@@ -343,9 +343,22 @@ def test_max_traj_per_env_defaults_to_rolls_no_cap():
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", capped))
 
 
-def test_an_environment_roll_does_not_ship_fails_the_dry_run():
-    unknown = ["custom_envs.FrozenLake.env_type=webshop"]
-    with pytest.raises(ConfigError, match="env_type' = 'webshop': not an environment roll ships"):
+@pytest.mark.parametrize(
+    "env_type,reason",
+    [
+        ("alfworld", "'alfworld': not an environment roll ships"),
+        ("webshop", "'webshop' is refused: ROLL's WebShopEnv needs the WebShop simulator"),
+        (
+            "sokoban_sandbox",
+            "'sokoban_sandbox' is refused: ROLL's SokobanSandboxEnv plays Sokoban through Alibaba's ROCK",
+        ),
+        ("game:GuessTheNumber-v0", "'game:GuessTheNumber-v0' is refused: an environment of the GEM package"),
+        ("rg:letter_counting", "'rg:letter_counting' is refused: an environment of the GEM package (gem-llm on PyPI"),
+    ],
+)
+def test_an_environment_roll_does_not_ship_fails_the_dry_run_with_its_reason(env_type, reason):
+    unknown = [f"custom_envs.FrozenLake.env_type='{env_type}'", "custom_envs.FrozenLake.max_tokens_per_step=999"]
+    with pytest.raises(ConfigError, match=re.escape(f"custom_envs.FrozenLake.env_type' = {reason}")):  # env first
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", unknown))
 
 
