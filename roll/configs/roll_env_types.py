@@ -22,7 +22,9 @@ ROLL_ENV_TYPES = {
         "ROLL's SokobanNativeEnv answers in chat messages with tool schemas for the AgentNativeStepEnvManager, "
         "which roll does not build (roll's in-process Sokoban is env_type: sokoban)"
     ),
-    "rock_tb_native_env": "ROLL's RockTBNativeEnv runs terminal-bench tasks in ROCK sandbox containers (no ROCK client)",
+    "rock_tb_native_env": (
+        "ROLL's RockTBNativeEnv runs terminal-bench tasks in ROCK sandbox containers; roll has no ROCK client"
+    ),
     "webshop": "ROLL's WebShopEnv needs the WebShop simulator (third_party/webshop-minimal), which roll does not ship",
     "deepeyes": "ROLL's DeepEyesEnv is a vision-language environment; roll builds text-only models",
 }
