@@ -220,6 +220,11 @@ class AgenticConfig(RLAlgorithmConfig):
     )
 
     @property
+    def rollout_only(self) -> bool:
+        """No actor_train: ROLL's agentic rollout pipeline (episodes played and scored, nothing trained)."""
+        return self.actor_train is None and self.actor_infer is not None
+
+    @property
     def group(self) -> tuple[str, int]:
         return "train_env_manager.group_size", self.train_env_manager.group_size
 
@@ -240,11 +245,23 @@ class AgenticConfig(RLAlgorithmConfig):
         check_run_length(self)
         check_model_types(self)
         check_roles(self)
-        check_algorithm(self)
+        if self.rollout_only:
+            check_rollout_only(self)
+        else:
+            check_algorithm(self)
         check_agentic(self)
         check_profiler(self, roles(self))
         check_micro_batching(self)
         check_strategy_configs(self)  # each engine's own keys, all reported together
+
+
+def check_rollout_only(config: AgenticConfig) -> None:
+    """No actor_train (ROLL's agentic rollout pipeline): the RL keys are not read, a reference or critic is not
+    started (describe_config says so, as ROLL ignores them); training-only run settings are refused."""
+    if config.async_generation_ratio:
+        raise ConfigError("'async_generation_ratio' needs 'actor_train': a rollout-only run has no training to overlap")
+    if config.resume_from_checkpoint:
+        raise ConfigError("'resume_from_checkpoint': a rollout-only run (no actor_train) saves no checkpoints")
 
 
 def check_agentic(config: AgenticConfig) -> None:
