@@ -25,7 +25,8 @@ class AgenticRolloutPipeline(AgenticPipeline):
         self.weight_sync = None  # one model: the engine keeps the weights it loaded
 
     def _run_from(self, first_step: int, history: dict) -> None:
-        history["first_step"] = first_step if history["first_step"] is None else history["first_step"]
+        if history["first_step"] is None:  # not a recovery's restart
+            history["first_step"] = first_step
         eta = ETA(first_step, self.config.max_steps - 1)
         for step in range(first_step, self.config.max_steps):
             history["steps"][step] = metrics = self._run_step(step, eta)
