@@ -264,6 +264,15 @@ def describe_config(config) -> str:
         parts.extend(reward_mapping(config))
     if config.pg_variant is not None:
         parts.append(f"policy loss: {loss} (from pg_variant: {config.pg_variant}, which overrides policy_loss_mode)")
+    if getattr(config, "rollout_only", False):
+        parts.append(
+            "rollout-only (no actor_train): each step plays rollout_batch_size episodes with actor_infer and logs "
+            "their scores; nothing is trained and no checkpoint is saved (ROLL's agentic rollout pipeline)"
+        )
+        unused = [name for name in ("reference", "critic") if getattr(config, name) is not None]
+        if unused:
+            parts.append(f"note: {' and '.join(unused)} configured but not started: a rollout-only run trains nothing")
+        return "\n".join(parts)
     reference = describe_reference(config)
     if reference:
         parts.append(reference)

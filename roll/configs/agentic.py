@@ -74,17 +74,22 @@ class EnvConfig:
     env_config: dict[str, Any] = field_help(
         default_factory=dict, help="keyword arguments of the environment's constructor"
     )
-    env_manager: Literal["traj", "step"] = field_help(
+    env_manager: Literal["traj", "step", "step_concat"] = field_help(
         "traj",
         "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
-        "step: one sample per turn with a history window and discounted step returns",
+        "step: one sample per turn with a history window and discounted step returns; step_concat (ROLL's "
+        "StepConcatEnvManager): step's samples and returns, the prompt = the window's earlier observations joined "
+        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']",
     )
     max_turns: int = field_help(
         5, "model replies per episode at most (the environment may end it earlier)", bounds="[1, inf)"
     )
     max_tokens_per_step: int = field_help(16, "tokens the model may generate in one turn", bounds="[1, inf)")
     history_length: int = field_help(
-        2, "step manager: earlier (observation, action) turns shown in each prompt", bounds="[0, inf)"
+        2,
+        "step manager: earlier (observation, action) turns shown in each prompt; step_concat: the window counts the "
+        "current turn, so history_length − 1 earlier observations (ROLL's rule)",
+        bounds="[0, inf)",
     )
     action_pattern: str | None = field_help(
         None,
@@ -113,7 +118,10 @@ class EnvConfig:
         "info['suffix'], '' if none); the environment's instructions precede the first one. step manager: ROLL's "
         "{env_instruction}, {history} (the last history_length turns as '(step: k, observation: …, action: …, "
         "reward: …)'), {step_count}, {history_length}, {current_step}, {current_observation}, "
-        "{max_response_length}. null = the observation itself (step: after the history window)",
+        "{max_response_length}. step_concat manager: {history} (the earlier observations of the window of "
+        "history_length turns, the current one included, one per line) and {current_observation} (the observation, "
+        "a newline, the last info['suffix']). null = the observation itself (step, step_concat: after the history "
+        "window)",
     )
 
     tool_wrapper: ToolWrapperConfig | None = field_help(
@@ -253,6 +261,11 @@ class AgenticConfig(RLAlgorithmConfig):
     )
 
     @property
+    def rollout_only(self) -> bool:
+        """No actor_train: ROLL's agentic rollout pipeline (episodes played and scored, nothing trained)."""
+        return self.actor_train is None and self.actor_infer is not None
+
+    @property
     def group(self) -> tuple[str, int]:
         return "train_env_manager.group_size", self.train_env_manager.group_size
 
@@ -273,11 +286,23 @@ class AgenticConfig(RLAlgorithmConfig):
         check_run_length(self)
         check_model_types(self)
         check_roles(self)
-        check_algorithm(self)
+        if self.rollout_only:
+            check_rollout_only(self)
+        else:
+            check_algorithm(self)
         check_agentic(self)
         check_profiler(self, roles(self))
         check_micro_batching(self)
         check_strategy_configs(self)  # each engine's own keys, all reported together
+
+
+def check_rollout_only(config: AgenticConfig) -> None:
+    """No actor_train (ROLL's agentic rollout pipeline): the RL keys are not read, a reference or critic is not
+    started (describe_config says so, as ROLL ignores them); training-only run settings are refused."""
+    if config.async_generation_ratio:
+        raise ConfigError("'async_generation_ratio' needs 'actor_train': a rollout-only run has no training to overlap")
+    if config.resume_from_checkpoint:
+        raise ConfigError("'resume_from_checkpoint': a rollout-only run (no actor_train) saves no checkpoints")
 
 
 def check_agentic(config: AgenticConfig) -> None:
@@ -290,11 +315,11 @@ def check_agentic(config: AgenticConfig) -> None:
         )
     if get_adv_estimator_spec(config.adv_estimator).step_rows:
         used = config.train_env_manager.tags
-        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager != "step")
+        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager == "traj")
         if traj:
             raise ConfigError(
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
-                f"custom_envs.<tag>.env_manager: step for {traj}"
+                f"custom_envs.<tag>.env_manager: step (or step_concat) for {traj}"
             )
     check_async(config)
     check_stop_strings(config, "actor_infer.generating_args", config.actor_infer.generating_args)
@@ -312,13 +337,13 @@ def check_agentic(config: AgenticConfig) -> None:
             "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
+        _check_env_config(tag, env)  # first: an environment roll cannot build makes the rest moot
         if env.max_tokens_per_step >= config.response_length:
             raise ConfigError(
                 f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
                 f"than response_length = {config.response_length} (a cut reply gets an end-of-turn "
                 f"token)"
             )
-        _check_env_config(tag, env)
         if any(m is not None and tag in m.tags for m in (config.train_env_manager, config.val_env_manager)):
             _check_tools(tag, env)  # as ROLL, only the tags an env manager runs get their tools built
         _check_env_templates(tag, env)
@@ -403,7 +428,7 @@ def agentic_optimizer_steps(config: AgenticConfig) -> dict:
     """Optimizer steps per pipeline step for LR schedules. Step-wise samples vary in number: the estimate
     assumes max_turns samples per trajectory."""
     out = {}
-    turns = max(env.max_turns if env.env_manager == "step" else 1 for env in config.custom_envs.values())
+    turns = max(env.max_turns if env.env_manager != "traj" else 1 for env in config.custom_envs.values())
     for name in ("actor_train", "critic"):
         worker = getattr(config, name)
         if worker is None:
@@ -420,6 +445,11 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
     from roll.agentic.envs.registry import list_envs, make_env
 
     if env.env_type not in list_envs():
+        from roll.configs.roll_env_types import roll_env_refusal
+
+        reason = roll_env_refusal(env.env_type)
+        if reason is not None:
+            raise ConfigError(f"'custom_envs.{tag}.env_type' = {env.env_type!r} is refused: {reason}")
         if "." not in env.env_type:  # not a dotted class path either: the pipeline could not resolve it
             raise ConfigError(
                 f"'custom_envs.{tag}.env_type' = {env.env_type!r}: not an environment roll ships {list_envs()} nor a "
@@ -462,6 +492,7 @@ STEP_TEMPLATE_FIELDS = (
     "current_observation",
     "max_response_length",
 )
+STEP_CONCAT_TEMPLATE_FIELDS = ("history", "current_observation")  # ROLL's StepConcatEnvManager fills only these
 
 
 def _check_env_templates(tag: str, env: EnvConfig) -> None:
@@ -475,7 +506,9 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
     if env.agent_template is None:
         return
-    fields = TEMPLATE_FIELDS if env.env_manager == "traj" else STEP_TEMPLATE_FIELDS
+    fields = {"traj": TEMPLATE_FIELDS, "step": STEP_TEMPLATE_FIELDS, "step_concat": STEP_CONCAT_TEMPLATE_FIELDS}[
+        env.env_manager
+    ]
     try:
         env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:

@@ -60,6 +60,12 @@ def roles(config) -> dict:
     return out
 
 
+def tokenizer_role(config) -> str:
+    """The role whose model directory gives the pipeline's tokenizer: actor_train, or actor_infer in an agentic
+    rollout-only run (no actor_train)."""
+    return "actor_infer" if getattr(config, "rollout_only", False) else "actor_train"
+
+
 def strategies_with(flag: str | None = None, role: str | None = None) -> list[str]:
     """Registered strategy names, in registry order, whose class sets the capability `flag` (a class
     attribute of roll/strategies/base.py's InferenceStrategy) and serves the pipeline `role`."""
@@ -128,7 +134,9 @@ def check_model_types(config) -> None:
 
 
 def check_roles(config) -> None:
-    if config.actor_train is None or config.actor_infer is None:
+    if getattr(config, "rollout_only", False):  # agentic, no actor_train: ROLL's AgenticRolloutPipeline
+        pass
+    elif config.actor_train is None or config.actor_infer is None:
         raise ConfigError(
             "a pipeline config needs both 'actor_train' (the trainer) and 'actor_infer' (the rollout engine)"
         )

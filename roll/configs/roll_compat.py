@@ -273,13 +273,36 @@ def _max_grad_norm(block, value, path):
 ROLL_ENV_MANAGERS = {
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
+    "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
+}
+
+
+_ROLL_MANAGER_PREFIX = "roll.pipeline.agentic.env_manager."
+# why each ROLL env manager class that roll does not map is refused (read from ROLL's env_manager/ sources)
+REFUSED_ENV_MANAGERS = {
+    "proxy_env_manager.ProxyEnvManager": (
+        "ROLL's ProxyEnvManager serves the policy as an OpenAI-style chat endpoint over HTTP and lets an agent runner "
+        "(agent_runner_cls) play the episode through it, re-rendering the whole conversation each turn and training "
+        "on the requests it proxied; roll's env managers call the engine directly, token in and token out, and no "
+        "HTTP proxy is built"
+    ),
+    "agent_native_env_manager.AgentNativeStepEnvManager": (
+        "ROLL's AgentNativeStepEnvManager plays tool-calling agent environments (sokoban_native_env, SWE and "
+        "terminal sandboxes) whose reset/step exchange chat message lists and tool schemas rendered by the "
+        "tokenizer's tools template; roll's environments exchange text, and no tool-calling env manager is built"
+    ),
+    "vl_traj_env_manager.VLTrajEnvManager": (
+        "ROLL's VLTrajEnvManager feeds image observations to a vision-language policy; roll builds text-only models"
+    ),
 }
 
 
 def _env_manager_cls(block, value, path):
     ours = ROLL_ENV_MANAGERS.get(value)
     if ours is None:
-        return f"'{path}' = {value!r} is refused: {_note('custom_envs', 'env_manager_cls')}"
+        short = value.removeprefix(_ROLL_MANAGER_PREFIX) if isinstance(value, str) else value
+        reason = REFUSED_ENV_MANAGERS.get(short, _note("custom_envs", "env_manager_cls"))
+        return f"'{path}' = {value!r} is refused: {reason}"
     if block.setdefault("env_manager", ours) != ours:
         return f"'{path}' = {value!r} conflicts with 'env_manager' = {block['env_manager']!r}: set only one"
     return None

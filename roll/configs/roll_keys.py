@@ -247,7 +247,9 @@ ROLL_KEYS: list[RollKey] = [
         "custom_envs",
         "env_manager_cls",
         ALIAS,
-        "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step; other classes are refused",
+        "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step, StepConcatEnvManager = "
+        "env_manager: step_concat; ProxyEnvManager, AgentNativeStepEnvManager and other classes are refused, each "
+        "with its reason",
     ),
     RollKey(
         "custom_envs",
@@ -256,7 +258,13 @@ ROLL_KEYS: list[RollKey] = [
         "an integer ≥ 0, no effect: ROLL caps concurrent env.step calls of the tag with it (0 = no cap); roll's "
         "env steps run one at a time per environment worker",
     ),
-    RollKey("custom_envs", "agent_runner_cls", ALIAS, "null only (ROLL's default: the env manager plays the episode)"),
+    RollKey(
+        "custom_envs",
+        "agent_runner_cls",
+        ALIAS,
+        "null only (ROLL's default: the env manager plays the episode); ROLL's runners (GEMRunner ...) play it from "
+        "outside, through ProxyEnvManager's OpenAI-style HTTP endpoint, which roll does not build",
+    ),
     RollKey(
         "custom_envs",
         "use_thread_lock",
@@ -384,6 +392,22 @@ ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."
 
 # Differences met by ROLL's current example YAMLs (added to docs/roll_compatibility.md after DIFFERENCES)
 EXAMPLE_DIFFERENCES = [
+    (
+        "an agentic config without actor_train",
+        "ROLL runs it with its own launcher (start_agentic_rollout_pipeline.py, AgenticRolloutPipeline); roll's "
+        "start_agentic_pipeline.py runs it as that rollout pipeline (docs/agentic.md). ROLL's rollout pipeline never "
+        "validates; roll validates a configured val_env_manager every eval_steps",
+    ),
+    (
+        "custom_envs.<tag>.history_length (step manager)",
+        "the earlier turns shown; ROLL's StepEnvManager takes its window as history[-history_length:-1], which "
+        "counts the current turn, so it shows history_length − 1 earlier turns (roll's step_concat manager follows "
+        "ROLL; for ROLL's step prompt set history_length one lower)",
+    ),
+    (
+        "custom_envs.<tag>.history_length: 0 (step_concat manager)",
+        "no earlier observations; ROLL's StepConcatEnvManager slices its history with [-0:-1] and so shows all of them",
+    ),
     (
         "agentic prompts without a system message",
         "rendered with the tokenizer's chat template as it is (Qwen2.5's then adds its default system prompt); "

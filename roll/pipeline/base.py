@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
 from roll.configs import describe_reference, optimizer_steps, reference_source
+from roll.configs.checks import tokenizer_role
 from roll.configs.policy_loss import loss_settings
 from roll.configs.profiler import role_profile
 from roll.distributed.cluster import Cluster, RoleFailure
@@ -42,6 +43,8 @@ class BasePipeline:
     devices, so several pipelines can run one after another in one Ray session. `callbacks` are
     `roll.pipeline.core.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
 
+    saves_checkpoints = True  # a pipeline that trains nothing (agentic rollout-only) has no state to save
+
     def __init__(self, config, callbacks=()):
         self.config = config
         self.callbacks = list(callbacks)
@@ -60,7 +63,9 @@ class BasePipeline:
             raise
 
     def _set_up(self, config) -> None:
-        self.tokenizer = AutoTokenizer.from_pretrained(config.actor_train.model_args.model_name_or_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            getattr(config, tokenizer_role(config)).model_args.model_name_or_path
+        )
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
@@ -147,9 +152,9 @@ class BasePipeline:
         self.placements = describe_workers(self.clusters, timeout=start_timeout)
         processes_up = time.perf_counter()
         logger.info("%s", check_placements(self.placements, self.resource_manager))
-        if config.save_steps or config.resume_from_checkpoint:
+        if self.saves_checkpoints and (config.save_steps or config.resume_from_checkpoint):
             check_output_dir(checkpoint_base(config), self.clusters)
-        self.actor_train, self.actor_infer = self.clusters["actor_train"], self.clusters["actor_infer"]
+        self.actor_train, self.actor_infer = self.clusters.get("actor_train"), self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
         self.profiler = StepProfiler(config, self.clusters)
@@ -369,7 +374,7 @@ class BasePipeline:
         self.tracker.log(metrics, step + 1)
         if step % config.logging_steps == 0 or last:
             logger.info("%s %s", eta.line(step), progress(metrics))
-        if config.save_steps and ((step + 1) % config.save_steps == 0 or last):
+        if self.saves_checkpoints and config.save_steps and ((step + 1) % config.save_steps == 0 or last):
             self.checkpointer.save(completed_steps=step + 1)
         return metrics
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from roll.agentic.env_managers import ChatTokens, StepEnvManager, TrajEnvManager
+from roll.agentic.env_managers import ChatTokens, StepConcatEnvManager, StepEnvManager, TrajEnvManager
 from roll.agentic.envs import make_env
 from roll.configs.agentic import EnvConfig
 from roll.demo.tiny_model import build_tokenizer
@@ -234,3 +234,55 @@ def test_batch_layout_and_loss_free_padding(chat):
     assert list(padded.non_tensor_batch["uid"][1:]) == ["padding-0", "padding-1", "padding-2"]
     with pytest.raises(ValueError, match="response_length 2"):
         to_batch(rows, prompt_length=4, response_length=2, pad_token_id=0)
+
+
+def test_step_concat_manager_joins_earlier_observations_and_the_suffix(chat):
+    """ROLL's StepConcatEnvManager: {history} = the earlier observations of a window of history_length turns (the
+    current one counts), one per line, no actions; {current_observation} = the observation, a newline, the last
+    info['suffix']; the rows are the step manager's (one per turn, discounted returns)."""
+    from roll.agentic.env_managers import MANAGERS
+
+    assert MANAGERS["step_concat"] is StepConcatEnvManager
+    env = EnvConfig(
+        env_type="tests.agentic.user_env_module.HintEnv",
+        env_manager="step_concat",
+        max_turns=4,
+        max_tokens_per_step=8,
+        history_length=3,
+        agent_template="Obs:\n{history}\n{current_observation}\nEnd.",
+    )
+    manager = StepConcatEnvManager(0, "Hint", env, chat, 0.0, prompt_length=256, response_length=16, gamma=0.5)
+    manager.start(0, "g0", "t0")
+    texts = []
+    for word in ("1", "2", "3"):
+        texts.append(manager._render())
+        prompt = manager.request()
+        manager.apply(chat.encode(word) + [chat.eos_token_id], [-0.5] * (len(chat.encode(word)) + 1))
+        assert texts[-1] in chat.decode(prompt)  # the request carries the rendered text
+    assert texts == [
+        "Obs:\n\nGuess a number from 1 to 4.\n\nEnd.",  # no history yet; reset gives no suffix
+        "Obs:\nGuess a number from 1 to 4.\nTurn 1: you said 1.\nGuess 2?\nEnd.",
+        "Obs:\nGuess a number from 1 to 4.\nTurn 1: you said 1.\nTurn 2: you said 2.\nGuess 3?\nEnd.",
+    ]
+    manager.start(0, "g1", "t1")  # a new episode starts with an empty window
+    assert manager._render() == texts[0]
+    manager.env_config = EnvConfig(env_type="x.Y", env_manager="step_concat", history_length=1)  # no template
+    assert manager._render() == "Guess a number from 1 to 4.\n"
+
+
+def test_step_concat_rows_are_step_rows(chat):
+    env = EnvConfig(
+        env_type="tests.agentic.user_env_module.HintEnv",
+        env_manager="step_concat",
+        max_turns=4,
+        max_tokens_per_step=8,
+        history_length=2,
+    )
+    manager = StepConcatEnvManager(0, "Hint", env, chat, 0.0, prompt_length=256, response_length=16, gamma=0.5)
+    replies = [chat.encode(w) + [chat.eos_token_id] for w in ("1", "2", "3")]
+    prompts = play(manager, replies, seed=0)
+    rows = manager.samples()
+    assert manager.episode.success and len(rows) == 3
+    assert [r["prompt_ids"] for r in rows] == prompts and [r["response_ids"] for r in rows] == replies
+    assert [r["score"] for r in rows] == pytest.approx([0.25, 0.5, 1.0])  # rewards 0, 0, 1 with γ = 0.5
+    assert "Turn 1: you said 1.\nGuess 2?" in chat.decode(prompts[1])

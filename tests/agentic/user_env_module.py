@@ -26,3 +26,19 @@ class CountdownEnv(BaseEnv):
 
 class NotAnEnv:
     pass
+
+
+class HintEnv(BaseEnv):
+    """A GEM-style game: each observation reports the last guess, and info["suffix"] asks for the next one."""
+
+    default_config = {"target": 3}
+
+    def reset(self, seed: int) -> str:
+        self.turn = 0
+        return "Guess a number from 1 to 4."
+
+    def step(self, action: str) -> EnvStep:
+        self.turn += 1
+        hit = action.strip() == str(self.config["target"])
+        info = {"action_is_valid": True, "success": hit, "suffix": f"Guess {self.turn + 1}?"}
+        return EnvStep(f"Turn {self.turn}: you said {action.strip()}.", float(hit), hit, info)

@@ -207,7 +207,7 @@ def test_roll_examples_table_is_well_formed():
         assert (row["status"] == "out of scope") == (scope(row["path"]) is not None), row  # the rule as coded
     passes = sum(row["status"] == "pass" for row in rows)
     in_scope = sum(row["status"] != "out of scope" for row in rows)
-    assert passes >= 28 and in_scope >= 70  # the recorded floor (28 of 75 at 8eb27cc); never silently lower
+    assert passes >= 29 and in_scope >= 70  # the recorded floor (29 of 75 at 8eb27cc); never silently lower
     broken = {row["path"] for row in rows if row["status"] == "broken in ROLL"}
     assert {
         "examples/qwen2.5-0.5B-agentic/agentic_val_webshop.yaml",
@@ -343,7 +343,40 @@ def test_max_traj_per_env_defaults_to_rolls_no_cap():
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", capped))
 
 
-def test_an_environment_roll_does_not_ship_fails_the_dry_run():
-    unknown = ["custom_envs.FrozenLake.env_type=webshop"]
-    with pytest.raises(ConfigError, match="env_type' = 'webshop': not an environment roll ships"):
+@pytest.mark.parametrize(
+    "env_type,reason",
+    [
+        ("alfworld", "'alfworld': not an environment roll ships"),
+        ("webshop", "'webshop' is refused: ROLL's WebShopEnv needs the WebShop simulator"),
+        (
+            "sokoban_sandbox",
+            "'sokoban_sandbox' is refused: ROLL's SokobanSandboxEnv plays Sokoban through Alibaba's ROCK",
+        ),
+        ("game:GuessTheNumber-v0", "'game:GuessTheNumber-v0' is refused: an environment of the GEM package"),
+        ("rg:letter_counting", "'rg:letter_counting' is refused: an environment of the GEM package (gem-llm on PyPI"),
+    ],
+)
+def test_an_environment_roll_does_not_ship_fails_the_dry_run_with_its_reason(env_type, reason):
+    unknown = [f"custom_envs.FrozenLake.env_type='{env_type}'", "custom_envs.FrozenLake.max_tokens_per_step=999"]
+    with pytest.raises(ConfigError, match=re.escape(f"custom_envs.FrozenLake.env_type' = {reason}")):  # env first
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", unknown))
+
+
+def test_rolls_env_manager_classes_map_or_are_refused_with_their_reason():
+    cls = "custom_envs.FrozenLake.env_manager_cls=roll.pipeline.agentic.env_manager."
+    concat = [
+        cls + "step_concat_env_manager.StepConcatEnvManager",
+        "custom_envs.FrozenLake.agent_template='{history}|{current_observation}'",
+        "adv_estimator=step_reinforce",
+    ]
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", concat))
+    assert config.custom_envs["FrozenLake"].env_manager == "step_concat"  # a step-row manager: step_reinforce runs
+    with pytest.raises(ConfigError, match=r"step_concat manager\): placeholders may be \['\{history\}', '\{current"):
+        bad = [*concat[:1], "custom_envs.FrozenLake.agent_template='{env_instruction} {current_observation}'"]
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", bad))
+    for name, reason in (
+        ("proxy_env_manager.ProxyEnvManager", "OpenAI-style chat endpoint over HTTP"),
+        ("agent_native_env_manager.AgentNativeStepEnvManager", "tool-calling agent environments"),
+    ):
+        with pytest.raises(ConfigError, match=f"{name}' is refused: ROLL's .*{reason}"):
+            load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", [cls + name]))

@@ -5,6 +5,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 from tests.pipeline.helpers import REPO, agentic_config
 from tests.pipeline.helpers import SMALL_AGENTIC as SMALL
@@ -127,3 +128,36 @@ def test_frozen_lake_demo_learns(ray_session, agentic_model, tmp_path):
     before, after = history["before"]["val/FrozenLake/success"], history["after"]["val/FrozenLake/success"]
     print(f"FrozenLake validation success: {before:.3f} -> {after:.3f}")
     assert after >= 2 * before and after >= before + 0.05, (before, after)
+
+
+def test_rollout_only_config_trains_nothing(ray_session, agentic_model, tmp_path):
+    """ROLL's agentic rollout pipeline: no actor_train in the config; two steps play and score episodes with
+    actor_infer alone (no trainer, no weight sync, no checkpoint) and write the transcripts."""
+    from roll.configs import compose_config, load_agentic_config
+    from roll.pipeline.agentic import run_pipeline
+
+    overrides = [
+        f"model_path={agentic_model}",
+        f"output_dir={tmp_path}",
+        "~actor_train",
+        "track_with=stdout",
+        "eval_steps=0",
+        "max_steps=2",
+        "save_steps=1",  # not read: a rollout-only run saves nothing
+        "sample_log_steps=1",
+        "train_env_manager.num_env_groups=2",
+        "train_env_manager.group_size=2",
+        "rollout_batch_size=4",
+    ]
+    config = load_agentic_config(compose_config(str(REPO / "examples" / "agentic_demo"), "frozen_lake_traj", overrides))
+    assert config.rollout_only
+    history = run_pipeline(config)
+    assert sorted(history["steps"]) == [0, 1]
+    for step, metrics in history["steps"].items():
+        transcripts = [json.loads(line) for line in (tmp_path / "samples" / f"step-{step + 1}.jsonl").open()]
+        scores = [sum(turn["reward"] for turn in t["turns"]) for t in transcripts]  # traj manager: one row each
+        assert len(transcripts) == metrics["rollout/samples"] == 4
+        assert metrics["rollout/all/score/mean"] == pytest.approx(np.mean(scores))
+        assert metrics["rollout/FrozenLake/score/min"] == pytest.approx(min(scores))
+        assert not any(key.startswith(("actor/", "weight_sync/", "timing/train")) for key in metrics)
+    assert not (tmp_path / "checkpoints").exists()

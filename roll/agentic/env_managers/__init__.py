@@ -3,9 +3,10 @@
 from roll.agentic.env_managers.base import EnvManager, Episode, Turn
 from roll.agentic.env_managers.chat import ChatTokens, TokenTrajectory
 from roll.agentic.env_managers.step import StepEnvManager
+from roll.agentic.env_managers.step_concat import StepConcatEnvManager
 from roll.agentic.env_managers.traj import TrajEnvManager
 
-MANAGERS = {"traj": TrajEnvManager, "step": StepEnvManager}
+MANAGERS = {"traj": TrajEnvManager, "step": StepEnvManager, "step_concat": StepConcatEnvManager}
 
 __all__ = [
     "EnvManager",
@@ -15,5 +16,6 @@ __all__ = [
     "TokenTrajectory",
     "TrajEnvManager",
     "StepEnvManager",
+    "StepConcatEnvManager",
     "MANAGERS",
 ]

@@ -61,15 +61,17 @@ def resets_in_driver(env) -> bool:
 
 
 def check_first_prompts_on_disk(config):
-    """`--dry_run`'s check: where actor_train's model directory is on this machine, its tokenizer builds each
-    tag's first prompt (the pipeline runs the same check before any worker starts). Returns `config`."""
+    """`--dry_run`'s check: where the tokenizer role's model directory (actor_train's; actor_infer's without it)
+    is on this machine, its tokenizer builds each tag's first prompt (the pipeline runs the same check before any
+    worker starts). Returns `config`."""
     from pathlib import Path
 
     from roll.agentic.env_managers import ChatTokens
     from roll.agentic.envs.registry import resolve_env_class
+    from roll.configs.checks import tokenizer_role
     from roll.pipeline.core.preflight import TOKENIZER_FILES
 
-    model = Path(config.actor_train.model_args.model_name_or_path).expanduser()
+    model = Path(getattr(config, tokenizer_role(config)).model_args.model_name_or_path).expanduser()
     if not any((model / name).is_file() for name in TOKENIZER_FILES):
         return config  # no local tokenizer (a hub id, another machine's path): the pipeline checks at start
     from transformers import AutoTokenizer

@@ -19,6 +19,7 @@ from roll.agentic.envs.registry import resolve_env_class
 from roll.algorithms import get_adv_estimator_spec, gigpo_rewards
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
+from roll.configs.checks import tokenizer_role
 from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
@@ -80,7 +81,7 @@ class AgenticPipeline(BasePipeline):
                 manager = getattr(config, f"{key}_manager")
                 self.clusters[key].setup(
                     {
-                        "tokenizer_path": config.actor_train.model_args.model_name_or_path,
+                        "tokenizer_path": getattr(config, tokenizer_role(config)).model_args.model_name_or_path,
                         "custom_envs": config.custom_envs,
                         "env_classes": self.env_classes,
                         "manager": manager,
@@ -247,9 +248,10 @@ def _grouping(batch: DataProto, grouping: str) -> np.ndarray:
     return batch.non_tensor_batch["tag" if grouping == "tags" else "traj_group_id"]
 
 
-def run_pipeline(config) -> dict:
-    """Entry point used by examples/start_agentic_pipeline.py."""
-    with AgenticPipeline(config) as pipeline:
+def run_pipeline(config, pipeline_cls=AgenticPipeline) -> dict:
+    """Runs `pipeline_cls(config)` to the end and draws its learning curves (roll.pipeline.agentic.run_pipeline
+    picks the class)."""
+    with pipeline_cls(config) as pipeline:
         history = pipeline.run()
     report_learning_curves(history, config.output_dir)
     return history

@@ -7,7 +7,7 @@ Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a mach
 import os
 from pathlib import Path
 
-from roll.configs.checks import roles
+from roll.configs.checks import roles, tokenizer_role
 from roll.configs.loader import ConfigError, closest
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -15,9 +15,12 @@ MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
 def check_roles(config) -> None:
+    tokenizer = tokenizer_role(config)
     for name, worker in roles(config).items():
         if name in MODEL_ROLES and worker.model_args is not None:
-            check_model_dir(f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path)
+            check_model_dir(
+                f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path, name == tokenizer
+            )
         check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name.startswith("rewards."))
 
 
@@ -26,7 +29,8 @@ def _looks_like_hub_id(value: str) -> bool:
     return value.count("/") == 1 and not value.startswith((".", "/", "~")) and not os.path.exists(value)
 
 
-def check_model_dir(key: str, value: str) -> None:
+def check_model_dir(key: str, value: str, tokenizer: bool = False) -> None:
+    """`tokenizer`: the pipeline loads its tokenizer from this directory, so it must hold one."""
     if _looks_like_hub_id(value):
         return  # a model hub id: transformers resolves (or refuses) it
     path = Path(value).expanduser()
@@ -47,7 +51,7 @@ def check_model_dir(key: str, value: str) -> None:
                 f"'{key}' = {value!r}: {weights} {problem}; the file is damaged (an interrupted copy or download?): "
                 f"copy or download the model again"
             )
-    if key.startswith("actor_train") and not any((path / name).is_file() for name in TOKENIZER_FILES):
+    if tokenizer and not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(
             f"'{key}' = {value!r}: the directory has no tokenizer (none of {list(TOKENIZER_FILES)}); copy the "
             f"tokenizer files of the base model into it (tokenizer.save_pretrained)"
