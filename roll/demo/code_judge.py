@@ -22,7 +22,7 @@ from roll.demo import code_task
 from roll.demo import task as math_task
 from roll.demo.rlvr import encode_prompts, load_model, locked_preparation
 from roll.demo.tiny_model import build_tokenizer, save_random_qwen2
-from roll.demo.warm_start import warm_start
+from roll.demo.warm_start import format_only_examples, warm_start
 from roll.utils.functional import left_pad
 from roll.workers.rewards.code_sandbox import extract_program
 from roll.workers.rewards.llm_judge import parse_verdict
@@ -37,7 +37,7 @@ class CodeJudgeDemoSettings:
     hidden_size: int = 64
     num_layers: int = 2
     num_heads: int = 2
-    policy_warm_start_steps: int = 80  # reply formats: programs with random expressions, numbers read back
+    policy_warm_start_steps: int = 80  # reply formats: programs with random constants, random answers
     judge_warm_start_steps: int = 600  # at judge_lr, then judge_anneal_steps at judge_lr / 3 and judge_lr / 10 each
     judge_anneal_steps: int = 300
     warm_start_batch_size: int = 32
@@ -69,13 +69,13 @@ def _prepare(out: Path, settings: CodeJudgeDemoSettings) -> dict:
     }
     _, parameters = save_random_qwen2(out / "model", tokenizer, seed=settings.seed, **shape)
     save_random_qwen2(out / "judge", tokenizer, seed=settings.seed + 1, **shape)
-    policy_chats = code_task.code_warm_start([p for p in train if p["tag"] == code_task.CODE_TAG], settings.seed) + [
-        [
-            {"role": "user", "content": r["prompt"]},
-            {"role": "assistant", "content": math_task.answer_text(r["ground_truth"])},
-        ]
-        for r in math_task.reading_problems()
-    ]
+    policy_chats = code_task.code_warm_start([p for p in train if p["tag"] == code_task.CODE_TAG], settings.seed)
+    policy_chats += format_only_examples(  # word problems answered with random numbers: the format, not the sums
+        [p["prompt"] for p in train if p["tag"] == code_task.JUDGE_TAG][: len(policy_chats)],
+        math_task.answer_pool(),
+        settings.seed,
+        answer_format=math_task.answer_text,
+    )
     policy_losses = warm_start(
         str(out / "model"), policy_chats, settings.policy_warm_start_steps, settings.warm_start_batch_size,
         settings.warm_start_lr, settings.seed,

@@ -86,13 +86,13 @@ def split(seed: int = 0, math_heldout_phrasings: int = 12) -> tuple[list[dict], 
 
 
 def code_warm_start(problems: list[dict], seed: int) -> list[list[dict]]:
-    """Format only: each code prompt answered with a well-formed function of the asked NAME whose operation
-    and constant are drawn at random (right 1 time in 15), so RL has the expression left to learn."""
+    """Each code prompt answered with a well-formed function of the asked name and operation whose constant is
+    drawn at random (right 1 time in 5): the reply format and part of the task, the rest left to RL."""
     rng = random.Random(seed)
     chats = []
     for p in problems:
-        name = p["function"][0]
-        code = program(name, rng.choice(list(OPS)), rng.choice(list(CONSTANTS)))
+        name, op, _ = p["function"]
+        code = program(name, op, rng.choice(list(CONSTANTS)))
         chats.append([{"role": "user", "content": p["prompt"]}, {"role": "assistant", "content": reply_text(code)}])
     return chats
 
