@@ -34,8 +34,8 @@ TEMPLATES = [
 ]
 HELDOUT_TEMPLATES = (3,)
 # The demo's judge_prompt: roll's built-in YES/NO question without the question line. Checking that two
-# answers agree does not need the question, and without it the tiny judge learns the check in a few hundred
-# steps (with it, measured: 74 % right after 1,500 steps of the same warm start).
+# answers agree does not need the question, and it makes the tiny judge's input longer and its check slower to
+# learn (measured with the question and a verdict-only reply: 74 % right after 1,500 warm-start steps).
 JUDGE_PROMPT = (
     "Is the student answer equivalent to the reference answer? Reply YES or NO.\n"
     "Reference answer: {reference}\nStudent answer: {response}"
@@ -107,9 +107,9 @@ def verdict_table(truth: str) -> list[tuple[str, str]]:
     """Every (student answer, judge reply) taught for one reference. The reply names the number the student gave
     ("-" when the answer is malformed), then the reference, then the verdict: "7 5 NO", "5 5 YES", "- 5 NO".
     Writing the two numbers first puts them next to the verdict, which a 0.2M-parameter model learns to compare
-    in a few hundred steps; asked for YES/NO directly, it stays at chance for 1,000 (measured). Each possible
-    number boxed and bare, the reference with a part missing or doubled, and malformed replies; the right
-    answers are repeated so that YES and NO are equally frequent."""
+    in ~1,000 steps; asked for YES/NO directly, it stayed at chance after 600 (lr 3e-3) and 1,000 (lr 1e-2).
+    Each possible number boxed and bare, the reference with a part missing or doubled, and malformed replies;
+    the right answers are repeated so that YES and NO are equally frequent."""
     boxed = math_task.answer_text
     numbers = math_task.answer_pool()
 
