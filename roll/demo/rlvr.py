@@ -45,8 +45,12 @@ def _marker_payload(settings: DemoSettings) -> dict:
     return {"format_version": FORMAT_VERSION, "settings": dataclasses.asdict(settings)}
 
 
-def is_prepared(output_dir, settings: DemoSettings) -> dict | None:
-    """The stored summary when `output_dir` holds a complete preparation with these settings."""
+REQUIRED = ["model/config.json", "model/model.safetensors", "model/tokenizer.json", "train.jsonl", "heldout.jsonl"]
+
+
+def stored_summary(output_dir, payload: dict, required: list[str]) -> dict | None:
+    """The stored summary when `output_dir` holds a complete preparation whose marker matches `payload` and
+    every `required` file exists."""
     marker = Path(output_dir) / MARKER
     if not marker.is_file():
         return None
@@ -54,38 +58,57 @@ def is_prepared(output_dir, settings: DemoSettings) -> dict | None:
         stored = json.loads(marker.read_text())
     except json.JSONDecodeError:
         return None
-    required = ["model/config.json", "model/model.safetensors", "model/tokenizer.json", "train.jsonl", "heldout.jsonl"]
-    if any(stored.get(k) != v for k, v in _marker_payload(settings).items()) or not all(
+    if any(stored.get(k) != v for k, v in payload.items()) or not all(
         (Path(output_dir) / name).is_file() for name in required
     ):
         return None
     return stored.get("summary")
 
 
-def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: bool = False, log=print) -> dict:
-    """Prepares `output_dir` (see the module docstring) unless it already holds these settings. Concurrent
-    callers on the same folder are serialised by a lock file next to it; the later ones find it prepared."""
+def is_prepared(output_dir, settings: DemoSettings) -> dict | None:
+    """The stored summary when `output_dir` holds a complete preparation with these settings."""
+    return stored_summary(output_dir, _marker_payload(settings), REQUIRED)
+
+
+def locked_preparation(output_dir, payload: dict, required: list[str], build, force: bool, log) -> dict:
+    """`build(out) -> summary` into `output_dir` unless it already holds a preparation of `payload` (then the
+    stored summary, with skipped=True). Concurrent callers on one folder are serialised by a lock file next to
+    it; the later ones find it prepared. The marker is written last, so a half-done preparation is redone."""
     import fcntl
 
     out = Path(output_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _prepare_locked(out, settings, force, log)
+        if not force:
+            summary = stored_summary(out, payload, required)
+            if summary is not None:
+                log(
+                    f"demo already prepared in {out} with these settings (delete {out / MARKER} or pass --force "
+                    "to redo)"
+                )
+                return dict(summary, skipped=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).unlink(missing_ok=True)
+        for name in {r.split("/")[0] for r in required if "/" in r}:  # model folders are rebuilt from scratch
+            if (out / name).exists():
+                shutil.rmtree(out / name)
+        summary = build(out)
+        (out / MARKER).write_text(json.dumps(dict(payload, summary=summary), indent=1))
+        return dict(summary, skipped=False)
 
 
-def _prepare_locked(out: Path, settings: DemoSettings, force: bool, log) -> dict:
-    if not force:
-        summary = is_prepared(out, settings)
-        if summary is not None:
-            log(f"demo already prepared in {out} with these settings (delete {out / MARKER} or pass --force to redo)")
-            return dict(summary, skipped=True)
+def prepare_demo(output_dir, settings: DemoSettings = DemoSettings(), force: bool = False, log=print) -> dict:
+    """Prepares `output_dir` (see the module docstring) unless it already holds these settings. Concurrent
+    callers on the same folder are serialised by a lock file next to it; the later ones find it prepared."""
+    return locked_preparation(
+        output_dir, _marker_payload(settings), REQUIRED, lambda out: _prepare(out, settings), force, log
+    )
+
+
+def _prepare(out: Path, settings: DemoSettings) -> dict:
     started = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).unlink(missing_ok=True)  # the marker is written last: a half-done run is redone
     model_dir = out / "model"
-    if model_dir.exists():
-        shutil.rmtree(model_dir)
     train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings, settings.balance_answers)
     demo_task.write_jsonl(train, out / "train.jsonl")
     demo_task.write_jsonl(heldout, out / "heldout.jsonl")
@@ -110,7 +133,7 @@ def _prepare_locked(out: Path, settings: DemoSettings, force: bool, log) -> dict
     evaluation = greedy_eval(model, tokenizer, heldout, settings.eval_max_new_tokens)
     n_params = sum(p.numel() for p in model.parameters())
     prompt_tokens = max(len(ids) for ids in encode_prompts(tokenizer, [r["prompt"] for r in train + heldout]))
-    summary = {
+    return {
         "train_rows": len(train),
         "heldout_rows": len(heldout),
         "vocab_size": len(tokenizer),
@@ -123,8 +146,6 @@ def _prepare_locked(out: Path, settings: DemoSettings, force: bool, log) -> dict
         "heldout_answer_counts": evaluation["answer_counts"],
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (out / MARKER).write_text(json.dumps(dict(_marker_payload(settings), summary=summary), indent=1))
-    return dict(summary, skipped=False)
 
 
 def warm_start_conversations(settings: DemoSettings, train: list[dict]) -> list[list[dict]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.build_cache import REPO, cache_root, cached_copy, cached_entry, key_inputs, package_root
 
-RLVR_DEMO, AGENTIC_DEMO = "rlvr-demo", "agentic-demo"
+RLVR_DEMO, AGENTIC_DEMO, CODE_JUDGE_DEMO = "rlvr-demo", "agentic-demo", "code-judge-demo"
 
 
 @contextlib.contextmanager
@@ -44,6 +44,21 @@ def prepared_demo(directory: Path, settings) -> Path:
         (out.parent / f".{out.name}.lock").unlink(missing_ok=True)  # prepare_demo's lock file, beside `out`
 
     return cached_copy(directory, RLVR_DEMO, ["roll.demo.rlvr"], dataclasses.asdict(settings), build)
+
+
+def prepared_code_judge_demo(directory: Path) -> Path:
+    """`directory` ← the code-and-judge demo (roll.demo.code_judge, the shipped default settings) from the build
+    cache: model/, judge/, train.jsonl, heldout.jsonl (~1-2 min on 2 cores when its entry is built)."""
+    from roll.demo.code_judge import CodeJudgeDemoSettings, prepare_code_judge_demo
+
+    settings = CodeJudgeDemoSettings()
+
+    def build(out: Path) -> None:
+        with one_thread():
+            prepare_code_judge_demo(out, settings, log=lambda *_: None)
+        (out.parent / f".{out.name}.lock").unlink(missing_ok=True)
+
+    return cached_copy(directory, CODE_JUDGE_DEMO, ["roll.demo.code_judge"], dataclasses.asdict(settings), build)
 
 
 def _agentic_settings():
