@@ -184,9 +184,11 @@ def load_agentic_config(config) -> AgenticConfig:
 def _build_with_roll_keys(cls, data: dict):
     """ROLL spellings translated, then the strict build; every problem of the file raised together."""
     from roll.configs.roll_compat import check_roll_keys, note_roll_spellings, translate
+    from roll.configs.roll_lengths import derive_agentic_lengths
 
     problems = translate(data)
     extra = data.pop("__roll__", {})
+    problems += derive_agentic_lengths(cls, data, extra)
     try:
         config = build(cls, data)
     except ConfigError as error:
@@ -196,6 +198,8 @@ def _build_with_roll_keys(cls, data: dict):
         raise collected(problems)
     if hasattr(config, "rewards"):
         note_roll_spellings(config, extra)
+    if "derived_lengths" in extra:
+        config.roll_derived_lengths = extra["derived_lengths"]  # not a field: --dry_run prints the derivation
     return config
 
 
@@ -246,6 +250,7 @@ def describe_config(config) -> str:
     """Resolved config, batch arithmetic and placement plan, as printed at start-up and by --dry_run."""
     from omegaconf import OmegaConf
 
+    from roll.configs.roll_lengths import length_lines
     from roll.distributed.resource_manager import format_plan, placement_plan
 
     arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()
@@ -262,6 +267,7 @@ def describe_config(config) -> str:
         from roll.configs.roll_compat import reward_mapping
 
         parts.extend(reward_mapping(config))
+    parts.extend(length_lines(config))
     if config.pg_variant is not None:
         parts.append(f"policy loss: {loss} (from pg_variant: {config.pg_variant}, which overrides policy_loss_mode)")
     if getattr(config, "rollout_only", False):

@@ -413,11 +413,16 @@ def check_roll_keys(config, extra: dict) -> list:
     """Checks of aliases that need the built config (lengths); (key path, message) pairs."""
     problems = []
     budget = config.prompt_length + config.response_length
-    if "sequence_length" in extra and not extra["sequence_length"] >= budget:
+    seq = extra.get("sequence_length")
+    if "sequence_length" in extra and (isinstance(seq, bool) or not isinstance(seq, int)):
+        problems.append(("sequence_length", f"'sequence_length' = {seq!r}: expected a positive integer"))
+    elif "sequence_length" in extra and not seq >= budget:
         problems.append(
             (
                 "sequence_length",
-                f"'sequence_length' = {extra['sequence_length']!r} < prompt_length + response_length = {budget}",
+                f"'sequence_length' = {extra['sequence_length']!r} < prompt_length + response_length = {budget} "
+                f"({config.prompt_length} + {config.response_length}): ROLL pads every row to sequence_length; "
+                "raise sequence_length or lower prompt_length / response_length",
             )
         )
     if "val_prompt_length" in extra and extra["val_prompt_length"] != config.prompt_length:

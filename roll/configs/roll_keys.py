@@ -55,7 +55,10 @@ ROLL_KEYS: list[RollKey] = [
         "",
         "sequence_length",
         ALIAS,
-        "roll's token budget per sample is prompt_length + response_length; sequence_length is checked to be ≥ it",
+        "ROLL's row width (agentic: the whole trajectory). roll's row is prompt_length + response_length, checked "
+        "to be ≤ sequence_length; in an agentic config the unset one(s) are derived from it: response_length = "
+        "sequence_length − prompt_length (prompt_length set or roll's default; step manager only: response_length "
+        "= max_tokens_per_step + 1), or prompt_length = sequence_length − response_length; --dry_run prints them",
     ),
     RollKey(
         "",

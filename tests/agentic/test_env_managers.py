@@ -99,6 +99,24 @@ def test_token_budget_ends_the_episode(chat):
     assert len(row["response_ids"]) <= 40 and row["truncated"] == 1.0
 
 
+def test_last_turn_is_cut_to_the_room_left_as_rolls(chat):
+    # ROLL: a turn generates min(max_tokens_per_step, what the row has left); the episode ends only when an
+    # observation leaves no room (roll keeps one token for the end-of-turn token of a cut reply)
+    env = EnvConfig(env_type="frozen_lake", max_turns=20, max_tokens_per_step=8)
+    # 33: a full first turn (8 + end token) and the next observation leave fewer than 8 tokens for a second reply
+    manager = TrajEnvManager(0, "FrozenLake", env, chat, 0.0, prompt_length=128, response_length=33)
+    manager.start(3, "g0", "t0")
+    budgets = []
+    while manager.request() is not None:
+        used = len(manager.trajectory.response_ids)
+        budgets.append(manager.max_new_tokens)
+        assert budgets[-1] == min(8, 33 - used - 1)
+        manager.apply([chat.tokenizer.convert_tokens_to_ids("L")] * budgets[-1], [0.0] * budgets[-1])  # cut
+    (row,) = manager.samples()
+    assert manager.episode.end_reason == "length" and len(row["response_ids"]) == 33
+    assert len(budgets) == 2 and budgets[0] == 8 and 0 < budgets[1] < 8  # the old rule: no second turn
+
+
 def test_step_manager_one_sample_per_turn_with_discounted_returns(chat):
     env = EnvConfig(env_type="frozen_lake", env_manager="step", max_turns=3, max_tokens_per_step=8, history_length=1)
     manager = StepEnvManager(0, "FrozenLake", env, chat, -1.0, prompt_length=256, response_length=16, gamma=0.5)

@@ -25,10 +25,18 @@ class TrajEnvManager(EnvManager):
     def _on_reply(self, reply_ids: list[int], log_probs: list[float]) -> None:
         self.trajectory.add_generated(reply_ids, log_probs, self.chat.eos_token_id)
 
+    @property
+    def max_new_tokens(self) -> int:
+        """ROLL's rule: a turn generates at most what the row has left, so the last turn of a long episode is
+        cut to fit instead of not played; one token stays free for the end-of-turn token a cut reply gets."""
+        room = self.response_length - len(self.trajectory.response_ids) - 1
+        return max(1, min(self.env_config.max_tokens_per_step, room))
+
     def _on_observation(self, observation: str) -> bool:
         ids = self.chat.observation_ids(self.turn_text(observation))
-        # room for the observation, the next reply and the end-of-turn token a cut reply gets
-        if len(self.trajectory.response_ids) + len(ids) + self.max_new_tokens + 1 > self.response_length:
+        # the episode ends (as ROLL's, at its sequence_length) when the observation leaves no room for one
+        # generated token and the end-of-turn token
+        if len(self.trajectory.response_ids) + len(ids) + 2 > self.response_length:
             return False
         self.trajectory.add_context(ids)
         return True
