@@ -97,6 +97,8 @@ def test_auto_recomputes_off_policy_rows_and_where_the_setup_is_not_exact():
         (["actor_infer.generating_args.top_p=0.9"], "top_k / top_p"),
         (["weight_sync_check=off"], "weight_sync_check is off"),
         (["rollout_is_threshold=2.0"], "rollout IS is on"),
+        (["actor_train.model_args.lora_target=all-linear", "reference=null"], "LoRA"),
+        (["actor_infer.generating_args.do_sample=false", "actor_infer.generating_args.temperature=0.7"], "greedy"),
     ):
         assert any(why in reason for reason in exactness_blockers(load(*overrides), True)), overrides
         assert OldLogProbs(load(*overrides), rows_are_samples=True).needs_pass(_batch(rollout))

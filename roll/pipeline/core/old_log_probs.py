@@ -56,7 +56,7 @@ def exactness_blockers(config, rows_are_samples: bool) -> list[str]:
             "repetition_penalty)",
         ),
         (gen.do_sample or gen.temperature == 1.0, "greedy decoding at a temperature other than 1"),
-        (train.model_args.lora_target is None, "actor_train trains LoRA adapters (the engine serves merged weights)"),
+        (not train.model_args.lora, "actor_train trains LoRA adapters (the engine serves merged weights)"),
         (config.weight_sync_check != "off", "weight_sync_check is off (the served weights are not verified)"),
         (config.rollout_is_threshold is None, "rollout IS is on (it needs old log-probs of their own)"),
     ]
