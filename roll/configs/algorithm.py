@@ -172,3 +172,11 @@ class RLAlgorithmConfig(PipelineConfig):
     rollout_is_veto_threshold: float | None = field_help(
         1e-4, "a token with ratio below this vetoes its whole sequence; null = no veto", bounds="(0, inf)"
     )
+    use_rollout_log_probs: bool | None = field_help(
+        None,
+        "old log-probs from the rollout engine (its log-probs of the sampled tokens) instead of an actor_train "
+        "pass (verl's key). null: where shown exact (hf_infer + an HF-module trainer, float32 both, no sampling "
+        "filters, verified weight sync, on-policy rows, measured equal on the first step) the pass is skipped; "
+        "true: always (opt-in for close engines: vLLM, SGLang); false: always recompute "
+        "(docs/rollout_correction.md, Old log-probs)",
+    )

@@ -422,6 +422,18 @@ def check_algorithm(config) -> None:
             "(model_args.lora_target: the base model with adapters disabled is then the reference), or turn "
             "both off"
         )
+    if config.use_rollout_log_probs:
+        strategy, valid = config.actor_infer.strategy_args.strategy_name, strategies_with("rollout_log_probs")
+        if strategy not in valid:  # every built-in engine returns them; a registered custom one may not
+            raise ConfigError(
+                f"use_rollout_log_probs: true, but actor_infer strategy {strategy!r} does not return per-token "
+                f"log-probs of the sampled tokens; use one of {valid} or set use_rollout_log_probs: null"
+            )
+        if config.rollout_is_threshold is not None:
+            raise ConfigError(
+                "use_rollout_log_probs: true makes the old log-probs the rollout ones, so rollout IS "
+                "(rollout_is_threshold) would weigh every token by 1; set one of them to null"
+            )
     if config.rollout_is_threshold is not None:
         strategy = config.actor_infer.strategy_args.strategy_name
         rollout_log_probs = strategies_with("rollout_log_probs", role="actor_infer")

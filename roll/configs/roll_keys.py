@@ -206,8 +206,8 @@ ROLL_KEYS: list[RollKey] = [
         "",
         "enable_old_logprobs_recompute",
         ALIAS,
-        "true | false, no effect: ROLL overwrites it from its batch arithmetic; roll always recomputes the old "
-        "log-probs with actor_train",
+        "true | false, no effect: ROLL overwrites it from its batch arithmetic; roll's choice of old log-probs "
+        "is use_rollout_log_probs (the rollout engine's where shown exact, else an actor_train pass)",
     ),
     RollKey(
         "",

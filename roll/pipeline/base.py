@@ -23,6 +23,7 @@ from roll.pipeline.core import preflight, step_maths
 from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir, checkpoint_base
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
+from roll.pipeline.core.old_log_probs import OldLogProbs
 from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.pipeline.core.weight_sync import WeightSync
@@ -44,6 +45,8 @@ class BasePipeline:
     `roll.pipeline.core.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
 
     saves_checkpoints = True  # a pipeline that trains nothing (agentic rollout-only) has no state to save
+    # the training rows are the engine's prompts and samples token for token (roll.pipeline.core.old_log_probs)
+    rows_are_samples = False
 
     def __init__(self, config, callbacks=()):
         self.config = config
@@ -71,6 +74,7 @@ class BasePipeline:
         )
         self._setup_data()
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
+        self.old_log_probs = OldLogProbs(config, self.rows_are_samples)
         self.checkpointer = PipelineCheckpointer(self)
         self.checkpointer.check_resumable()
         self.tracker = Tracker.from_config(config)
@@ -233,6 +237,7 @@ class BasePipeline:
         self._forward_passes(batch, timer)
         with timer.phase("advantages"):
             metrics.update(step_maths.apply_rollout_is(batch, config))  # on the generated tokens, before masks
+            metrics.update(self.old_log_probs.settle(batch))  # the rollout log-probs where they are the old ones
             metrics.update(step_maths.apply_reward_shaping(batch, config))
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
             step_maths.compute_advantages(batch, config)
@@ -253,8 +258,9 @@ class BasePipeline:
 
     def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:
         """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""
-        with timer.phase("old_log_probs"):
-            self.forward_log_probs(self.actor_train, batch, "old_log_probs")
+        if self.old_log_probs.needs_pass(batch):  # skipped where the rollout log-probs are the old ones
+            with timer.phase("old_log_probs"):
+                self.forward_log_probs(self.actor_train, batch, "old_log_probs")
         for key in get_adv_estimator_spec(self.config.adv_estimator).forward_passes:  # e.g. Σπ²
             with timer.phase(key):
                 self.forward_log_probs(self.actor_train, batch, key)
@@ -336,6 +342,7 @@ class BasePipeline:
         set_seed(self.config.seed)
         self._setup_data()
         self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(self.config))
+        self.old_log_probs.reset()
         return False
 
     def _validate_before(self, first_step: int) -> dict:

@@ -66,6 +66,9 @@ class InferenceStrategy:
     # --- capabilities (class attributes; no engine needed to read them) ----------------------------------
     roles: frozenset = frozenset()  # a subset of ROLES
     rollout_log_probs = False  # generate() returns `rollout_log_probs` of the sampled tokens (rollout IS)
+    # the forward behind its log-probs (generate's rollout log-probs, compute_log_probs): strategies naming the
+    # same family compute the same numbers from the same weights and dtype, up to float rounding (None: own kernels)
+    log_prob_kernels: str | None = None
     sum_pi_squared = False  # compute_sum_pi_squared works (the optimal-token-baseline estimator's input)
     dynamic_batching_train = False  # train_step honours use_dynamic_batching_in_train
     dynamic_batching_infer = False  # the scoring forwards honour use_dynamic_batching_in_infer

@@ -10,6 +10,13 @@ own position ids (0..n-1 each). With `attention_mask=None` and no KV cache, tran
 flash-attention (varlen) alike — so every token attends to exactly the tokens it sees in the padded batch.
 Logits are scattered back to the padded (rows, T, V) layout, zeros at padding positions, so losses and
 scoring code see the same shapes either way.
+
+Padding to the longest row: without packing, a micro-batch's forward runs on the columns that hold a real
+token in some row (`real_columns`: the left padding every prompt shares and the right padding every response
+shares are cut), and its logits are padded back with zeros to the batch's width. Cut columns hold no real
+token, and real tokens attend only to real tokens (attention mask, causal order; position ids travel with
+the tokens), so the real positions' logits are the full-width ones up to float rounding of the shorter
+attention reductions.
 """
 
 import torch
@@ -114,11 +121,26 @@ def pack(micro: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
     return micro.batch["input_ids"][mask].unsqueeze(0), positions.unsqueeze(0)
 
 
+def real_columns(attention_mask: torch.Tensor) -> slice:
+    """The columns from the first to the last one where some row has a real token (all columns if none has)."""
+    used = attention_mask.bool().any(dim=0).nonzero()
+    if not len(used):
+        return slice(0, attention_mask.shape[1])
+    return slice(int(used[0]), int(used[-1]) + 1)
+
+
 def hf_logits(model, micro: DataProto, device, packing: bool) -> torch.Tensor:
-    """(rows, T, V) logits of an HF module (or an engine wrapping one) for a padded micro-batch; with
-    `packing` computed on one packed row and scattered back (zeros at padding positions; differentiable)."""
+    """(rows, T, V) logits of an HF module (or an engine wrapping one) for a padded micro-batch: the forward
+    runs on the micro-batch's `real_columns` only (padded to its longest row) and the logits come back at the
+    full width T, zeros in the cut columns; with `packing` computed on one packed row and scattered back
+    (zeros at padding positions). Differentiable either way."""
     if not packing:
-        return model(**{key: micro.batch[key].to(device) for key in FORWARD_KEYS}, use_cache=False).logits
+        width, cols = micro.batch["attention_mask"].shape[1], real_columns(micro.batch["attention_mask"])
+        inputs = {key: micro.batch[key][:, cols].to(device) for key in FORWARD_KEYS}
+        logits = model(**inputs, use_cache=False).logits
+        if cols.stop - cols.start == width:
+            return logits
+        return torch.nn.functional.pad(logits, (0, 0, cols.start, width - cols.stop))
     input_ids, position_ids = pack(micro)
     # attention_mask=None and use_cache=False: the conditions under which transformers reads packing from
     # the position ids (a padding mask or a cache would switch that off)

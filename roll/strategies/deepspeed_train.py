@@ -134,6 +134,7 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
     dynamic_batching_train = True
     dynamic_batching_infer = True
     sequence_packing = True
+    log_prob_kernels = "transformers"  # hf_logits through the HF module DeepSpeed wraps
 
     def initialize(self, total_steps: int = 0) -> None:
         import deepspeed
@@ -391,6 +392,7 @@ class DeepSpeedInferStrategy(InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    log_prob_kernels = "transformers"  # hf_logits through the HF module DeepSpeed wraps
 
     def initialize(self, total_steps: int = 0) -> None:
         self.ds_config = resolve_ds_infer_config(

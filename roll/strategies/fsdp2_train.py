@@ -240,6 +240,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    log_prob_kernels = "transformers"  # hf_logits through the fully_shard-ed HF module
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):

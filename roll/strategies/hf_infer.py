@@ -25,6 +25,7 @@ def response_mask_from(responses: torch.Tensor, eos_token_id: int, generated_len
 class HFInferStrategy(InferenceStrategy):
     roles = frozenset({"generate", "score"})
     rollout_log_probs = True
+    log_prob_kernels = "transformers"  # the HF module's own forward (generate's KV-cached decode, hf_logits)
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from roll.pipeline.core.checkpointing import STATE_FILE, PipelineCheckpointer
+from roll.pipeline.core.old_log_probs import OldLogProbs
 from roll.utils import checkpoint
 from roll.utils.seeding import get_rng_state, set_rng_state, set_seed
 from roll.workers.checkpointing import CheckpointMixin
+from tests.configs.test_config import tiny as tiny_config
 
 
 def test_commit_is_atomic_and_latest_points_to_newest(tmp_path):
@@ -69,6 +71,7 @@ def _stand_in_pipeline(tmp_path, resume_from, saved: dict):
         data_state=lambda: {"sampler": {"epoch": 1, "cursor": 16}},
         load_data_state=lambda state: saved.update(state),
         kl_ctrl=SimpleNamespace(value=np.float64(0.05)),  # the adaptive controller's value is a numpy float
+        old_log_probs=OldLogProbs(tiny_config(), rows_are_samples=True),
     )
 
 
@@ -76,7 +79,9 @@ def test_pipeline_state_round_trips_as_plain_data(tmp_path):
     saved = {}
     set_seed(7)
     np.random.standard_normal()  # numpy now caches a second gaussian: part of its state
-    PipelineCheckpointer(_stand_in_pipeline(tmp_path, False, saved)).save(completed_steps=2)
+    pipeline = _stand_in_pipeline(tmp_path, False, saved)
+    pipeline.old_log_probs.measured = 3e-7  # the first step found the rollout log-probs exact
+    PipelineCheckpointer(pipeline).save(completed_steps=2)
     expected = (random.random(), np.random.standard_normal(3).tolist(), torch.rand(3).tolist())
     state_file = tmp_path / "checkpoints" / "step-2" / STATE_FILE
     assert torch.serialization.get_unsafe_globals_in_checkpoint(state_file) == []
@@ -85,6 +90,7 @@ def test_pipeline_state_round_trips_as_plain_data(tmp_path):
     assert PipelineCheckpointer(resumed).resume() == 2
     assert (random.random(), np.random.standard_normal(3).tolist(), torch.rand(3).tolist()) == expected
     assert saved["sampler"] == {"epoch": 1, "cursor": 16} and resumed.kl_ctrl.value == 0.05
+    assert resumed.old_log_probs.measured == 3e-7
 
 
 def test_rng_state_loads_with_weights_only(tmp_path):

@@ -28,7 +28,9 @@ def test_gpu_scale_runs_at_a_tiny_shape_on_cpu(ray_session, tmp_path, capsys):
     assert result["device"] == "cpu" and [s["step"] for s in result["steps"]] == [1, 2]
     rows = tiny["prompts"] * tiny["group"]
     for step in result["steps"]:
-        assert {"generate", "old_log_probs", "ref_log_probs", "train", "weight_sync"} <= set(step["phases"])
+        assert {"generate", "ref_log_probs", "train", "weight_sync"} <= set(step["phases"])
+        # float32 hf_infer: the old log-probs are measured equal to the rollout ones on step 1, then reused
+        assert ("old_log_probs" in step["phases"]) == (step["step"] == 1)
         assert 0 < step["response_tokens"] <= rows * tiny["response_length"]
         assert step["train_tokens"] > step["response_tokens"]  # prompts are trained on as context
         assert step["seconds"] >= sum(step["phases"].values())

@@ -75,6 +75,19 @@ def test_metrics_and_weights_match_the_uninterrupted_run_exactly(runs):
     assert not all(torch.equal(stopped["inspected"][n], expected[n]) for n in expected)  # steps 3-4 trained
 
 
+def test_old_log_prob_pass_runs_on_the_first_step_only_also_after_a_resume(runs):
+    """The demo (hf_infer and deepspeed_train in float32, synchronous): the first step runs actor_train's
+    old-log-prob pass and finds the rollout log-probs equal to it (float32 rounding); every step then trains on
+    the rollout log-probs and the later steps skip the pass. The resumed run goes on from the checkpoint's
+    measurement (its steps match the uninterrupted ones exactly: test above)."""
+    full, resumed = runs["full"]["steps"], runs["resumed"]["steps"]
+    assert full[0]["old_log_probs/max_abs_diff"] < 1e-5 and "mismatch/mismatch_kl" in full[0]
+    assert all(full[step]["old_log_probs/reused"] == 1.0 for step in range(STEPS))
+    assert "timing/old_log_probs" in full[0]
+    later = [full[step] for step in range(1, STEPS)] + [resumed[step] for step in range(STOP, STEPS)]
+    assert not any(key in m for m in later for key in ("timing/old_log_probs", "old_log_probs/max_abs_diff"))
+
+
 def test_checkpoints_are_complete_atomic_step_directories(runs):
     root = runs["root"] / "stopped_checkpoints" / "checkpoints"
     assert not (runs["root"] / "stopped" / "checkpoints").exists()  # checkpoint_dir, not output_dir

@@ -56,6 +56,7 @@ CHILD = textwrap.dedent(
         actor_train=SimpleNamespace(save_checkpoint=worker_save), critic=None,
         memory=SimpleNamespace(use=lambda *names: None), data_state=lambda: {},
         kl_ctrl=SimpleNamespace(value=np.float64(0.1)),
+        old_log_probs=SimpleNamespace(state_dict=lambda: {"setting": None, "blockers": [], "measured": 2e-7}),
     )
     for step in (1, 2):
         saving["step"] = step

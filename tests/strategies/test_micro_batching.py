@@ -2,7 +2,8 @@
 forward (values and gradients) against the padded one, hf_infer scoring, and the config checks.
 The 2-rank engine runs (DeepSpeed ZeRO-2/3, FSDP2, fsdp2_infer) are in test_train_strategies.py.
 
-Tolerances (float32): packed vs padded logits, log-probs and gradients max |Δ| < 1e-5.
+Tolerances (float32): packed vs padded and padded-to-the-longest-row vs padded-to-the-max logits, log-probs,
+losses and gradients max |Δ| < 1e-5.
 """
 
 import dataclasses
@@ -71,6 +72,62 @@ def test_packed_forward_equals_padded_in_values_and_gradients(tiny):
                 assert (logits[real] - padded[real]).abs().max() < ATOL, implementation
             padded = logits.detach()
         assert max((a - b).abs().max().item() for a, b in zip(*grads)) < ATOL, implementation
+
+
+def _widened(batch, left: int, right: int):
+    """`batch` with `left` more prompt padding columns and `right` more response padding columns (the layout
+    of a longer prompt_length / response_length): padded to more than its longest row."""
+    import torch.nn.functional as F
+
+    out = batch[slice(0, len(batch))]
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        out.batch[key] = F.pad(batch.batch[key], (left, right))
+    for key in ("responses", "response_mask", "old_log_probs", "ref_log_probs", "advantages"):
+        out.batch[key] = F.pad(batch.batch[key], (0, right))
+    return out
+
+
+def test_forward_padded_to_the_longest_row_equals_padded_to_the_max(tiny):
+    """hf_logits runs the forward on the micro-batch's real columns only: logits, log-probs, the policy loss
+    (token-mean and Dr.GRPO's length-normalised mode, which reads the padded width) and its gradients equal a
+    forward over the whole padded width; the forward really is narrower."""
+    from transformers import AutoModelForCausalLM
+
+    from roll.strategies.batching import real_columns
+    from roll.utils.functional import response_log_probs, slice_response_logits
+    from roll.workers.actor_worker import ActorWorker
+
+    model_dir, tensors = tiny
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    widths = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+    for mode in ("token-mean", "seq-mean-token-sum-norm"):
+        batch = _widened(h.as_proto(tensors, slice(0, 6), loss_agg_mode=mode), left=5, right=4)
+        mask = batch.batch["attention_mask"]
+        cols = real_columns(mask)
+        assert cols.stop - cols.start <= mask.shape[1] - 9
+        results = []
+        for trimmed in (False, True):
+            model.zero_grad()
+            if trimmed:
+                logits = hf_logits(model, batch, "cpu", packing=False)
+            else:  # the forward over every column, as before padding to the longest row
+                logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+            loss, _ = ActorWorker._policy_loss(None, batch, logits)
+            loss.backward()
+            responses = batch.batch["responses"]
+            log_probs = response_log_probs(slice_response_logits(logits.detach(), responses.shape[1]), responses)
+            grads = [p.grad.clone() for p in model.parameters()]
+            results.append((logits.detach(), log_probs * batch.batch["response_mask"], loss.detach(), grads))
+        assert widths[-1] == cols.stop - cols.start and widths[-2] == mask.shape[1]
+        (full_logits, full_lp, full_loss, full_grads), (logits, lp, loss, grads) = results
+        real = mask.bool()
+        assert (logits[:, : cols.start] == 0).all() and (logits[:, cols.stop :] == 0).all()
+        assert (logits[real] - full_logits[real]).abs().max() < ATOL, mode
+        assert (lp - full_lp).abs().max() < ATOL and (loss - full_loss).abs() < ATOL, mode
+        assert max((a - b).abs().max().item() for a, b in zip(grads, full_grads)) < ATOL, mode
 
 
 def test_packing_refuses_position_ids_that_do_not_restart(tiny):

@@ -4,7 +4,7 @@
 line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
     actor_train/            DeepSpeed engine state (weights, optimizer, LR schedule) + hf/ (loadable copy)
     critic/                 the same for the value model (GAE only)
-    pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient
+    pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient, old-log-prob choice
     MANIFEST.json           written last: every file's size and sha256 (roll.utils.checkpoint)
 
 The driver and the trained roles' workers write into the same step directory, so on a cluster
@@ -88,6 +88,7 @@ class PipelineCheckpointer:
             **self.pipeline.data_state(),
             "rng": get_rng_state(),
             "kl_coef": float(self.pipeline.kl_ctrl.value),
+            "old_log_probs": self.pipeline.old_log_probs.state_dict(),
             "config": config_fingerprint(self.pipeline.config),
         }
         torch.save(state, staged / STATE_FILE)
@@ -163,6 +164,7 @@ class PipelineCheckpointer:
         self.pipeline.load_data_state(state)
         set_rng_state(state["rng"])
         self.pipeline.kl_ctrl.value = state["kl_coef"]
+        self.pipeline.old_log_probs.load_state_dict(state.get("old_log_probs"))  # absent: written before it existed
         logger.info("resumed from %s: continuing at step %d", path, completed + 1)
         return completed
 

@@ -97,8 +97,9 @@ def apply_reward_kl(batch: DataProto, config, kl_ctrl) -> dict:
 
 
 def apply_rollout_is(batch: DataProto, config) -> dict:
-    """Mismatch metrics whenever rollout log-probs exist; IS weights when `rollout_is_threshold` is set."""
-    if "rollout_log_probs" not in batch.batch:
+    """Mismatch metrics whenever rollout log-probs and recomputed old ones exist (not where the old-log-prob pass
+    was skipped: roll.pipeline.core.old_log_probs); IS weights when `rollout_is_threshold` is set."""
+    if "rollout_log_probs" not in batch.batch or "old_log_probs" not in batch.batch:
         return {}
     old, rollout, mask = (batch.batch[k] for k in ("old_log_probs", "rollout_log_probs", "response_mask"))
     metrics = {f"mismatch/{k}": v for k, v in compute_mismatch_metrics(old, rollout, mask).items()}

@@ -34,6 +34,7 @@ class RLVRPipeline(BasePipeline):
     """Prompts with verifiable rewards: `RLVRPipeline(config).run()`; see `BasePipeline`."""
 
     rollout: Rollout | None = None  # the config's rollout mode (roll.pipeline.rlvr.rollout), set by _setup_data
+    rows_are_samples = True  # a training row is the engine's prompt + sample, token for token
 
     # ---- set-up -------------------------------------------------------------------------------
     def _setup_data(self) -> None:
