@@ -51,7 +51,7 @@ def launch(
 
     try:
         composed = compose_config(str(config_dir(args.config_path, examples)), args.config_name, args.overrides)
-        config = load(composed) if args.dry_run else _load_while_ray_starts(load, composed)
+        config = load(composed) if args.dry_run else load_while_ray_starts(load, composed)
         print(describe_config(config), flush=True)
         if not args.dry_run:
             run(config)
@@ -67,7 +67,7 @@ def launch(
     return 0
 
 
-def _load_while_ray_starts(load: Callable, composed):
+def load_while_ray_starts(load: Callable, composed):
     """`load(composed)` on a thread while this one starts the local Ray the config asks for: the config checks
     import torch and transformers (~4 s on one core) and Ray's start (~3.5 s) mostly waits on its own
     processes, so the two overlap (issue 33). Ray starts on the main thread: Linux ends the GCS and raylet with
@@ -104,4 +104,7 @@ def _start_ray_early(composed) -> None:
             return
         start_local_ray_early(nodes * per_node, {str(k): str(v) for k, v in envs.items()}, nodes)
     except Exception as error:  # an optimisation only: the run starts Ray again where it needs it
-        print(f"note: starting Ray early failed ({type(error).__name__}: {error}); it starts with the roles", file=sys.stderr)
+        print(
+            f"note: starting Ray early failed ({type(error).__name__}: {error}); it starts with the roles",
+            file=sys.stderr,
+        )
