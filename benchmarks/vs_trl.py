@@ -1,7 +1,7 @@
 """roll against TRL's GRPOTrainer on the embedded demo, one after the other on this machine.
 
     pip install 'roll[trl]'                     # TRL is only a benchmark dependency
-    python benchmarks/vs_trl.py [--seeds 0 1 2] [--max_steps 60] [--eval_steps 10]
+    python benchmarks/vs_trl.py [--seeds 0 1 2] [--max_steps 60] [--eval_steps 10] [--threads 1 2]
 
 Both sides start from the same warm-started tiny model (examples/tiny_rlvr/prepare_demo.py, prepared here
 when missing) and train on the same prompts (chat template, checked token for token) with the settings of
