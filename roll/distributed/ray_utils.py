@@ -102,7 +102,7 @@ def existing_cluster_address() -> str | None:
 
 
 # The local Ray the launcher started while the config was being checked (start_local_ray_early), until a
-# pipeline's init_ray takes it: {"key": its arguments, "began": time.perf_counter() when it began}.
+# pipeline's init_ray takes it: {"key": its arguments, "began"/"up": time.perf_counter() then}.
 _early: dict | None = None
 
 
@@ -123,7 +123,7 @@ def start_local_ray_early(num_devices: int, env_vars: dict | None = None, num_no
         return False
     began = time.perf_counter()
     _start_local(num_devices, _worker_env(env_vars))
-    _early = {"key": _early_key(num_devices, env_vars, num_nodes), "began": began}
+    _early = {"key": _early_key(num_devices, env_vars, num_nodes), "began": began, "up": time.perf_counter()}
     return True
 
 
@@ -139,23 +139,23 @@ def stop_early_ray() -> None:
     ray.shutdown()
 
 
-def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1) -> float:
+def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1) -> tuple[float, float]:
     """Attach to the given Ray cluster or start a local one (see the module docstring). `env_vars` (the
     config's system_envs) override the defaults below in every worker. `num_devices` devices on
     `num_nodes` nodes (num_devices / num_nodes each) must exist, or ClusterDevicesError says what is missing.
-    Returns the time.perf_counter() at which Ray began starting: earlier than this call where the launcher
-    started it early for the same arguments (start_local_ray_early)."""
+    Returns the time.perf_counter() at which Ray began starting and at which it was up: earlier than this call
+    where the launcher started it early for the same arguments (start_local_ray_early)."""
     global _early
     import ray
 
     if num_nodes < 1 or num_devices % num_nodes:
         raise ValueError(f"init_ray: {num_devices} devices cannot be split evenly over {num_nodes} nodes")
     per_node = num_devices // num_nodes
-    began, (early, _early) = time.perf_counter(), (_early, None)
+    began, up, (early, _early) = time.perf_counter(), None, (_early, None)
     if early is not None and (early["key"] != _early_key(num_devices, env_vars, num_nodes) or not ray.is_initialized()):
         ray.shutdown()  # started for other arguments than the checked config's: start again
     elif early is not None:
-        began = early["began"]
+        began, up = early["began"], early["up"]
     if ray.is_initialized():  # e.g. several pipelines in one process: the session's devices must suffice
         try:
             device_nodes(num_nodes, per_node)
@@ -164,12 +164,12 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
                 f"{error}\nThis process is already connected to Ray; if it started a local session with too few "
                 f"devices, call ray.shutdown() first"
             ) from None
-        return began
+        return began, up or time.perf_counter()
     env_vars = _worker_env(env_vars)
     address = existing_cluster_address()
     if address is None:
         _start_local(num_devices, env_vars)
-        return began
+        return began, time.perf_counter()
     from_env = bool(os.environ.get("RAY_ADDRESS", "").strip())
     check_cluster_address(address, from_env)  # fails within ~20 s naming the cause; ray.init would retry ~10 min
     try:  # attached: a job may only bring its runtime env; resources and memory are the cluster's
@@ -186,7 +186,7 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
         ray.shutdown()  # detach: the cluster stays up, this process holds nothing on it
         raise
     logger.info("attached to the Ray cluster at %s; devices on %s", address, ", ".join(map(str, nodes)))
-    return began
+    return began, time.perf_counter()
 
 
 def _worker_env(env_vars: dict | None) -> dict:

@@ -130,8 +130,9 @@ class BasePipeline:
         # Attaches to a running cluster (RAY_ADDRESS) or starts a local one (or takes the one the launcher started
         # while it checked the config: `started` is then when that began); a cluster without the devices the
         # config needs fails here, before anything is reserved or started.
-        started = init_ray(num_devices=config.num_devices, env_vars=config.system_envs, num_nodes=config.num_nodes)
-        ray_up = time.perf_counter()
+        started, ray_up = init_ray(
+            num_devices=config.num_devices, env_vars=config.system_envs, num_nodes=config.num_nodes
+        )
         self.resource_manager = ResourceManager(
             num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node, timeout=config.placement_timeout
         )

@@ -40,8 +40,8 @@ def test_init_ray_takes_the_early_start_for_the_same_arguments(fake_ray):
     assert ray_utils.start_local_ray_early(2, {"OMP_NUM_THREADS": "1"}, 1)
     time.sleep(0.01)
     called = time.perf_counter()
-    began = ray_utils.init_ray(2, {"OMP_NUM_THREADS": "1"}, 1)
-    assert began < called  # start-up counts from the early start
+    began, up = ray_utils.init_ray(2, {"OMP_NUM_THREADS": "1"}, 1)
+    assert began < up < called  # start-up counts from the early start
     assert fake_ray.starts == [(2, "1")] and fake_ray.shutdowns == 0
     ray_utils.stop_early_ray()  # taken: the run's session stays
     assert fake_ray.running == (2, "1") and fake_ray.shutdowns == 0
@@ -51,7 +51,7 @@ def test_init_ray_takes_the_early_start_for_the_same_arguments(fake_ray):
 def test_other_arguments_start_ray_again(fake_ray, devices, envs, nodes):
     assert ray_utils.start_local_ray_early(2, {"OMP_NUM_THREADS": "1"}, 1)
     called = time.perf_counter()
-    assert ray_utils.init_ray(devices, envs, nodes) >= called
+    assert ray_utils.init_ray(devices, envs, nodes)[0] >= called
     assert fake_ray.shutdowns == 1 and fake_ray.starts == [(2, "1"), (devices, envs["OMP_NUM_THREADS"])]
 
 
