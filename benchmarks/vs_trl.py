@@ -1,7 +1,7 @@
 """roll against TRL's GRPOTrainer on the embedded demo, one after the other on this machine.
 
     pip install 'roll[trl]'                     # TRL is only a benchmark dependency
-    python benchmarks/vs_trl.py [--seeds 0 1 2] [--max_steps 60] [--eval_steps 10]
+    python benchmarks/vs_trl.py [--seeds 0 1 2] [--max_steps 60] [--eval_steps 10] [--threads 1 2]
 
 Both sides start from the same warm-started tiny model (examples/tiny_rlvr/prepare_demo.py, prepared here
 when missing) and train on the same prompts (chat template, checked token for token) with the settings of
@@ -14,12 +14,18 @@ and are evaluated alike: greedy replies to the 192 held-out prompts graded by ma
 and every --eval_steps steps. A "step" is one generation and its 4 optimizer steps (TRL counts optimizer
 steps: its max_steps is 4x ours). Evaluation time is excluded from both sides' step times.
 
-Each side runs in its own process (its own thread settings). roll uses its shipped setting, one thread per
-worker (Ray workers for trainer, rollout, reference and reward); TRL is first run for --probe_steps steps
-at 1 and at 2 threads, twice each in turn, and then measured at the faster one (best of its two rounds).
+Each side runs in its own process, once per thread setting (--threads, default 1 and 2): roll with
+system_envs.OMP_NUM_THREADS = N (every Ray worker and the driver), TRL with torch.set_num_threads(N). A side's
+best setting is its lower median seconds per step over the seeds.
 
-Prints per side and seed: start-up seconds, seconds per step (median), held-out accuracy curve, time to
-held-out accuracy 0.5 and 0.7 (training time only, and with start-up), and the ratios roll / TRL.
+Start-up, both sides alike: "process" = from the child process's start (interpreter, imports, model load,
+roll's Ray and roles; roll starts Ray while it checks the config, as the launcher does) to the first step
+ready; "in-process" = from building the trainer (roll: RLVRPipeline(config); TRL: GRPOTrainer(...), the model
+already loaded) to ready.
+
+Prints per setting and seed: start-up, seconds per step (median), held-out accuracy curve; then one
+Markdown table (medians over the seeds) with the ratios roll / TRL thread-matched and at each side's best
+setting, ready to paste into docs/results.md.
 Settings that cannot be matched exactly are listed in docs/results.md.
 """
 
@@ -43,11 +49,10 @@ def parse_args(argv=None):
     p.add_argument("--max_steps", type=int, default=60)
     p.add_argument("--eval_steps", type=int, default=10)
     p.add_argument("--data_dir", default=None, help="demo folder (default: a temporary folder per seed)")
-    p.add_argument("--trl_threads", type=int, default=None, help="skip the probe and use this many threads")
-    p.add_argument("--probe_steps", type=int, default=8)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread settings run for both sides")
     p.add_argument("--roll_overrides", nargs="*", default=[], help="extra Hydra overrides for roll's config")
     p.add_argument("--side", choices=["roll", "trl"], help=argparse.SUPPRESS)  # child process
-    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--child_threads", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -63,7 +68,9 @@ def read_rows(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def roll_config(data_dir: str, seed: int, max_steps: int, eval_steps: int, output_dir: str, extra=()):
+def roll_config(data_dir: str, seed: int, max_steps: int, eval_steps: int, output_dir: str, extra=(), start_ray=False):
+    """The demo config for this run; `start_ray`: start the local Ray while it is checked, as the launcher does."""
+    from roll.cli import load_while_ray_starts
     from roll.configs import compose_config, load_rlvr_config
 
     overrides = [
@@ -77,15 +84,20 @@ def roll_config(data_dir: str, seed: int, max_steps: int, eval_steps: int, outpu
         "track_with=stdout",
         *extra,
     ]
-    return load_rlvr_config(compose_config(str(ROOT / "examples/tiny_rlvr"), "rlvr_tiny", overrides))
+    composed = compose_config(str(ROOT / "examples/tiny_rlvr"), "rlvr_tiny", overrides)
+    return load_while_ray_starts(load_rlvr_config, composed) if start_ray else load_rlvr_config(composed)
 
 
 # ---- roll (child process) -------------------------------------------------------------------------------
 def run_roll(args, data_dir: str) -> dict:
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
+    from roll.utils.progress import process_age
 
+    threads = [f"system_envs.OMP_NUM_THREADS='{args.child_threads}'"]
     with tempfile.TemporaryDirectory() as output_dir:
-        config = roll_config(data_dir, args.seed, args.max_steps, args.eval_steps, output_dir, args.roll_overrides)
+        config = roll_config(
+            data_dir, args.seed, args.max_steps, args.eval_steps, output_dir, threads + args.roll_overrides, True
+        )
         eval_seconds = {}
         validate = RLVRPipeline.validate
 
@@ -99,7 +111,7 @@ def run_roll(args, data_dir: str) -> dict:
         started = time.perf_counter()
         pipeline = RLVRPipeline(config)
         with pipeline:
-            startup = time.perf_counter() - started
+            startup, process_startup = time.perf_counter() - started, process_age()
             history = pipeline.run()
     curve = {0: history["before"]["val/score/all"]}
     step_seconds = []
@@ -113,6 +125,7 @@ def run_roll(args, data_dir: str) -> dict:
                 phases.setdefault(key.removeprefix("timing/"), []).append(value)
     return {
         "startup": startup,  # starting the roles; the first weight sync counts as step 1's
+        "process_startup": process_startup,
         "step_seconds": step_seconds,
         "curve": curve,
         "phases": {k: statistics.median(v) for k, v in phases.items()},
@@ -124,7 +137,7 @@ def run_roll(args, data_dir: str) -> dict:
 def run_trl(args, data_dir: str) -> dict:
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.child_threads)
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -225,32 +238,29 @@ def run_trl(args, data_dir: str) -> dict:
     )
     trainer.add_callback(Clock())
     startup = time.perf_counter() - started
+    from roll.utils.progress import process_age
+
+    process_startup = process_age()
     before = greedy_eval(trainer.model, tokenizer, heldout, infer.generating_args.max_new_tokens)["accuracy"]
     trainer.train()
     return {
         "startup": startup,
+        "process_startup": process_startup,
         "step_seconds": timings["steps"],
         "curve": {0: before, **timings["eval"]},
         "phases": {},
-        "threads": f"{args.threads} (torch.set_num_threads)",
+        "threads": f"{args.child_threads} (torch.set_num_threads)",
     }
 
 
 # ---- parent ---------------------------------------------------------------------------------------------
-def child(side: str, seed: int, data_dir: str, args, threads: int, max_steps: int) -> dict:
-    command = [
-        sys.executable,
-        __file__,
-        "--side",
-        side,
-        "--seed",
-        str(seed),
-        "--data_dir",
-        data_dir,
-        "--threads",
+def child(side: str, seed: int, data_dir: str, args, threads: int) -> dict:
+    command = [sys.executable, __file__, "--side", side, "--seed", str(seed), "--data_dir", data_dir]
+    command += [
+        "--child_threads",
         str(threads),
         "--max_steps",
-        str(max_steps),
+        str(args.max_steps),
         "--eval_steps",
         str(args.eval_steps),
     ]
@@ -261,50 +271,82 @@ def child(side: str, seed: int, data_dir: str, args, threads: int, max_steps: in
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-5000:] + done.stderr[-5000:])
-        raise SystemExit(f"vs_trl: the {side} run (seed {seed}) failed with exit code {done.returncode}")
+        raise SystemExit(
+            f"vs_trl: the {side} run (seed {seed}, {threads} threads) failed with exit code {done.returncode}"
+        )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["wall"] = time.perf_counter() - started
     result["curve"] = {int(k): v for k, v in result["curve"].items()}
     return result
 
 
-def time_to(result: dict, bar: float) -> tuple[float | None, float | None]:
-    """(training seconds, seconds with start-up) until the first evaluation at or above `bar`."""
+def time_to(result: dict, bar: float) -> float | None:
+    """Training seconds until the first evaluation at or above `bar`."""
     for step, accuracy in sorted(result["curve"].items()):
         if accuracy >= bar:
-            training = sum(result["step_seconds"][:step])
-            return training, training + result["startup"]
-    return None, None
+            return sum(result["step_seconds"][:step])
+    return None
 
 
 def fmt(value, unit="s"):
     return "not reached" if value is None else f"{value:.1f} {unit}"
 
 
-def report(seed: int, ours: dict, trl: dict) -> dict:
-    print(f"\n=== seed {seed} ===")
-    summary = {}
-    for name, r in (("roll", ours), ("TRL", trl)):
-        per_step = statistics.median(r["step_seconds"])
-        curve = "  ".join(f"{s}:{a:.2f}" for s, a in sorted(r["curve"].items()))
-        print(f"{name:>4}: threads {r['threads']}; start-up {r['startup']:.1f} s; {per_step:.2f} s/step (median)")
-        print(f"      held-out greedy accuracy by step: {curve}")
-        if r["phases"]:
-            print("      median phase seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["phases"].items())))
-        summary[name] = {"s_per_step": per_step}
-        for bar in BARS:
-            training, total = time_to(r, bar)
-            print(f"      time to held-out {bar}: {fmt(training)} of training ({fmt(total)} with start-up)")
-            summary[name][bar] = (training, total)
-    ratio = summary["roll"]["s_per_step"] / summary["TRL"]["s_per_step"]
-    print(f"ratio roll / TRL: seconds per step {ratio:.2f}")
-    for bar in BARS:
-        (a, a_total), (b, b_total) = summary["roll"][bar], summary["TRL"][bar]
-        if a is not None and b is not None:
-            print(f"ratio roll / TRL: time to {bar}: {a / b:.2f} (training), {a_total / b_total:.2f} (with start-up)")
-        else:
-            print(f"ratio roll / TRL: time to {bar}: n/a (roll {fmt(a)}, TRL {fmt(b)})")
-    return summary
+def print_run(side: str, threads: int, seed: int, r: dict) -> None:
+    curve = "  ".join(f"{s}:{a:.2f}" for s, a in sorted(r["curve"].items()))
+    print(
+        f"{side:>4} {threads} thread(s), seed {seed}: {statistics.median(r['step_seconds']):.3f} s/step (median); "
+        f"start-up {r['process_startup']:.1f} s process, {r['startup']:.1f} s in-process"
+    )
+    print(f"      held-out greedy accuracy by step: {curve}")
+    print("      time to held-out " + ", ".join(f"{bar}: {fmt(time_to(r, bar))}" for bar in BARS) + " of training")
+    if r["phases"]:
+        print("      median phase seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(r["phases"].items())))
+
+
+def summarize(runs: dict) -> dict:
+    """(side, threads) → medians over the seeds: s/step (of each seed's median), start-ups, final accuracies."""
+    out = {}
+    for key, results in runs.items():
+        per_seed = [statistics.median(r["step_seconds"]) for r in results]
+        out[key] = {
+            "s_per_step": statistics.median(per_seed),
+            "per_seed": per_seed,
+            "process": statistics.median(r["process_startup"] for r in results),
+            "in_process": statistics.median(r["startup"] for r in results),
+            "final": [r["curve"][max(r["curve"])] for r in results],
+        }
+    return out
+
+
+def table(summary: dict, threads: list[int]) -> str:
+    """The Markdown table for docs/results.md: every setting, then the ratios."""
+    lines = [
+        "| side, threads | s/step (median of seeds) | s/step per seed | start-up, process | start-up, in-process "
+        "| held-out at the end, per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for side in SIDES:
+        for n in threads:
+            s = summary[(side, n)]
+            lines.append(
+                f"| {side}, {n} | {s['s_per_step']:.3f} | {' / '.join(f'{v:.3f}' for v in s['per_seed'])} | "
+                f"{s['process']:.1f} s | {s['in_process']:.1f} s | {' / '.join(f'{v:.2f}' for v in s['final'])} |"
+            )
+    best = {side: min(threads, key=lambda n: summary[(side, n)]["s_per_step"]) for side in SIDES}
+    pairs = [(f"{n} thread(s) each", n, n) for n in threads]
+    pairs.append((f"each at its best (roll {best['roll']}, TRL {best['TRL']})", best["roll"], best["TRL"]))
+    lines += ["", "| roll / TRL | s/step | start-up, process | start-up, in-process |", "|---|---|---|---|"]
+    for label, ours, theirs in pairs:
+        a, b = summary[("roll", ours)], summary[("TRL", theirs)]
+        lines.append(
+            f"| {label} | {a['s_per_step'] / b['s_per_step']:.2f} | {a['process'] / b['process']:.2f} | "
+            f"{a['in_process'] / b['in_process']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+SIDES = ("roll", "TRL")
 
 
 def main(argv=None) -> None:
@@ -319,38 +361,31 @@ def main(argv=None) -> None:
         raise SystemExit("vs_trl needs TRL: pip install 'roll[trl]'") from None
     from roll.demo.rlvr import prepare_demo
 
-    print(f"TRL {trl.__version__}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
-    threads, summaries = args.trl_threads, []
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    began, loads = time.perf_counter(), [os.getloadavg()[0]]
+    print(
+        f"vs_trl at commit {commit.stdout.strip() or '?'}; TRL {trl.__version__}; {os.cpu_count()} CPUs; seeds "
+        f"{args.seeds}; {args.max_steps} steps; threads {args.threads}; load average {loads[0]:.2f}",
+        flush=True,
+    )
+    runs: dict = {}
     for seed in args.seeds:
         data_dir = args.data_dir or str(Path(tempfile.gettempdir()) / f"vs_trl_demo_s{seed}")
         settings = demo_settings()
         prepare_demo(data_dir, type(settings)(**{**settings.__dict__, "seed": seed}))
-        if threads is None:  # once, on the first seed
-            # two interleaved rounds, best of each: one short probe was seen to pick 1 thread by noise
-            probe = {1: float("inf"), 2: float("inf")}
-            for n in (1, 2, 1, 2):
-                steps = child("trl", seed, data_dir, args, n, args.probe_steps)["step_seconds"]
-                probe[n] = min(probe[n], statistics.median(steps))
-            threads = min(probe, key=probe.get)
-            print(
-                f"TRL thread probe (best of 2 rounds of {args.probe_steps} steps): "
-                + ", ".join(f"{n} thread(s) {s:.2f} s/step" for n, s in probe.items())
-                + f" -> {threads}"
-            )
-        ours = child("roll", seed, data_dir, args, 1, args.max_steps)
-        theirs = child("trl", seed, data_dir, args, threads, args.max_steps)
-        print(f"load average {os.getloadavg()[0]:.2f}", end="")
-        summaries.append(report(seed, ours, theirs))
-    if len(summaries) > 1:
-        print("\n=== all seeds ===")
-        for name in ("roll", "TRL"):
-            per_step = [s[name]["s_per_step"] for s in summaries]
-            print(f"{name:>4}: s/step {', '.join(f'{v:.2f}' for v in per_step)}")
-            for bar in BARS:
-                print(
-                    f"      time to {bar} (training / with start-up): "
-                    + ", ".join(f"{fmt(s[name][bar][0])} / {fmt(s[name][bar][1])}" for s in summaries)
-                )
+        for threads in args.threads:  # the two sides in turn, so that a change of load falls on both
+            for side, name in (("roll", "roll"), ("trl", "TRL")):
+                result = child(side, seed, data_dir, args, threads)
+                runs.setdefault((name, threads), []).append(result)
+                print_run(name, threads, seed, result)
+                loads.append(os.getloadavg()[0])
+                sys.stdout.flush()
+    minutes, seconds = divmod(int(time.perf_counter() - began), 60)
+    print(
+        f"\n{len(args.seeds)} seed(s) x {len(args.threads)} thread setting(s) x 2 sides in {minutes} min {seconds} s; "
+        f"load average {min(loads):.2f}-{max(loads):.2f}; medians over the seeds:\n"
+    )
+    print(table(summarize(runs), args.threads))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ error is unexpected and keeps its traceback.
 import argparse
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,8 @@ def launch(
     from roll.utils.errors import UserError
 
     try:
-        config = load(compose_config(str(config_dir(args.config_path, examples)), args.config_name, args.overrides))
+        composed = compose_config(str(config_dir(args.config_path, examples)), args.config_name, args.overrides)
+        config = load(composed) if args.dry_run else load_while_ray_starts(load, composed)
         print(describe_config(config), flush=True)
         if not args.dry_run:
             run(config)
@@ -58,4 +60,51 @@ def launch(
             traceback.print_exception(error)
         print(f"{'config error' if isinstance(error, ConfigError) else 'error'}: {error}", file=sys.stderr)
         return 2
+    finally:
+        from roll.distributed.ray_utils import stop_early_ray
+
+        stop_early_ray()  # a refused config, or a run that stopped before starting its roles: no Ray left behind
     return 0
+
+
+def load_while_ray_starts(load: Callable, composed):
+    """`load(composed)` on a thread while this one starts the local Ray the config asks for: the config checks
+    import torch and transformers (~4 s on one core) and Ray's start (~3.5 s) mostly waits on its own
+    processes, so the two overlap (issue 33). Ray starts on the main thread: Linux ends the GCS and raylet with
+    the thread that started them. A config that is refused, or whose checked values differ, gets no use of it
+    (stop_early_ray / init_ray)."""
+    outcome: dict = {}
+
+    def check():
+        try:
+            outcome["config"] = load(composed)
+        except BaseException as error:  # re-raised on this thread, as if loaded here
+            outcome["error"] = error
+
+    checker = threading.Thread(target=check, name="roll-config-check", daemon=True)
+    checker.start()
+    _start_ray_early(composed)
+    checker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["config"]
+
+
+def _start_ray_early(composed) -> None:
+    """The local Ray for the composed (not yet checked) config's devices and system_envs; nothing where they
+    are not plain values yet (the checks name the problem) or the start fails (init_ray tries again and says why)."""
+    from omegaconf import OmegaConf
+
+    from roll.distributed.ray_utils import start_local_ray_early
+
+    try:
+        nodes, per_node = composed.get("num_nodes"), composed.get("num_gpus_per_node", 1)
+        envs = OmegaConf.to_container(composed.get("system_envs") or {}, resolve=True)
+        if type(nodes) is not int or type(per_node) is not int or not isinstance(envs, dict):
+            return
+        start_local_ray_early(nodes * per_node, {str(k): str(v) for k, v in envs.items()}, nodes)
+    except Exception as error:  # an optimisation only: the run starts Ray again where it needs it
+        print(
+            f"note: starting Ray early failed ({type(error).__name__}: {error}); it starts with the roles",
+            file=sys.stderr,
+        )

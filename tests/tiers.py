@@ -64,6 +64,7 @@ TIERS = {
         "quick"
     ),
     "distributed/test_cluster.py::test_only_generating_roles_get_the_control_concurrency_group": "quick",
+    "distributed/test_early_ray.py": "quick",  # Ray is a test double
     # engines driven directly
     "strategies/": "engine",
     # pipelines and Ray end to end

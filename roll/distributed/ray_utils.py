@@ -13,6 +13,7 @@ numbered by `device_nodes`: the driver's node first (when it has devices), then 
 import ipaddress
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from roll.distributed.attach import AUTH_MODE_ENV, ClusterAttachError, check_cluster_address, local_ray_hint
@@ -100,15 +101,61 @@ def existing_cluster_address() -> str | None:
     return None
 
 
-def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1) -> None:
+# The local Ray the launcher started while the config was being checked (start_local_ray_early), until a
+# pipeline's init_ray takes it: {"key": its arguments, "began"/"up": time.perf_counter() then}.
+_early: dict | None = None
+
+
+def _early_key(num_devices: int, env_vars: dict | None, num_nodes: int) -> tuple:
+    return num_devices, tuple(sorted((env_vars or {}).items())), num_nodes
+
+
+def start_local_ray_early(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1) -> bool:
+    """Start now the local Ray that `init_ray` would start for these arguments, so that its ~3.5 s (GCS, raylet
+    and agents, mostly waiting on their own processes) overlap the launcher's config checks (~4 s of imports on
+    one core). The next `init_ray` takes it when its arguments are the same and starts again otherwise; a run
+    that ends before any pipeline took it calls `stop_early_ray`. Returns whether it started one: not where a
+    cluster is given to attach to (attaching is quick) or Ray runs in this process already."""
+    global _early
+    import ray
+
+    if ray.is_initialized() or existing_cluster_address() is not None:
+        return False
+    began = time.perf_counter()
+    _start_local(num_devices, _worker_env(env_vars))
+    _early = {"key": _early_key(num_devices, env_vars, num_nodes), "began": began, "up": time.perf_counter()}
+    return True
+
+
+def stop_early_ray() -> None:
+    """Shut down the early-started Ray if no pipeline took it (the config was refused, or the run stopped
+    before starting its roles); otherwise nothing."""
+    global _early
+    if _early is None:
+        return
+    _early = None
+    import ray
+
+    ray.shutdown()
+
+
+def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1) -> tuple[float, float]:
     """Attach to the given Ray cluster or start a local one (see the module docstring). `env_vars` (the
     config's system_envs) override the defaults below in every worker. `num_devices` devices on
-    `num_nodes` nodes (num_devices / num_nodes each) must exist, or ClusterDevicesError says what is missing."""
+    `num_nodes` nodes (num_devices / num_nodes each) must exist, or ClusterDevicesError says what is missing.
+    Returns the time.perf_counter() at which Ray began starting and at which it was up: earlier than this call
+    where the launcher started it early for the same arguments (start_local_ray_early)."""
+    global _early
     import ray
 
     if num_nodes < 1 or num_devices % num_nodes:
         raise ValueError(f"init_ray: {num_devices} devices cannot be split evenly over {num_nodes} nodes")
     per_node = num_devices // num_nodes
+    began, up, (early, _early) = time.perf_counter(), None, (_early, None)
+    if early is not None and (early["key"] != _early_key(num_devices, env_vars, num_nodes) or not ray.is_initialized()):
+        ray.shutdown()  # started for other arguments than the checked config's: start again
+    elif early is not None:
+        began, up = early["began"], early["up"]
     if ray.is_initialized():  # e.g. several pipelines in one process: the session's devices must suffice
         try:
             device_nodes(num_nodes, per_node)
@@ -117,30 +164,12 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
                 f"{error}\nThis process is already connected to Ray; if it started a local session with too few "
                 f"devices, call ray.shutdown() first"
             ) from None
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    env_vars = {**{k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, **(env_vars or {})}
-    os.environ.setdefault("RAY_DEDUP_LOGS", env_vars["RAY_DEDUP_LOGS"])  # read by the driver's log monitor
-    # Workers import user modules named by dotted path (custom reward workers, environments) the way the
-    # driver does, and resolve relative paths from the driver's directory. On a cluster these paths must
-    # exist on every node: a shared filesystem, mounted at the same path everywhere (docs/cluster.md).
-    paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env_vars[DRIVER_CWD_ENV] = os.getcwd()
+        return began, up or time.perf_counter()
+    env_vars = _worker_env(env_vars)
     address = existing_cluster_address()
     if address is None:
-        gpus = has_gpus()
-        if not gpus:
-            env_vars.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise warns that it found no GPU
-        ray.init(
-            resources={} if gpus else {VIRTUAL_DEVICE: num_devices},
-            include_dashboard=False,
-            object_store_memory=1 << 30,
-            runtime_env={"env_vars": env_vars},
-            log_to_driver=True,
-            configure_logging=False,
-        )
-        return
+        _start_local(num_devices, env_vars)
+        return began, time.perf_counter()
     from_env = bool(os.environ.get("RAY_ADDRESS", "").strip())
     check_cluster_address(address, from_env)  # fails within ~20 s naming the cause; ray.init would retry ~10 min
     try:  # attached: a job may only bring its runtime env; resources and memory are the cluster's
@@ -157,6 +186,39 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
         ray.shutdown()  # detach: the cluster stays up, this process holds nothing on it
         raise
     logger.info("attached to the Ray cluster at %s; devices on %s", address, ", ".join(map(str, nodes)))
+    return began, time.perf_counter()
+
+
+def _worker_env(env_vars: dict | None) -> dict:
+    """The workers' environment: WORKER_ENV (this process's values win), then `env_vars`, the Python path and
+    the driver's directory."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    env_vars = {**{k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}, **(env_vars or {})}
+    os.environ.setdefault("RAY_DEDUP_LOGS", env_vars["RAY_DEDUP_LOGS"])  # read by the driver's log monitor
+    # Workers import user modules named by dotted path (custom reward workers, environments) the way the
+    # driver does, and resolve relative paths from the driver's directory. On a cluster these paths must
+    # exist on every node: a shared filesystem, mounted at the same path everywhere (docs/cluster.md).
+    paths = [os.getcwd()] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env_vars[DRIVER_CWD_ENV] = os.getcwd()
+    return env_vars
+
+
+def _start_local(num_devices: int, env_vars: dict) -> None:
+    """A Ray of this process's own: GPUs where torch sees them, else `num_devices` virtual devices."""
+    import ray
+
+    gpus = has_gpus()
+    if not gpus:
+        env_vars.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise warns that it found no GPU
+    ray.init(
+        resources={} if gpus else {VIRTUAL_DEVICE: num_devices},
+        include_dashboard=False,
+        object_store_memory=1 << 30,
+        runtime_env={"env_vars": env_vars},
+        log_to_driver=True,
+        configure_logging=False,
+    )
 
 
 def device_resource() -> str:

@@ -29,7 +29,7 @@ from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
-from roll.utils.progress import ETA, StepTimer
+from roll.utils.progress import ETA, StepTimer, process_age
 from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
 
@@ -135,10 +135,13 @@ class BasePipeline:
 
     # ---- set-up -------------------------------------------------------------------------------
     def _create_clusters(self) -> None:
-        config, started = self.config, time.perf_counter()
-        # Attaches to a running cluster (RAY_ADDRESS) or starts a local one; a cluster without the devices the
+        config = self.config
+        # Attaches to a running cluster (RAY_ADDRESS) or starts a local one (or takes the one the launcher started
+        # while it checked the config: `started` is then when that began); a cluster without the devices the
         # config needs fails here, before anything is reserved or started.
-        init_ray(num_devices=config.num_devices, env_vars=config.system_envs, num_nodes=config.num_nodes)
+        started, ray_up = init_ray(
+            num_devices=config.num_devices, env_vars=config.system_envs, num_nodes=config.num_nodes
+        )
         self.resource_manager = ResourceManager(
             num_nodes=config.num_nodes, num_gpus_per_node=config.num_gpus_per_node, timeout=config.placement_timeout
         )
@@ -170,14 +173,19 @@ class BasePipeline:
         ]
         for call in pending:  # every role loads its model at once; each wait keeps the role's timeout
             call.result()
-        now = time.perf_counter()
+        now, age = time.perf_counter(), process_age()
+        # role start-up (README, docs/profiling.md): from Ray's start to every model loaded; and the whole wait
+        # since the process started (imports and config checks included)
         logger.info(
-            "started %d roles (%d workers) in %.1f s (worker processes up after %.1f s, models loaded in %.1f s)",
+            "started %d roles (%d workers) in %.1f s (Ray up after %.1f s, worker processes up after %.1f s, models "
+            "loaded in %.1f s)%s",
             len(self.clusters),
             sum(c.world_size for c in self.clusters.values()),
             now - started,
+            ray_up - started,
             processes_up - started,
             now - processes_up,
+            "" if age is None else f"; {age:.1f} s since the process started",
         )
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from roll.distributed import ray_utils
 from roll.pipeline import base
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -23,10 +24,17 @@ def launcher(script: str):
 
 @pytest.fixture
 def no_ray(monkeypatch):
+    """The pipeline's init_ray refuses; the launcher's early start (Ray begins while the config is checked)
+    and its stop are recorded instead of run."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("a refused input must not reach Ray")
 
     monkeypatch.setattr(base, "init_ray", refuse)
+    calls = []
+    monkeypatch.setattr(ray_utils, "start_local_ray_early", lambda *args: calls.append(("start", *args)) or True)
+    monkeypatch.setattr(ray_utils, "stop_early_ray", lambda: calls.append(("stop",)))
+    return calls
 
 
 def rlvr_args(small_demo, tmp_path, *overrides) -> list[str]:
@@ -90,3 +98,19 @@ def test_a_refusal_in_a_real_process_has_no_traceback(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("config error: 'actor_train.model_args.model_name_or_path'")
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_ray_starts_while_the_config_is_checked_and_stops_after_a_refusal(small_demo, tmp_path, capsys, no_ray):
+    """Not with --dry_run; otherwise for the composed config's devices and system_envs, and stopped again when
+    the run ends without a pipeline taking it (here: the model directory is refused)."""
+    rlvr = launcher("start_rlvr_pipeline")
+    args = rlvr_args(small_demo, tmp_path, "system_envs.OMP_NUM_THREADS='2'")
+    assert rlvr.main(["--dry_run", *args]) == 0
+    assert no_ray == [("stop",)]  # nothing started: stopping is a no-op then
+    no_ray.clear()
+    assert rlvr.main([*args, f"model_path={tmp_path}/no_such_model"]) == 2
+    from roll.configs import compose_config, load_rlvr_config
+
+    config = load_rlvr_config(compose_config(str(EXAMPLES / "tiny_rlvr"), "rlvr_tiny", args))
+    # the checked config's values, so that the pipeline's init_ray takes the early start instead of a second one
+    assert no_ray == [("start", 2, config.system_envs, 1), ("stop",)] and config.system_envs["OMP_NUM_THREADS"] == "2"
