@@ -131,6 +131,12 @@ class PipelineConfig:
         "and recovery",
         bounds="[0, inf)",
     )
+    model_download_type: Literal["HUGGINGFACE_HUB", "MODELSCOPE"] | None = field_help(
+        None,
+        "where a model_name_or_path that is not a local directory comes from (ROLL's key): null / HUGGINGFACE_HUB = "
+        "the Hugging Face Hub (transformers downloads it); MODELSCOPE is accepted for local directories only: a "
+        "path that would need a ModelScope download fails at start-up with a message (download it first)",
+    )
     profiler: ProfilerConfig = field_help(
         default_factory=ProfilerConfig,
         help="profiling of the roles' workers (tool, steps, ranks, save_path); a role's own `profiler` block "

@@ -204,6 +204,7 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
                 f"choose one of {allowed}{closest(strategy, allowed)}"
             )
         check_lora(name, worker)
+        check_freeze(name, worker)
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
@@ -246,6 +247,19 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
         worker.world_size = worker.world_size or 1
     if worker.world_size < 1:
         raise ConfigError(f"'{name}.world_size' = {worker.world_size}: must be ≥ 1")
+
+
+def check_freeze(name: str, worker) -> None:
+    """model_args.freeze_module_prefix: a training role needs a strategy that applies it (a role that only scores
+    or generates takes no gradient, so freezing changes nothing there, as in ROLL)."""
+    strategy_cls = _strategy_of(worker)
+    trains = strategy_cls is not None and {"train", "critic"} & set(strategy_cls.roles)
+    if worker.model_args.frozen_prefixes and trains and not strategy_cls.freeze_module_prefix:
+        raise ConfigError(
+            f"'{name}.model_args.freeze_module_prefix' is set but strategy {worker.strategy_args.strategy_name!r} "
+            f"does not freeze parameters by name; use one of {strategies_with('freeze_module_prefix', role=name)} "
+            "or remove it"
+        )
 
 
 LORA_ROLES = ("actor_train",)  # the trained policy; the other roles get its merged weights or the frozen base

@@ -124,12 +124,21 @@ ROLL_KEYS: list[RollKey] = [
         RollKey(
             "",
             key,
-            REFUSED,
-            "roll profiles with a `profiler` block (tool: torch | torch_memory | nsys, steps, ranks, save_path; "
-            "docs/profiling.md) at pipeline level or per role",
+            ALIAS,
+            f"true | false: ROLL's {what} of rank 0 of every role at every step = profiler.tool: {tool} with "
+            "steps 1..max_steps and ranks [0] (false: nothing; both true is an error, as in ROLL)",
         )
-        for key in ("profiler_timeline", "profiler_output_dir", "profiler_memory")
+        for key, what, tool in (
+            ("profiler_timeline", "torch-profiler trace", "torch"),
+            ("profiler_memory", "CUDA memory snapshot", "torch_memory"),
+        )
     ],
+    RollKey(
+        "",
+        "profiler_output_dir",
+        ALIAS,
+        "= profiler.save_path (ROLL adds <exp_name>/<timestamp> below it; roll writes <role>/step-<N>/rank<r>.*)",
+    ),
     RollKey(
         "",
         "global_template",
@@ -169,13 +178,6 @@ ROLL_KEYS: list[RollKey] = [
         ALIAS,
         "= rpc_timeout (seconds) of every role, reward domain and env manager that sets none (ROLL's one timeout "
         "for its remote calls)",
-    ),
-    RollKey(
-        "",
-        "model_download_type",
-        ALIAS,
-        "null | HUGGINGFACE_HUB: a model_name_or_path that is not a directory is fetched by transformers from the "
-        "Hugging Face Hub; MODELSCOPE is refused (download the model first and give its directory)",
     ),
     RollKey("", "positive_loss_coef", ALIAS, _IGNORED + "not a field of ROLL's RLVRConfig (ROLL drops it)"),
     RollKey("", "model_name", ALIAS, _IGNORED + "not a field of ROLL's configs (ROLL drops it)"),
@@ -304,12 +306,6 @@ ROLL_KEYS: list[RollKey] = [
         ALIAS,
         _IGNORED + "not a field of ROLL's ModelArguments (ROLL drops it; attention is chosen by attn_implementation)",
     ),
-    RollKey(
-        "model_args",
-        "freeze_module_prefix",
-        REFUSED,
-        "freezing parameters by name prefix is not built in roll (LoRA trains adapters only: lora_target)",
-    ),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
     RollKey("data_args", "messages", ALIAS, "= messages_key (column holding chat messages)"),
@@ -391,6 +387,12 @@ ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."
 
 # Differences met by ROLL's current example YAMLs (added to docs/roll_compatibility.md after DIFFERENCES)
 EXAMPLE_DIFFERENCES = [
+    (
+        "adv_estimator: grpo (agentic, group_size ≥ 2)",
+        "normalises each episode group in the estimator, after reward_normalization; ROLL's agentic grpo is "
+        "REINFORCE on the reward_normalization output (no second normalisation). For ROLL's: adv_estimator: "
+        "reinforce. With group_size 1 roll runs reinforce itself, as ROLL",
+    ),
     (
         "agentic prompts without a system message",
         "rendered with the tokenizer's chat template as it is (Qwen2.5's then adds its default system prompt); "

@@ -100,7 +100,6 @@ def test_vllm_takes_every_engine_argument_and_only_those():
 @pytest.mark.parametrize(
     "key,value,message",
     [
-        ("model_download_type", "MODELSCOPE", "ModelScope downloads are not built"),
         ("rpc_timeout", 0, "'rpc_timeout' = 0: expected a positive number of seconds"),
     ],
 )
