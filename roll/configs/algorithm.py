@@ -10,6 +10,7 @@ from typing import Literal
 
 from roll.configs.base import PipelineConfig
 from roll.configs.loader import field_help
+from roll.configs.train_infer import TrainInferCorrectionConfig
 from roll.configs.worker import WorkerConfig
 
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -171,4 +172,10 @@ class RLAlgorithmConfig(PipelineConfig):
     )
     rollout_is_veto_threshold: float | None = field_help(
         1e-4, "a token with ratio below this vetoes its whole sequence; null = no veto", bounds="(0, inf)"
+    )
+    train_infer_correction: TrainInferCorrectionConfig = field_help(
+        default_factory=TrainInferCorrectionConfig,
+        help="ROLL's train-infer mismatch filters (tokens dropped from the loss) and IS weight (docs/"
+        "rollout_correction.md §7.7); needs an actor_infer that returns rollout log-probs; the IS weight excludes "
+        "rollout_is",
     )

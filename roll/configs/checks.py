@@ -428,15 +428,21 @@ def check_algorithm(config) -> None:
             "(model_args.lora_target: the base model with adapters disabled is then the reference), or turn "
             "both off"
         )
-    if config.rollout_is_threshold is not None:
+    correction = config.train_infer_correction
+    for key, on in (("rollout_is_threshold", config.rollout_is_threshold is not None),
+                    ("train_infer_correction", correction.active)):  # fmt: skip
         strategy = config.actor_infer.strategy_args.strategy_name
         rollout_log_probs = strategies_with("rollout_log_probs", role="actor_infer")
-        if strategy not in rollout_log_probs:
+        if on and strategy not in rollout_log_probs:
             raise ConfigError(
-                f"rollout_is_threshold is set, but actor_infer strategy {strategy!r} does not return "
-                f"per-token log-probs of the sampled tokens; use one of {rollout_log_probs} or "
-                f"set rollout_is_threshold: null"
+                f"{key} is set, but actor_infer strategy {strategy!r} does not return per-token log-probs of the "
+                f"sampled tokens; use one of {rollout_log_probs} or turn {key} off"
             )
+    if correction.is_weight.enabled and config.rollout_is:
+        raise ConfigError(
+            "train_infer_correction.is_weight.enabled and rollout_is both weight the policy loss by π_train/π_rollout;"
+            " keep one"
+        )
 
 
 def batch_plan(config) -> BatchPlan:

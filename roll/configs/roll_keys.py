@@ -210,13 +210,6 @@ ROLL_KEYS: list[RollKey] = [
     ),
     RollKey(
         "",
-        "train_infer_correction",
-        REFUSED,
-        "ROLL's train-infer mismatch filters and IS weights are not built as such; roll's rollout correction is "
-        "rollout_is_threshold / rollout_is / rollout_is_level / rollout_is_mode (docs/configuration.md)",
-    ),
-    RollKey(
-        "",
         "rollout_dump_dir",
         REFUSED,
         "ROLL's per-step pickled rollout dumps have no counterpart; roll writes each step's samples (prompt, "

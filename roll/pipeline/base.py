@@ -231,6 +231,7 @@ class BasePipeline:
             metrics.update(step_maths.apply_reward_shaping(batch, config))
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
             step_maths.compute_advantages(batch, config)
+            metrics.update(step_maths.apply_train_infer_correction(batch, config))  # after, as ROLL's pipelines
         with timer.phase("train"):
             metrics.update(self.train(batch, step))
         self._before_weight_sync(timer)
