@@ -210,13 +210,6 @@ ROLL_KEYS: list[RollKey] = [
     ),
     RollKey(
         "",
-        "rollout_dump_dir",
-        REFUSED,
-        "ROLL's per-step pickled rollout dumps have no counterpart; roll writes each step's samples (prompt, "
-        "response, reward) under <output_dir>/samples every sample_log_steps",
-    ),
-    RollKey(
-        "",
         "reward_model",
         ALIAS,
         "ROLL's judge server, with exactly one rewards.<domain> of judge_model_type: cluster: its model_args, "
@@ -230,12 +223,6 @@ ROLL_KEYS: list[RollKey] = [
         REFUSED,
         "ROLL's GEM tool wrappers (python code execution, search and MCP tools inside an environment) are not "
         "built in roll's environments",
-    ),
-    RollKey(
-        "",
-        "rollout_mock",
-        REFUSED,
-        "ROLL's rollout dump/replay for precision-alignment tests is not built in roll",
     ),
     RollKey(
         "validation",
@@ -380,6 +367,27 @@ ROLL_REWARD_PREFIX = "roll.pipeline.rlvr.rewards."
 
 # Differences met by ROLL's current example YAMLs (added to docs/roll_compatibility.md after DIFFERENCES)
 EXAMPLE_DIFFERENCES = [
+    (
+        "rollout_mock",
+        "dump / replay with ROLL's layout (<dump_dir>/train|val/step_<NNNNNN>.pkl), but the pickles hold roll's "
+        "batch classes: a dump replays in roll, not in ROLL (and the other way round)",
+    ),
+    (
+        "rollout_dump_dir",
+        "written for any path, with the same columns in both pipelines; ROLL writes it only for an absolute path "
+        "(a relative one, as in its agentic_demo examples, writes nothing) and, in its agentic pipeline, from "
+        "the columns its env managers name",
+    ),
+    (
+        "train_infer_correction",
+        "always applied after the advantages, as ROLL does with enable_old_logprobs_recompute: true (roll always "
+        "recomputes the old log-probs); ROLL's other path, inside the loss, has no counterpart",
+    ),
+    (
+        "profiler_memory / profiler_timeline",
+        "profile rank 0 of every role at every step 1..max_steps through the profiler block (one trace or "
+        "snapshot per role, rank and step); ROLL writes one per decorated worker call",
+    ),
     (
         "adv_estimator: grpo (agentic, group_size ≥ 2)",
         "normalises each episode group in the estimator, after reward_normalization; ROLL's agentic grpo is "

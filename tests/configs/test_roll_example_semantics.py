@@ -123,3 +123,23 @@ def test_vllm_cuda_graph_sizes_is_the_current_capture_list():
     assert validate_strategy_config({"cuda_graph_sizes": [48]}, on_cpu=True)[0] == {"max_cudagraph_capture_size": 48}
     with pytest.raises(ValueError, match="conflicts with cudagraph_capture_sizes"):
         validate_strategy_config({"cuda_graph_sizes": [1, 2], "cudagraph_capture_sizes": [4, 8]}, on_cpu=True)
+
+
+def test_rollout_mock_stores_and_replays_by_kind_and_step(tmp_path):
+    """ROLL (roll/distributed/scheduler/rollout_mock_mixin.py): <dump_dir>/<train|val>/step_<6 digits>.pkl; the
+    mock mode loads it without generating and fails on a step that was never dumped."""
+    from roll.configs.base import RolloutMockConfig
+    from roll.pipeline.core.rollout_dump import RolloutStore
+
+    calls = []
+    dump = RolloutStore(RolloutMockConfig(enable=True, mode="dump", dump_dir=str(tmp_path)))
+    assert dump.around("train", 3, lambda: calls.append(1) or {"step": 3}) == {"step": 3}
+    assert (tmp_path / "train" / "step_000003.pkl").is_file() and calls == [1]
+    mock = RolloutStore(RolloutMockConfig(enable=True, mode="mock", dump_dir=str(tmp_path)))
+    assert mock.replaying and mock.around("train", 3, lambda: calls.append(2)) == {"step": 3} and calls == [1]
+    with pytest.raises(FileNotFoundError, match="no dump for val step 3"):
+        mock.around("val", 3, lambda: None)
+    off = RolloutStore(RolloutMockConfig(enable=False, mode="mock", dump_dir=str(tmp_path)))
+    assert off.around("train", 3, lambda: "generated") == "generated"
+    config = load_rlvr_config(rlvr_dict(rollout_mock={"enable": True, "mode": "mock", "dump_dir": "/d"}))
+    assert (config.rollout_mock.mode, config.rollout_mock.dump_dir) == ("mock", "/d")

@@ -324,7 +324,7 @@ def test_val_batch_size_plays_rounds_on_new_seeds():
         rollouts={"val_env": RecordingRollout()},
         _generation=lambda manager, validation: {},
     )
-    AgenticPipeline.validate(pipeline, step=0)
+    AgenticPipeline._val_episodes(pipeline, config.val_env_manager)  # validate's episodes (rollout_mock aside)
     assert len(calls) == 2 and all(len(call) == envs for call in calls)
     seeds = [seed for call in calls for seed, _, _ in call.values()]
     groups = config.val_env_manager.num_env_groups
