@@ -384,6 +384,16 @@ EXAMPLE_DIFFERENCES = [
         "recomputes the old log-probs); ROLL's other path, inside the loss, has no counterpart",
     ),
     (
+        "model_args.freeze_module_prefix",
+        "applied by deepspeed_train and fsdp2_train (HF parameter names); megatron_train refuses it (ROLL freezes "
+        "megatron-core names there); a prefix that matches no parameter stops the run (ROLL freezes nothing)",
+    ),
+    (
+        "model_download_type: MODELSCOPE",
+        "accepted for local model directories; a path that would need a ModelScope download fails at start-up "
+        "(ROLL downloads it)",
+    ),
+    (
         "profiler_memory / profiler_timeline",
         "profile rank 0 of every role at every step 1..max_steps through the profiler block (one trace or "
         "snapshot per role, rank and step); ROLL writes one per decorated worker call",
