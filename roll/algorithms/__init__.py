@@ -14,6 +14,7 @@ from . import (
     rollout_correction,
     rollout_is,
     shaping,
+    train_infer,
     value_losses,
 )
 from .advantages import *  # noqa: F401,F403
@@ -26,6 +27,7 @@ from .roll_estimators import *  # noqa: F401,F403
 from .rollout_correction import *  # noqa: F401,F403
 from .rollout_is import *  # noqa: F401,F403
 from .shaping import *  # noqa: F401,F403
+from .train_infer import *  # noqa: F401,F403
 from .value_losses import *  # noqa: F401,F403
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
         rollout_correction,
         shaping,
         roll_estimators,
+        train_infer,
     )
     for name in module.__all__
 ]

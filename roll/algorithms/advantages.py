@@ -54,6 +54,8 @@ class EstimatorSpec:
     needs_critic: bool = False  # reads `values` from a critic role
     step_rows: bool = False  # agentic: needs one row per turn (the step env manager)
     anchor_state_groups: bool = False  # agentic: rewards are GiGPO's episode + same-state step groups
+    # agentic with group_size 1: the estimator ROLL's agentic pipeline computes under this name (grpo → reinforce)
+    agentic_group_of_one: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.min_group_size, int) or self.min_group_size < 1:
@@ -75,6 +77,7 @@ def register_adv_est(
     needs_critic: bool = False,
     step_rows: bool = False,
     anchor_state_groups: bool = False,
+    agentic_group_of_one: str | None = None,
 ):
     """Decorator registering an estimator under `name`, with its requirements (verl's `register_adv_est(name)`
     still works: no requirements)."""
@@ -88,6 +91,7 @@ def register_adv_est(
         bool(needs_critic),
         bool(step_rows),
         bool(anchor_state_groups),
+        agentic_group_of_one,
     )
 
     def add(fn):
@@ -161,7 +165,7 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
     return masked_whiten(raw, response_mask), returns
 
 
-@register_adv_est("grpo", min_group_size=2)
+@register_adv_est("grpo", min_group_size=2, agentic_group_of_one="reinforce")
 @torch.no_grad()
 def compute_grpo_outcome_advantage(
     token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None

@@ -28,6 +28,9 @@ from roll.configs.generation_checks import check_async, check_stop_strings
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import check_profiler
 from roll.configs.worker import GeneratingArgs
+from roll.utils.logging import get_logger
+
+logger = get_logger("roll.config")
 
 
 @dataclass
@@ -289,6 +292,7 @@ class AgenticConfig(RLAlgorithmConfig):
         if self.rollout_only:
             check_rollout_only(self)
         else:
+            grpo_group_of_one(self)
             check_algorithm(self)
         check_agentic(self)
         check_profiler(self, roles(self))
@@ -303,6 +307,28 @@ def check_rollout_only(config: AgenticConfig) -> None:
         raise ConfigError("'async_generation_ratio' needs 'actor_train': a rollout-only run has no training to overlap")
     if config.resume_from_checkpoint:
         raise ConfigError("'resume_from_checkpoint': a rollout-only run (no actor_train) saves no checkpoints")
+
+
+def grpo_group_of_one(config: AgenticConfig) -> None:
+    """ROLL's agentic `grpo` is REINFORCE on the episode scores as reward_normalization leaves them (its
+    agentic_compute_advantage sends grpo down the reinforce branch; the group comparison, if any, is the
+    normalisation's). roll's grpo normalises each episode group in the estimator as well, which needs a group of
+    at least two; with group_size 1 there is nothing to compare, and roll runs what ROLL runs (the estimator's
+    registered `agentic_group_of_one`: reinforce)."""
+    from roll.algorithms import get_adv_estimator_spec
+
+    try:
+        spec = get_adv_estimator_spec(config.adv_estimator)
+    except (KeyError, ValueError):
+        return  # an unknown name: check_algorithm reports it
+    if spec.agentic_group_of_one and config.train_env_manager.group_size == 1:
+        logger.warning(
+            "adv_estimator %s with train_env_manager.group_size 1 runs as %s on the normalised episode scores, "
+            "which is what ROLL's agentic pipeline computes for it (no group to compare within)",
+            config.adv_estimator,
+            spec.agentic_group_of_one,
+        )
+        config.adv_estimator = spec.agentic_group_of_one
 
 
 def check_agentic(config: AgenticConfig) -> None:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from roll.configs.base import PipelineConfig
 from roll.configs.loader import field_help
+from roll.configs.train_infer import TrainInferCorrectionConfig
 from roll.configs.worker import WorkerConfig
 
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -179,4 +180,10 @@ class RLAlgorithmConfig(PipelineConfig):
         "filters, verified weight sync, on-policy rows, measured equal on the first step) the pass is skipped; "
         "true: always (opt-in for close engines: vLLM, SGLang); false: always recompute "
         "(docs/rollout_correction.md, Old log-probs)",
+    )
+    train_infer_correction: TrainInferCorrectionConfig = field_help(
+        default_factory=TrainInferCorrectionConfig,
+        help="ROLL's train-infer mismatch filters (tokens dropped from the loss) and IS weight (docs/"
+        "rollout_correction.md §7.7); needs an actor_infer that returns rollout log-probs; the IS weight excludes "
+        "rollout_is",
     )

@@ -11,6 +11,20 @@ SUMMARY_WRITER_KEYS = ("log_dir", "comment", "purge_step", "max_queue", "flush_s
 
 
 @dataclass
+class RolloutMockConfig:
+    enable: bool = field_help(False, "turn ROLL's rollout dump / replay on")
+    mode: Literal["dump", "mock"] = field_help(
+        "dump",
+        "dump: store each step's rollout (the scored batch, as training receives it) and each validation's; "
+        "mock: replay them instead of generating, so two runs train on identical samples (precision alignment "
+        "of engines or strategies); a step missing from the dump is an error",
+    )
+    dump_dir: str = field_help(
+        "./rollout_mock_dumps", "where the pickles go: <dump_dir>/train|val/step_<NNNNNN>.pkl (0-based step)"
+    )
+
+
+@dataclass
 class PipelineConfig:
     exp_name: str = field_help(
         "roll",
@@ -130,6 +144,20 @@ class PipelineConfig:
         "also check the sync in full after every N-th step (N steps trained); 0 = only at start-up, resume "
         "and recovery",
         bounds="[0, inf)",
+    )
+    rollout_mock: RolloutMockConfig | None = field_help(
+        None, "ROLL's rollout dump / replay for precision-alignment tests (docs/reliability.md, Rollout dump)"
+    )
+    rollout_dump_dir: str | None = field_help(
+        None,
+        "ROLL's rollout log: each training step's samples as one JSON line of columns (prompt, responses, scores, "
+        "tag, ..., global_step) in <dir>/rollout_dump_data.step_<N>.jsonl (N 0-based); null = off",
+    )
+    model_download_type: Literal["HUGGINGFACE_HUB", "MODELSCOPE"] | None = field_help(
+        None,
+        "where a model_name_or_path that is not a local directory comes from (ROLL's key): null / HUGGINGFACE_HUB = "
+        "the Hugging Face Hub (transformers downloads it); MODELSCOPE is accepted for local directories only: a "
+        "path that would need a ModelScope download fails at start-up with a message (download it first)",
     )
     profiler: ProfilerConfig = field_help(
         default_factory=ProfilerConfig,

@@ -212,6 +212,7 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
                 f"choose one of {allowed}{closest(strategy, allowed)}"
             )
         check_lora(name, worker)
+        check_freeze(name, worker)
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
@@ -254,6 +255,19 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
         worker.world_size = worker.world_size or 1
     if worker.world_size < 1:
         raise ConfigError(f"'{name}.world_size' = {worker.world_size}: must be ≥ 1")
+
+
+def check_freeze(name: str, worker) -> None:
+    """model_args.freeze_module_prefix: a training role needs a strategy that applies it (a role that only scores
+    or generates takes no gradient, so freezing changes nothing there, as in ROLL)."""
+    strategy_cls = _strategy_of(worker)
+    trains = strategy_cls is not None and {"train", "critic"} & set(strategy_cls.roles)
+    if worker.model_args.frozen_prefixes and trains and not strategy_cls.freeze_module_prefix:
+        raise ConfigError(
+            f"'{name}.model_args.freeze_module_prefix' is set but strategy {worker.strategy_args.strategy_name!r} "
+            f"does not freeze parameters by name; use one of {strategies_with('freeze_module_prefix', role=name)} "
+            "or remove it"
+        )
 
 
 LORA_ROLES = ("actor_train",)  # the trained policy; the other roles get its merged weights or the frozen base
@@ -423,26 +437,37 @@ def check_algorithm(config) -> None:
             "both off"
         )
     if config.use_rollout_log_probs:
-        strategy, valid = config.actor_infer.strategy_args.strategy_name, strategies_with("rollout_log_probs")
+        strategy, valid = (
+            config.actor_infer.strategy_args.strategy_name,
+            strategies_with("rollout_log_probs", role="actor_infer"),
+        )
         if strategy not in valid:  # every built-in engine returns them; a registered custom one may not
             raise ConfigError(
                 f"use_rollout_log_probs: true, but actor_infer strategy {strategy!r} does not return per-token "
                 f"log-probs of the sampled tokens; use one of {valid} or set use_rollout_log_probs: null"
             )
-        if config.rollout_is_threshold is not None:
-            raise ConfigError(
-                "use_rollout_log_probs: true makes the old log-probs the rollout ones, so rollout IS "
-                "(rollout_is_threshold) would weigh every token by 1; set one of them to null"
-            )
-    if config.rollout_is_threshold is not None:
+        for key, on in (("rollout_is_threshold", config.rollout_is_threshold is not None),
+                        ("train_infer_correction", config.train_infer_correction.active)):  # fmt: skip
+            if on:
+                raise ConfigError(
+                    f"use_rollout_log_probs: true makes the old log-probs the rollout ones, so {key} would compare "
+                    "each token with itself; turn one of them off"
+                )
+    correction = config.train_infer_correction
+    for key, on in (("rollout_is_threshold", config.rollout_is_threshold is not None),
+                    ("train_infer_correction", correction.active)):  # fmt: skip
         strategy = config.actor_infer.strategy_args.strategy_name
         rollout_log_probs = strategies_with("rollout_log_probs", role="actor_infer")
-        if strategy not in rollout_log_probs:
+        if on and strategy not in rollout_log_probs:
             raise ConfigError(
-                f"rollout_is_threshold is set, but actor_infer strategy {strategy!r} does not return "
-                f"per-token log-probs of the sampled tokens; use one of {rollout_log_probs} or "
-                f"set rollout_is_threshold: null"
+                f"{key} is set, but actor_infer strategy {strategy!r} does not return per-token log-probs of the "
+                f"sampled tokens; use one of {rollout_log_probs} or turn {key} off"
             )
+    if correction.is_weight.enabled and config.rollout_is:
+        raise ConfigError(
+            "train_infer_correction.is_weight.enabled and rollout_is both weight the policy loss by π_train/π_rollout;"
+            " keep one"
+        )
 
 
 def batch_plan(config) -> BatchPlan:

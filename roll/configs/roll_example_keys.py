@@ -72,14 +72,36 @@ def rpc_timeout(top, value, path):
     return None
 
 
-def model_download_type(block, value, path):
-    if value in (None, "HUGGINGFACE_HUB"):
+PROFILER_TOOLS = {"profiler_timeline": "torch", "profiler_memory": "torch_memory"}
+
+
+def profiler_switch(top, value, path):
+    """ROLL's profiler_timeline / profiler_memory (rank 0 of every role, every step) → the profiler block."""
+    if not isinstance(value, bool):
+        return f"'{path}' = {value!r}: expected true or false"
+    if not value:
         return None
-    return (
-        f"'{path}' = {value!r} is refused: roll loads model_name_or_path with transformers (a local directory, or a "
-        "Hugging Face Hub id: HUGGINGFACE_HUB); ModelScope downloads are not built: download the model first and "
-        "give its directory"
-    )
+    tool, block = PROFILER_TOOLS[path], top.setdefault("profiler", {})
+    if not isinstance(block, dict) or block.setdefault("tool", tool) != tool:
+        other = block.get("tool") if isinstance(block, dict) else block
+        return f"'{path}' = true (profiler.tool {tool}) conflicts with profiler.tool = {other!r}: set only one"
+    steps = top.get("max_steps")
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        if not block.get("steps"):
+            return f"'{path}' = true profiles every step, but max_steps is not set: set max_steps or profiler.steps"
+    else:
+        block.setdefault("steps", list(range(1, steps + 1)))
+    block.setdefault("ranks", [0])
+    return None
+
+
+def profiler_output_dir(top, value, path):
+    block = top.setdefault("profiler", {})
+    if not isinstance(value, str) or not isinstance(block, dict):
+        return f"'{path}' = {value!r}: expected a directory path"
+    if block.setdefault("save_path", value) != value:
+        return f"'{path}' = {value!r} conflicts with profiler.save_path = {block['save_path']!r}: set only one"
+    return None
 
 
 def include_stop_str_in_output(block, value, path):
@@ -171,7 +193,9 @@ def aliases() -> dict:
         **{key: unread(*key) for key in UNREAD},
         ("", "rpc_timeout"): rpc_timeout,
         ("", "skip_mock_system_prompt"): skip_mock_system_prompt,
-        ("", "model_download_type"): model_download_type,
+        ("", "profiler_timeline"): profiler_switch,
+        ("", "profiler_memory"): profiler_switch,
+        ("", "profiler_output_dir"): profiler_output_dir,
         ("", "enable_old_logprobs_recompute"): boolean,
         ("<role>", "offload_nccl"): boolean,
         ("<role>", "sequence_packing_args"): sequence_packing_args,

@@ -127,12 +127,21 @@ ROLL_KEYS: list[RollKey] = [
         RollKey(
             "",
             key,
-            REFUSED,
-            "roll profiles with a `profiler` block (tool: torch | torch_memory | nsys, steps, ranks, save_path; "
-            "docs/profiling.md) at pipeline level or per role",
+            ALIAS,
+            f"true | false: ROLL's {what} of rank 0 of every role at every step = profiler.tool: {tool} with "
+            "steps 1..max_steps and ranks [0] (false: nothing; both true is an error, as in ROLL)",
         )
-        for key in ("profiler_timeline", "profiler_output_dir", "profiler_memory")
+        for key, what, tool in (
+            ("profiler_timeline", "torch-profiler trace", "torch"),
+            ("profiler_memory", "CUDA memory snapshot", "torch_memory"),
+        )
     ],
+    RollKey(
+        "",
+        "profiler_output_dir",
+        ALIAS,
+        "= profiler.save_path (ROLL adds <exp_name>/<timestamp> below it; roll writes <role>/step-<N>/rank<r>.*)",
+    ),
     RollKey(
         "",
         "global_template",
@@ -173,13 +182,6 @@ ROLL_KEYS: list[RollKey] = [
         "= rpc_timeout (seconds) of every role, reward domain and env manager that sets none (ROLL's one timeout "
         "for its remote calls)",
     ),
-    RollKey(
-        "",
-        "model_download_type",
-        ALIAS,
-        "null | HUGGINGFACE_HUB: a model_name_or_path that is not a directory is fetched by transformers from the "
-        "Hugging Face Hub; MODELSCOPE is refused (download the model first and give its directory)",
-    ),
     RollKey("", "positive_loss_coef", ALIAS, _IGNORED + "not a field of ROLL's RLVRConfig (ROLL drops it)"),
     RollKey("", "model_name", ALIAS, _IGNORED + "not a field of ROLL's configs (ROLL drops it)"),
     RollKey(
@@ -211,32 +213,12 @@ ROLL_KEYS: list[RollKey] = [
     ),
     RollKey(
         "",
-        "train_infer_correction",
-        REFUSED,
-        "ROLL's train-infer mismatch filters and IS weights are not built as such; roll's rollout correction is "
-        "rollout_is_threshold / rollout_is / rollout_is_level / rollout_is_mode (docs/configuration.md)",
-    ),
-    RollKey(
-        "",
-        "rollout_dump_dir",
-        REFUSED,
-        "ROLL's per-step pickled rollout dumps have no counterpart; roll writes each step's samples (prompt, "
-        "response, reward) under <output_dir>/samples every sample_log_steps",
-    ),
-    RollKey(
-        "",
         "reward_model",
         ALIAS,
         "ROLL's judge server, with exactly one rewards.<domain> of judge_model_type: cluster: its model_args, "
         "strategy_args, device_mapping (and num_gpus_per_worker, infer_batch_size, generating_args, system_envs "
         "the domain leaves unset) move into that domain, which then judges with its own engine "
         "(judge_model_type: inference; world_size follows the devices instead of ROLL's client count)",
-    ),
-    RollKey(
-        "",
-        "rollout_mock",
-        REFUSED,
-        "ROLL's rollout dump/replay for precision-alignment tests is not built in roll",
     ),
     RollKey(
         "validation",
@@ -307,12 +289,6 @@ ROLL_KEYS: list[RollKey] = [
         "flash_attn",
         ALIAS,
         _IGNORED + "not a field of ROLL's ModelArguments (ROLL drops it; attention is chosen by attn_implementation)",
-    ),
-    RollKey(
-        "model_args",
-        "freeze_module_prefix",
-        REFUSED,
-        "freezing parameters by name prefix is not built in roll (LoRA trains adapters only: lora_target)",
     ),
     # data_args
     RollKey("data_args", "prompt", ALIAS, "= prompt_key (column holding the prompt)"),
@@ -410,6 +386,43 @@ EXAMPLE_DIFFERENCES = [
     (
         "custom_envs.<tag>.history_length: 0 (step_concat manager)",
         "no earlier observations; ROLL's StepConcatEnvManager slices its history with [-0:-1] and so shows all of them",
+    ),
+    (
+        "rollout_mock",
+        "dump / replay with ROLL's layout (<dump_dir>/train|val/step_<NNNNNN>.pkl), but the pickles hold roll's "
+        "batch classes: a dump replays in roll, not in ROLL (and the other way round)",
+    ),
+    (
+        "rollout_dump_dir",
+        "written for any path, with the same columns in both pipelines; ROLL writes it only for an absolute path "
+        "(a relative one, as in its agentic_demo examples, writes nothing) and, in its agentic pipeline, from "
+        "the columns its env managers name",
+    ),
+    (
+        "train_infer_correction",
+        "always applied after the advantages, as ROLL does with enable_old_logprobs_recompute: true (roll always "
+        "recomputes the old log-probs); ROLL's other path, inside the loss, has no counterpart",
+    ),
+    (
+        "model_args.freeze_module_prefix",
+        "applied by deepspeed_train and fsdp2_train (HF parameter names); megatron_train refuses it (ROLL freezes "
+        "megatron-core names there); a prefix that matches no parameter stops the run (ROLL freezes nothing)",
+    ),
+    (
+        "model_download_type: MODELSCOPE",
+        "accepted for local model directories; a path that would need a ModelScope download fails at start-up "
+        "(ROLL downloads it)",
+    ),
+    (
+        "profiler_memory / profiler_timeline",
+        "profile rank 0 of every role at every step 1..max_steps through the profiler block (one trace or "
+        "snapshot per role, rank and step); ROLL writes one per decorated worker call",
+    ),
+    (
+        "adv_estimator: grpo (agentic, group_size ≥ 2)",
+        "normalises each episode group in the estimator, after reward_normalization; ROLL's agentic grpo is "
+        "REINFORCE on the reward_normalization output (no second normalisation). For ROLL's: adv_estimator: "
+        "reinforce. With group_size 1 roll runs reinforce itself, as ROLL",
     ),
     (
         "agentic prompts without a system message",

@@ -60,6 +60,18 @@ class ModelArgs:
         "its own adapter_config.json then sets target, rank, alpha and dropout",
     )
 
+    freeze_module_prefix: str | None = field_help(
+        None,
+        "freeze (requires_grad false, so the optimizer never updates them) every parameter whose name starts "
+        "with one of these comma-separated prefixes, as ROLL's partial fine-tuning (e.g. 'model.embed_tokens'); "
+        "names are the HF module's (model.named_parameters()); a prefix no parameter has is an error when the "
+        "model loads; training roles of deepspeed_train / fsdp2_train",
+    )
+
+    @property
+    def frozen_prefixes(self) -> list[str]:
+        return [p.strip() for p in (self.freeze_module_prefix or "").split(",") if p.strip()]
+
     @property
     def lora(self) -> bool:
         return bool(self.lora_target) or bool(self.adapter_name_or_path)

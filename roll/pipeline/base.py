@@ -26,6 +26,7 @@ from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
 from roll.pipeline.core.old_log_probs import OldLogProbs
 from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
+from roll.pipeline.core.rollout_dump import RolloutDumpLogger, RolloutStore
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
@@ -51,6 +52,9 @@ class BasePipeline:
     def __init__(self, config, callbacks=()):
         self.config = config
         self.callbacks = list(callbacks)
+        if config.rollout_dump_dir:
+            self.callbacks.append(RolloutDumpLogger(config.rollout_dump_dir))
+        self.rollout_store = RolloutStore(config.rollout_mock)  # ROLL's rollout dump / replay
         self.clusters: dict[str, Cluster] = {}
         self.resource_manager = None
         self.recoveries = 0  # automatic recoveries so far (max_failures)
@@ -249,6 +253,7 @@ class BasePipeline:
             metrics.update(step_maths.apply_reward_shaping(batch, config))
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
             step_maths.compute_advantages(batch, config)
+            metrics.update(step_maths.apply_train_infer_correction(batch, config))  # after, as ROLL's pipelines
         with timer.phase("train"):
             metrics.update(self.train(batch, step))
         self._before_weight_sync(timer)

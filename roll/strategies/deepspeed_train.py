@@ -32,6 +32,7 @@ from roll.strategies.train_common import (
     build_adamw,
     build_lr_scheduler,
     checksum,
+    freeze_by_prefix,
     lr_lambda,
     mean_metrics,
     save_tokenizer,
@@ -130,6 +131,7 @@ def load_checkpoints_weights_only(engine) -> None:
 class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
     roles = frozenset({"train", "critic"})
     lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
+    freeze_module_prefix = True
     sum_pi_squared = True
     dynamic_batching_train = True
     dynamic_batching_infer = True
@@ -147,6 +149,7 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
         model = self.load_model()  # deepspeed.initialize broadcasts rank 0's weights (ZeRO-3: while partitioning)
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        freeze_by_prefix(model, self.config.model_args.frozen_prefixes, self.logger)
         self._lora_on = self.config.model_args.lora
         if self._lora_on:  # only the adapters require gradients: the optimizer below holds only them
             model = apply_lora(model, self.config.model_args, self.logger)

@@ -53,6 +53,7 @@ from roll.strategies.train_common import (
     build_adamw,
     build_lr_scheduler,
     checksum,
+    freeze_by_prefix,
     gradient_clip_value,
     mean_metrics,
     save_tokenizer,
@@ -325,6 +326,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
 class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainStrategy):
     roles = frozenset({"train", "critic"})
     lora = True  # actor_train with model_args.lora_* (roll/strategies/lora.py)
+    freeze_module_prefix = True
     dynamic_batching_train = True
 
     def initialize(self, total_steps: int = 0) -> None:
@@ -337,6 +339,7 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         model = self.load_model(dtype=self._stored_dtype())
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        freeze_by_prefix(model, self.config.model_args.frozen_prefixes, self.logger)
         self._lora_on = self.config.model_args.lora
         if self._lora_on:  # only the adapters require gradients: the optimizer below holds only them
             model = apply_lora(model, self.config.model_args, self.logger)

@@ -230,3 +230,26 @@ class EvalModeScoring:
             return fn(batch)
         finally:
             self.model.train(was_training)
+
+
+def freeze_by_prefix(model: torch.nn.Module, prefixes: list[str], logger) -> int:
+    """requires_grad false for every parameter whose name starts with one of `prefixes` (model_args.
+    freeze_module_prefix, ROLL's partial fine-tuning); returns how many were frozen. A prefix that names no
+    parameter is an error: it is a typo or a module of another model family, and training it all would be silent."""
+    if not prefixes:
+        return 0
+    names = [name for name, _ in model.named_parameters()]
+    unmatched = [p for p in prefixes if not any(name.startswith(p) for name in names)]
+    if unmatched:
+        tops = sorted({".".join(name.split(".")[:2]) for name in names})[:12]
+        raise ValueError(
+            f"model_args.freeze_module_prefix: no parameter name starts with {unmatched}; the model's parameters "
+            f"start with e.g. {tops}"
+        )
+    frozen = 0
+    for name, param in model.named_parameters():
+        if any(name.startswith(p) for p in prefixes):
+            param.requires_grad_(False)
+            frozen += 1
+    logger.info("freeze_module_prefix %s: %d of %d parameter tensors frozen", prefixes, frozen, len(names))
+    return frozen

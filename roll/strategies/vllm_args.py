@@ -56,9 +56,29 @@ SET_BY_ROLL = {"model": "model_args.model_name_or_path", "dtype": "model_args.dt
 DEFAULT_BUFFER_MB = 512.0
 
 
+def _renamed_cuda_graph_sizes(config: dict, names) -> None:
+    """Older vLLM's `cuda_graph_sizes` (ROLL's examples), an EngineArgs field that newer vLLM replaced: a list of
+    several sizes is the capture list itself (now `cudagraph_capture_sizes`); one size n meant
+    1, 2, 4, then every multiple of 8 up to n (now `max_cudagraph_capture_size`, whose default list is close to
+    it). Left as it is where the installed vLLM still has the field."""
+    if "cuda_graph_sizes" not in config or (names is not None and "cuda_graph_sizes" in names):
+        return
+    sizes = config.pop("cuda_graph_sizes")
+    if isinstance(sizes, int) and not isinstance(sizes, bool):
+        sizes = [sizes]
+    if not (isinstance(sizes, list) and sizes and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                                      for n in sizes)):  # fmt: skip
+        raise ValueError(f"vllm: strategy_config.cuda_graph_sizes = {sizes!r}: expected a list of positive integers")
+    key, value = ("max_cudagraph_capture_size", sizes[0]) if len(sizes) == 1 else ("cudagraph_capture_sizes", sizes)
+    if config.setdefault(key, value) != value:
+        raise ValueError(f"vllm: strategy_config.cuda_graph_sizes = {sizes} conflicts with {key} = {config[key]!r}")
+
+
 def validate_strategy_config(config: dict | None, on_cpu: bool) -> tuple[dict, dict]:
     """(engine kwargs, roll settings) from strategy_config; an unknown key or a wrong type is an error."""
     config = dict(config or {})
+    if "cuda_graph_sizes" in config:
+        _renamed_cuda_graph_sizes(config, engine_arg_names())
     valid = {**ENGINE_KEYS, **ROLL_KEYS}
     taken = sorted(set(config) & set(SET_BY_ROLL))
     if taken:

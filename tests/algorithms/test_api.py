@@ -44,7 +44,7 @@ SIGNATURES = {
     # verl's (name), extended with keyword-only requirements
     "register_adv_est": (
         "(name, *, min_group_size=1, forward_passes=(), greedy_baseline=False, needs_critic=False, "
-        "step_rows=False, anchor_state_groups=False)"
+        "step_rows=False, anchor_state_groups=False, agentic_group_of_one=None)"
     ),
     "get_adv_estimator_spec": "(name)",
     "kl_penalty": "(logprob, ref_logprob, kl_penalty)",

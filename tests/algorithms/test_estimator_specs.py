@@ -17,7 +17,7 @@ from tests.algorithms.test_advantage_registry import FUNCTIONS, call
 
 BUILT_IN = {
     "gae": EstimatorSpec("gae", needs_critic=True),
-    "grpo": EstimatorSpec("grpo", min_group_size=2),
+    "grpo": EstimatorSpec("grpo", min_group_size=2, agentic_group_of_one="reinforce"),
     "grpo_vectorized": EstimatorSpec("grpo_vectorized", min_group_size=2),
     "grpo_passk": EstimatorSpec("grpo_passk", min_group_size=2),
     "rloo": EstimatorSpec("rloo", min_group_size=2),

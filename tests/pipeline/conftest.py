@@ -15,7 +15,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.pipeline.demo_cache import prepared_agentic_demo, prepared_demo  # noqa: E402
-from tests.pipeline.helpers import NO_REFERENCE, make_config  # noqa: E402
+from tests.pipeline.helpers import make_config, uninterrupted_overrides  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -60,10 +60,15 @@ def rlvr_config(demo_dir):
 @pytest.fixture(scope="session")
 def uninterrupted_run(rlvr_config, ray_session, tmp_path_factory) -> dict:
     """The demo's synchronous run of 4 steps, saving every 2, with its samples and final weights: the reference
-    of the resume and the async-rollout tests (one run for both). {"history", "out", "samples"}."""
+    of the resume, the async-rollout and the rollout-replay tests (one run for all). It also dumps its rollouts
+    (rollout_mock, mode dump) and logs them (rollout_dump_dir), which changes none of its numbers.
+    {"history", "out", "samples", "dumps", "rollout_log"}."""
     from tests.pipeline.helpers import run_pipeline, trained_weights
 
     root = tmp_path_factory.mktemp("uninterrupted")
-    config = rlvr_config(root / "out", ["max_steps=4", "save_steps=2", NO_REFERENCE])
+    config = rlvr_config(root / "out", uninterrupted_overrides(root / "dumps", "dump") + [
+        f"+rollout_dump_dir={root / 'rollout_log'}"
+    ])  # fmt: skip
     history = run_pipeline(config, sample_dir=root / "samples", inspect=trained_weights)
-    return {"history": history, "out": root / "out", "samples": root / "samples"}
+    return {"history": history, "out": root / "out", "samples": root / "samples", "dumps": root / "dumps",
+            "rollout_log": root / "rollout_log"}  # fmt: skip

@@ -89,3 +89,13 @@ def run_pipeline(config, sample_dir: Path | None = None, inspect=None) -> dict:
 def trained_weights(pipeline) -> dict:
     """actor_train's full weights (HF names → tensors)."""
     return next(weights for weights in pipeline.actor_train.get_weights() if weights)
+
+
+def uninterrupted_overrides(dumps: Path, mode: str) -> list[str]:
+    """uninterrupted_run's overrides, with rollout_mock in `mode` (dump / mock) on `dumps`."""
+    return [
+        "max_steps=4",
+        "save_steps=2",
+        NO_REFERENCE,
+        f"+rollout_mock={{enable: true, mode: {mode}, dump_dir: {dumps}}}",
+    ]

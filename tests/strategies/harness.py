@@ -376,6 +376,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     every step),
     [critic] (value model + value loss), [model] (another HF folder under workdir), [steps] (default STEPS),
     [loss_agg_mode] (instead of LOSS's), [worker] (WorkerConfig fields to override, e.g. dynamic batching),
+    [model_args] (ModelArgs fields to override, e.g. freeze_module_prefix),
     [record_micro_rows] (record the rows of each micro-batch split_train_batch makes, per step)."""
     from roll.strategies import create_strategy
     from roll.strategies.train_common import split_train_batch
@@ -395,6 +396,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
         scenario.get("dtype", "float32"),
     )
     config = dataclasses.replace(config, **scenario.get("worker", {}))
+    config.model_args = dataclasses.replace(config.model_args, **scenario.get("model_args", {}))
     critic = scenario.get("critic", False)
     strategy = create_strategy(
         scenario["strategy"], StandInWorker(config, rank, world, "value" if critic else "causal_lm")

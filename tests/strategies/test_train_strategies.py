@@ -41,6 +41,8 @@ INFER = {"fsdp2_infer": ("fsdp2_infer", None), "ds_infer_zero3": ("deepspeed_inf
 PARKED_INFER = ("fsdp2_infer",)  # a round trip before scoring (deepspeed_infer moves its module on a GPU only)
 # token-mean needs the step's global token count (train_common.global_batch_info) to be split-invariant
 TOKEN_MEAN_INVARIANCE = ("ds_zero2", "fsdp2")
+FROZEN_ENGINES = ("ds_zero2", "fsdp2")  # model_args.freeze_module_prefix (ROLL's partial fine-tuning)
+FROZEN = ("model.embed_tokens", "model.layers.0.")
 CRITIC = ("ds_zero0", "ds_zero3", "fsdp2")  # the value model (random head) on the sharded engines and one that is not
 # Token budgets (rows hold 4..16 real tokens, 8 rows per rank and step): 24 makes 4 training micro-batches per
 # rank and step (≠ gradient_accumulation_steps 2, rows regrouped by length; in step 2 one rank needs only 3 and
@@ -139,6 +141,11 @@ def scenarios() -> list[dict]:
             accumulation=2,
         )
     )
+    for name in FROZEN_ENGINES:
+        strategy, config, checkpointing = EQUIVALENCE[name]
+        frozen = {"freeze_module_prefix": ",".join(FROZEN)}
+        out.append(dict(name=f"{name}/frozen", strategy=strategy, config=config, micro=4, accumulation=2,
+                        gradient_checkpointing=checkpointing, model_args=frozen))  # fmt: skip
     for name, (strategy, config) in INFER.items():
         out.append(dict(name=name, strategy=strategy, config=config, load_weights=True, offload=name in PARKED_INFER))
     return out + micro_batching_scenarios()
@@ -409,3 +416,16 @@ def test_forward_only_strategy_packed_dynamic_scores_like_hf(runs):
     model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
     batch0 = torch.load(runs["data_file"])[0]
     assert torch.allclose(torch.cat(result["log_probs"]), _log_probs(model, batch0), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FROZEN_ENGINES)
+def test_freeze_module_prefix_keeps_those_weights_and_trains_the_rest(runs, name):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32)
+    initial = {n: p.detach() for n, p in model.named_parameters()}
+    params = runs["results"][f"{name}/frozen"]["params"]
+    frozen = [n for n in params if n.startswith(FROZEN)]
+    assert frozen and all(torch.equal(params[n], initial[n]) for n in frozen), name
+    trained = [n for n in params if not n.startswith(FROZEN) and n in initial]
+    assert trained and all(not torch.equal(params[n], initial[n]) for n in trained), name

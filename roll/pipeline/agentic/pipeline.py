@@ -54,7 +54,9 @@ class AgenticPipeline(BasePipeline):
             except (ImportError, TypeError, ValueError) as error:
                 raise InputError(f"custom_envs.{tag}.env_type: {error}") from None
         check_first_prompts(self.config, self.chat, self.env_classes)  # before any worker: names the tag
-        if self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
+        if self.rollout_store.replaying:  # rollout_mock: mock replays every step's batch; nothing generates ahead
+            self.async_rollout = None
+        elif self.config.async_generation_ratio > 0 and getattr(self, "async_rollout", None) is None:
             self.async_rollout = AgenticAsyncRollout(self)
         elif self.config.async_generation_ratio == 0:
             self.async_rollout = None
@@ -159,11 +161,7 @@ class AgenticPipeline(BasePipeline):
     def step(self, step: int) -> dict:
         timer, config = StepTimer(), self.config
         with timer.phase("rollout"):  # async: the wait for the rollout played ahead
-            if self.async_rollout is not None:
-                batch, metrics = self.async_rollout.take(step)
-            else:
-                self.memory.use("actor_infer")
-                batch, metrics = self.rollout(step)
+            batch, metrics = self.rollout_store.around("train", step, lambda: self._take(step))
         # ROLL's batch_adjust_mode drops rows before the rewards are normalised (copy pads after, below)
         rng = np.random.default_rng([config.seed, step, BATCH_ADJUST_STREAM])
         keep = rows_to_keep(len(batch), self._train_multiple(), config.batch_adjust_mode, rng)
@@ -197,6 +195,12 @@ class AgenticPipeline(BasePipeline):
             callback.on_step_end(step, batch[:real], metrics)
         return metrics
 
+    def _take(self, step: int) -> tuple[DataProto, dict]:
+        if self.async_rollout is not None:
+            return self.async_rollout.take(step)
+        self.memory.use("actor_infer")
+        return self.rollout(step)
+
     def _train_multiple(self) -> int:
         """Rows per step must divide into every trained role's global batch (per device × accumulation × dp)."""
         sizes = [1]
@@ -216,6 +220,12 @@ class AgenticPipeline(BasePipeline):
         manager = self.config.val_env_manager
         if manager is None:
             return {}
+        episodes = self.rollout_store.around("val", step, lambda: self._val_episodes(manager))
+        metrics = episode_metrics(episodes, "val")
+        metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
+        return metrics
+
+    def _val_episodes(self, manager) -> list[dict]:
         self.memory.use("actor_infer")
         episodes = []
         for round_ in range(self.config.val_rounds):
@@ -230,9 +240,7 @@ class AgenticPipeline(BasePipeline):
             }
             _, part, _ = self.rollouts["val_env"].run(assignments, self._generation(manager, validation=True), 0)
             episodes += part
-        metrics = episode_metrics(episodes, "val")
-        metrics["val/score/all"] = float(np.mean([e["success"] for e in episodes]))
-        return metrics
+        return episodes
 
     def _write_transcripts(self, step: int, transcripts: list[dict]) -> None:
         directory = Path(self.config.output_dir) / "samples"

@@ -51,7 +51,7 @@ def exactness_blockers(config, rows_are_samples: bool) -> list[str]:
             "not float32 on both",
         ),
         (
-            gen.top_k in (None, 0) and gen.top_p in (None, 1.0) and gen.repetition_penalty in (None, 1.0),
+            gen.top_k in (None, 0, -1) and gen.top_p in (None, 1.0) and gen.repetition_penalty in (None, 1.0),
             "actor_infer.generating_args filter or penalise the sampling distribution (top_k / top_p / "
             "repetition_penalty)",
         ),
@@ -59,6 +59,10 @@ def exactness_blockers(config, rows_are_samples: bool) -> list[str]:
         (not train.model_args.lora, "actor_train trains LoRA adapters (the engine serves merged weights)"),
         (config.weight_sync_check != "off", "weight_sync_check is off (the served weights are not verified)"),
         (config.rollout_is_threshold is None, "rollout IS is on (it needs old log-probs of their own)"),
+        (
+            not config.train_infer_correction.active,
+            "train_infer_correction is on (it compares old and rollout log-probs)",
+        ),
     ]
     return [why for ok, why in checks if not ok]
 

@@ -18,15 +18,28 @@ def check_roles(config) -> None:
     tokenizer = tokenizer_role(config)
     for name, worker in roles(config).items():
         if name in MODEL_ROLES and worker.model_args is not None:
-            check_model_dir(
-                f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path, name == tokenizer
-            )
+            key, path = f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path
+            check_download_source(key, path, config.model_download_type)
+            check_model_dir(key, path, name == tokenizer)
         check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name.startswith("rewards."))
 
 
 def _looks_like_hub_id(value: str) -> bool:
     """'Qwen/Qwen2.5-7B': one slash, not a path a user would write for a local directory."""
     return value.count("/") == 1 and not value.startswith((".", "/", "~")) and not os.path.exists(value)
+
+
+def check_download_source(key: str, value: str, source: str | None) -> None:
+    """model_download_type: MODELSCOPE (ROLL's ModelScope download) is accepted as long as nothing needs
+    downloading; a path that is not a local directory would be fetched, and roll fetches from the Hugging Face
+    Hub only (transformers), so that fails here, before the wrong hub is asked."""
+    if source == "MODELSCOPE" and not Path(value).expanduser().is_dir():
+        raise ConfigError(
+            f"'{key}' = {value!r} is not a local directory and model_download_type = MODELSCOPE: roll does not "
+            f"download from ModelScope (it loads local directories, or Hugging Face Hub ids with "
+            f"model_download_type HUGGINGFACE_HUB / null); download the model first (e.g. `modelscope download "
+            f"--model {value} --local_dir <dir>`) and give that directory"
+        )
 
 
 def check_model_dir(key: str, value: str, tokenizer: bool = False) -> None:

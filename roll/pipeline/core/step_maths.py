@@ -14,6 +14,7 @@ from roll.algorithms import (
     sample_level_mask,
     sample_loss_weights,
     shape_advantages,
+    train_infer_correction,
     whiten_token_rewards,
 )
 from roll.distributed.data_proto import DataProto
@@ -124,6 +125,24 @@ def apply_rollout_is(batch: DataProto, config) -> dict:
     metrics.update(is_metrics)
     if config.rollout_is:
         batch.batch["rollout_is_weights"] = weights
+    return metrics
+
+
+def apply_train_infer_correction(batch: DataProto, config) -> dict:
+    """ROLL's train_infer_correction, after the advantages (as ROLL's pipelines): the enabled filters drop tokens
+    from `response_mask` (the loss mask), the IS weight becomes `rollout_is_weights` (which every policy loss
+    multiplies in per token)."""
+    cfg = config.train_infer_correction
+    if "rollout_log_probs" not in batch.batch or not (cfg.active or cfg.filters):
+        return {}
+    data = batch.batch
+    weights, keep, metrics = train_infer_correction(
+        data["old_log_probs"], data["rollout_log_probs"], data["response_mask"], cfg
+    )
+    if weights is not None:
+        data["rollout_is_weights"] = weights.to(data["old_log_probs"].dtype)
+    if any(f.enabled for f in cfg.filters):
+        data["response_mask"] = data["response_mask"] * keep.to(data["response_mask"].dtype)
     return metrics
 
 

@@ -112,7 +112,7 @@ class RLVRPipeline(BasePipeline):
             use_engine=lambda: self.memory.use("actor_infer"),
             pad_token_id=self.pad_token_id,
         )
-        self.rollout = build_rollout(self.config, parts)
+        self.rollout = build_rollout(self.config, parts, self.rollout_store)
 
     def data_state(self) -> dict:
         return {"sampler": self.rollout.state_dict()}
@@ -303,10 +303,14 @@ class RLVRPipeline(BasePipeline):
         if not self.val_rows:
             return {}
         size, validation = self.config.val_batch_size, self.config.validation
-        parts = [
-            self.compute_rewards(self.generate(self.val_rows[i : i + size], step, mode="validation"))
-            for i in range(0, len(self.val_rows), size)
-        ]
+        parts = self.rollout_store.around(  # rollout_mock: stored / replayed like the training steps
+            "val",
+            step,
+            lambda: [
+                self.compute_rewards(self.generate(self.val_rows[i : i + size], step, mode="validation"))
+                for i in range(0, len(self.val_rows), size)
+            ],
+        )
         batch = DataProto.concat(parts)
         for callback in self.callbacks:
             callback.on_validation_end(step, batch)

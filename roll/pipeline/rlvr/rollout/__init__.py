@@ -7,6 +7,8 @@ the config:
     async_generation_ratio: k > 0              AsyncBatchRollout  (async_batch.py) batches generated k steps ahead
     a rewards.<domain>.query_filter_config     FilteredRollout    (filtered.py)    dynamic sampling
     otherwise                                  PlainRollout       (plain.py)       generate, then score
+
+and rollout_mock around the chosen one: dump (RecordedRollout) or replay instead of it (ReplayRollout).
 """
 
 from collections.abc import Callable
@@ -17,6 +19,7 @@ from roll.pipeline.rlvr.rollout.async_batch import AsyncBatchRollout
 from roll.pipeline.rlvr.rollout.base import Rollout, RolloutBatch
 from roll.pipeline.rlvr.rollout.filtered import FilteredRollout, filter_enabled
 from roll.pipeline.rlvr.rollout.plain import PlainRollout
+from roll.pipeline.rlvr.rollout.recorded import RecordedRollout, ReplayRollout
 from roll.pipeline.rlvr.rollout.requests import RequestRollout
 
 __all__ = ["Rollout", "RolloutBatch", "RolloutParts", "build_rollout"]
@@ -36,8 +39,16 @@ class RolloutParts:
     pad_token_id: int
 
 
-def build_rollout(config, parts: RolloutParts) -> Rollout:
-    """The rollout of `config`'s mode (the table above; the config checks refuse the combinations none serves)."""
+def build_rollout(config, parts: RolloutParts, store=None) -> Rollout:
+    """The rollout of `config`'s mode (the table above; the config checks refuse the combinations none serves),
+    recorded or replayed by `store` (roll.pipeline.core.rollout_dump.RolloutStore) when rollout_mock is on."""
+    if store is not None and store.replaying:
+        return ReplayRollout(parts.sampler, store)
+    rollout = _mode(config, parts)
+    return RecordedRollout(rollout, store) if store is not None and store.config is not None else rollout
+
+
+def _mode(config, parts: RolloutParts) -> Rollout:
     if config.generate_opt_level == 1:
         return RequestRollout.from_config(
             config,
