@@ -35,6 +35,8 @@ REUSED, MAX_DIFF = "old_log_probs/reused", "old_log_probs/max_abs_diff"
 def exactness_blockers(config, rows_are_samples: bool) -> list[str]:
     """Why the rollout log-probs cannot be taken as exact for this config (empty: they can, once measured)."""
     infer, train = config.actor_infer, config.actor_train
+    if train is None:
+        return ["no actor_train (a rollout-only run has no old-log-prob pass)"]
     infer_cls, train_cls = (strategy_class(w.strategy_args.strategy_name) for w in (infer, train))
     gen = infer.generating_args
     checks = [
