@@ -11,6 +11,7 @@ from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import (
     CONCURRENCY_ATTR,
     DISPATCH_ATTR,
+    THREADS_KEY,
     DataParallelLayout,
     Dispatch,
     collect_results,
@@ -52,6 +53,9 @@ class Cluster:
         self.sent_bytes, self.last_sent_bytes = 0, 0
         self._layout: DataParallelLayout | None = None  # asked once, after the strategies are initialised
         self.rpc_timeout = worker_config.rpc_timeout
+        # intra-op threads the workers use for the calls that follow (None: as they are); set by the pipeline's
+        # ThreadPlan (roll.pipeline.core.concurrency), sent in each DataProto argument's meta_info
+        self.threads: int | None = None
         self.start_timeout = getattr(worker_config, "start_timeout", ACTOR_START_TIMEOUT)
         placements = plan_role(
             name, worker_config.device_mapping, worker_config.num_gpus_per_worker, worker_config.world_size
@@ -112,6 +116,8 @@ class Cluster:
     def _submit(self, method: str, mode, args: tuple, kwargs: dict, group: str | None = None) -> "PendingCall":
         self._set_rendezvous()
         ranks, args = self._target_ranks(method, mode, args)
+        args = tuple(with_threads(a, self.threads) for a in args)
+        kwargs = {k: with_threads(v, self.threads) for k, v in kwargs.items()}
         layout = self.data_parallel_layout() if mode is Dispatch.DP_MP_COMPUTE else None
         per_worker = split_arguments(mode, len(ranks), args, kwargs, layout)
         if layout is not None:
@@ -243,6 +249,17 @@ class PendingCall:
         results = self.cluster._wait(self.method, self.refs, started=self.started, ranks=self.ranks)
         self.cluster._count_busy(self.started, time.monotonic())
         return collect_results(self.mode, results, self.layout)
+
+
+def with_threads(value, threads: int | None):
+    """A DataProto argument as a copy whose meta_info carries `num_threads` = `threads`, or none (a value a
+    worker copied into its output must not reach a role with threads of its own); the caller's is left as it is."""
+    if not isinstance(value, DataProto) or (threads is None and THREADS_KEY not in value.meta_info):
+        return value
+    meta = {k: v for k, v in value.meta_info.items() if k != THREADS_KEY}
+    if threads is not None:
+        meta[THREADS_KEY] = threads
+    return DataProto(dict(value.batch), dict(value.non_tensor_batch), meta)
 
 
 def ship_by_value(worker_cls):

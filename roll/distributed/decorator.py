@@ -21,6 +21,8 @@ CONCURRENCY_ATTR = "_roll_concurrency_group"
 # Concurrency groups (Ray's) a worker may run methods in, beside its default one-call-at-a-time queue.
 # "control": quick, thread-safe calls that must reach a worker while a long call runs there (abort_request).
 CONCURRENCY_GROUPS = {"control": 2}
+# meta_info key of a DataProto argument: the intra-op threads the worker uses from this call on (Cluster.threads)
+THREADS_KEY = "num_threads"
 
 
 def register(dispatch_mode: Dispatch = Dispatch.ONE_TO_ALL, concurrency_group: str | None = None):
@@ -43,10 +45,12 @@ def register(dispatch_mode: Dispatch = Dispatch.ONE_TO_ALL, concurrency_group: s
 
 
 def _profiled(method):
-    """While a worker is profiled (Worker.start_profile), each call is a named range <role>.<method>."""
+    """While a worker is profiled (Worker.start_profile), each call is a named range <role>.<method>. A
+    DataProto argument's meta_info `num_threads` sets the worker's intra-op threads first."""
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        _use_threads(args, kwargs)
         profiler = getattr(self, "_profiler", None)
         if profiler is None:
             return method(self, *args, **kwargs)
@@ -54,6 +58,17 @@ def _profiled(method):
             return method(self, *args, **kwargs)
 
     return call
+
+
+def _use_threads(args: tuple, kwargs: dict) -> None:
+    for value in (*args, *kwargs.values()):
+        threads = value.meta_info.get(THREADS_KEY) if isinstance(value, DataProto) else None
+        if threads:
+            import torch
+
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(int(threads))
+            return
 
 
 @dataclass(frozen=True)

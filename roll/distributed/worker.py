@@ -102,4 +102,6 @@ class Worker:
             "gpu_ids": ray.get_gpu_ids(),
             "resources": context.get_assigned_resources(),
             "pid": os.getpid(),
+            # the cores this process may run on: the node's share the pipeline's ThreadPlan divides
+            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
         }

@@ -22,6 +22,7 @@ from roll.distributed.resource_manager import ResourceManager, check_placements,
 from roll.pipeline.core import preflight, step_maths
 from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir, checkpoint_base
 from roll.pipeline.core.colocation import PhaseMemory
+from roll.pipeline.core.concurrency import ThreadPlan, lane_roles, lanes_by_devices, run_lanes
 from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
 from roll.pipeline.core.old_log_probs import OldLogProbs
 from roll.pipeline.core.output_dir import claim_output_dirs
@@ -48,6 +49,10 @@ class BasePipeline:
     saves_checkpoints = True  # a pipeline that trains nothing (agentic rollout-only) has no state to save
     # the training rows are the engine's prompts and samples token for token (roll.pipeline.core.old_log_probs)
     rows_are_samples = False
+    # Independent phases on different workers run at once (roll.pipeline.core.concurrency); False runs them one
+    # after another with the same thread settings (the same numbers, bit for bit: the tests compare both).
+    overlap_phases = True
+    timer: StepTimer | None = None  # the current step's (new_timer)
 
     def __init__(self, config, callbacks=()):
         self.config = config
@@ -130,6 +135,16 @@ class BasePipeline:
     def validate(self, step: int) -> dict:
         return {}
 
+    def _background_roles(self) -> set[str]:
+        """Roles whose calls run between the pipeline's phases (an async rollout's), so every phase shares the
+        cores with them (ThreadPlan). By default all: each role keeps its share of the cores."""
+        return set(self.clusters)
+
+    def new_timer(self) -> StepTimer:
+        """The step's StepTimer (its concurrent phases show in the progress line)."""
+        self.timer = StepTimer()
+        return self.timer
+
     def data_state(self) -> dict:
         """Driver-side data position saved in checkpoints (e.g. the prompt sampler's)."""
         return {}
@@ -169,6 +184,7 @@ class BasePipeline:
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
         models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
         self.profiler = StepProfiler(config, self.clusters)
+        self.threads = ThreadPlan(self.clusters, self.placements, self._background_roles())
         self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
         steps = optimizer_steps(config)  # per pipeline step, for LR schedules
         pending = [
@@ -220,6 +236,7 @@ class BasePipeline:
         view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
         view, _ = view.pad_to_multiple(cluster.world_size)
         self.memory.use(cluster.name)
+        self.threads.enter({cluster.name})
         if key in FORWARD_PASS_METHODS:
             values = getattr(cluster, FORWARD_PASS_METHODS[key])(view).batch[key]
         else:
@@ -230,6 +247,7 @@ class BasePipeline:
         view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         view, _ = view.pad_to_multiple(self.critic.world_size)
         self.memory.use("critic")
+        self.threads.enter({"critic"})
         batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
 
     def train(self, batch: DataProto, step: int) -> dict:
@@ -237,16 +255,19 @@ class BasePipeline:
         metrics = {}
         if self.critic is not None:
             self.memory.use("critic")
+            self.threads.enter({"critic"})
             metrics.update(mean_of_ranks(self.critic.train_step(batch)))
         self.memory.use("actor_train")
+        self.threads.enter({"actor_train"})
         metrics.update(mean_of_ranks(self.actor_train.train_step(batch)))
         return metrics
 
-    def update(self, batch: DataProto, step: int, timer: StepTimer) -> dict:
+    def update(self, batch: DataProto, step: int, timer: StepTimer, alongside: tuple = ()) -> dict:
         """Everything after the rewards: old/ref log-probs (and values), advantages, the PPO update and the
-        weight sync; returns their metrics."""
+        weight sync; returns their metrics. `alongside`: more phases (name, roles, call) that need only the
+        generated batch, run with the forward passes (e.g. RLVR's reward scoring)."""
         config, metrics = self.config, {}
-        self._forward_passes(batch, timer)
+        self._forward_passes(batch, timer, alongside)
         with timer.phase("advantages"):
             metrics.update(step_maths.apply_rollout_is(batch, config))  # on the generated tokens, before masks
             metrics.update(self.old_log_probs.settle(batch))  # the rollout log-probs where they are the old ones
@@ -259,6 +280,7 @@ class BasePipeline:
         self._before_weight_sync(timer)
         with timer.phase("weight_sync"):
             self.memory.use("actor_train", "actor_infer")
+            self.threads.enter({"actor_train"}, {"actor_infer"})
             metrics.update(self.weight_sync.sync_and_verify(step))
         self._after_weight_sync()
         return metrics
@@ -269,23 +291,29 @@ class BasePipeline:
     def _after_weight_sync(self) -> None:
         """Hook: the engine now serves the weights of the step just trained (async rollout's policy version)."""
 
-    def _forward_passes(self, batch: DataProto, timer: StepTimer) -> None:
-        """old log-probs (actor_train), reference log-probs and critic values of the generated samples."""
+    def _forward_passes(self, batch: DataProto, timer: StepTimer, alongside: tuple = ()) -> None:
+        """old log-probs (actor_train), reference log-probs and critic values of the generated samples, and the
+        `alongside` phases: at once where their roles share no device (roll.pipeline.core.concurrency)."""
+        train = self.actor_train
+        phases = []
         if self.old_log_probs.needs_pass(batch):  # skipped where the rollout log-probs are the old ones
-            with timer.phase("old_log_probs"):
-                self.forward_log_probs(self.actor_train, batch, "old_log_probs")
+            phases.append(
+                ("old_log_probs", "actor_train", lambda: self.forward_log_probs(train, batch, "old_log_probs"))
+            )
         for key in get_adv_estimator_spec(self.config.adv_estimator).forward_passes:  # e.g. Σπ²
-            with timer.phase(key):
-                self.forward_log_probs(self.actor_train, batch, key)
+            phases.append((key, "actor_train", lambda key=key: self.forward_log_probs(train, batch, key)))
         if self.reference is not None:
-            with timer.phase("ref_log_probs"):
-                self.forward_log_probs(self.reference, batch, "ref_log_probs")
+            ref = self.reference
+            phases.append(("ref_log_probs", "reference", lambda: self.forward_log_probs(ref, batch, "ref_log_probs")))
         elif reference_source(self.config) == "actor_train":  # LoRA: the base model = adapters disabled
-            with timer.phase("ref_log_probs"):
-                self.forward_log_probs(self.actor_train, batch, "ref_log_probs", method="compute_reference_log_probs")
+            method = "compute_reference_log_probs"
+            call = lambda: self.forward_log_probs(train, batch, "ref_log_probs", method=method)  # noqa: E731
+            phases.append(("ref_log_probs", "actor_train", call))
         if self.critic is not None:
-            with timer.phase("values"):
-                self.compute_values(batch)
+            phases.append(("values", "critic", lambda: self.compute_values(batch)))
+        lanes = lanes_by_devices([*phases, *alongside], self.memory.devices)
+        with self.threads.together(lane_roles(lanes)):  # the same threads whether or not the lanes overlap
+            run_lanes(lanes, timer, parallel=self.overlap_phases)
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -323,6 +351,7 @@ class BasePipeline:
 
     def _run_from(self, first_step: int, history: dict) -> None:
         self.memory.use("actor_train", "actor_infer")
+        self.threads.enter({"actor_train"}, {"actor_infer"})
         self.weight_sync.sync_and_verify(first_step - 1, initial=True)  # the engine starts from the trainer's weights
         if history["first_step"] is None:
             history["first_step"] = first_step
@@ -393,7 +422,7 @@ class BasePipeline:
         # learning_curves.png); validation before training is step 0 (docs/quickstart.md)
         self.tracker.log(metrics, step + 1)
         if step % config.logging_steps == 0 or last:
-            logger.info("%s %s", eta.line(step), progress(metrics))
+            logger.info("%s %s", eta.line(step), progress(metrics, self.timer.concurrent if self.timer else ()))
         if self.saves_checkpoints and config.save_steps and ((step + 1) % config.save_steps == 0 or last):
             self.checkpointer.save(completed_steps=step + 1)
         return metrics

@@ -1,15 +1,22 @@
 """A per-step progress line with the time spent in each phase and an ETA."""
 
 import os
+import threading
 import time
 from contextlib import contextmanager
 
 
 class StepTimer:
-    """Collects `timing/<phase>` seconds for one pipeline step."""
+    """Collects `timing/<phase>` seconds for one pipeline step. Phases may run at once on several threads
+    (roll.pipeline.core.concurrency): `concurrent` lists each such group and `timing/overlap` adds up the
+    seconds they saved (Σ their phases − the group's wall time), so the step's overhead stays wall − Σ phases
+    + overlap."""
 
     def __init__(self):
         self.timings: dict[str, float] = {}
+        # groups of lanes that ran at once, in the step's order; a lane: its phases' names, one after another
+        self.concurrent: list[tuple[tuple[str, ...], ...]] = []
+        self._lock = threading.Lock()
 
     @contextmanager
     def phase(self, name: str):
@@ -17,7 +24,16 @@ class StepTimer:
         try:
             yield
         finally:
-            self.timings[f"timing/{name}"] = self.timings.get(f"timing/{name}", 0.0) + time.perf_counter() - start
+            self.add(f"timing/{name}", time.perf_counter() - start)
+
+    def add(self, key: str, seconds: float) -> None:
+        with self._lock:
+            self.timings[key] = self.timings.get(key, 0.0) + seconds
+
+    def ran_together(self, lanes: tuple[tuple[str, ...], ...], phase_seconds: float, wall: float) -> None:
+        """`lanes` ran at once: their phases took `phase_seconds` in all within `wall` seconds."""
+        self.concurrent.append(lanes)
+        self.add("timing/overlap", max(phase_seconds - wall, 0.0))
 
 
 class ETA:

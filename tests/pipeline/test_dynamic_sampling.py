@@ -52,7 +52,9 @@ def set_filter(pipeline, type_="no_filter", refill=False, bound=16, **args):
 def sampled(pipeline, step):
     """sample_batch of `step` from the sampler's current position, which is restored afterwards."""
     state, metrics = pipeline.sampler.state_dict(), {}
-    batch, rows = pipeline.sample_batch(step, StepTimer(), metrics)
+    batch, rows, scoring = pipeline.sample_batch(step, StepTimer(), metrics)
+    if scoring is not None:  # no filter: the plain rollout leaves the scoring to the pipeline's step
+        scoring()
     pipeline.sampler.load_state_dict(state)
     return batch, rows, metrics
 

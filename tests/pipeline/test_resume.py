@@ -88,6 +88,31 @@ def test_old_log_prob_pass_runs_on_the_first_step_only_also_after_a_resume(runs)
     assert not any(key in m for m in later for key in ("timing/old_log_probs", "old_log_probs/max_abs_diff"))
 
 
+@pytest.fixture(scope="module")
+def sequential(rlvr_config, tmp_path_factory):
+    """The uninterrupted run's config with its independent phases one after another (overlap_phases off)."""
+    from roll.pipeline.rlvr.pipeline import RLVRPipeline
+
+    root = tmp_path_factory.mktemp("sequential")
+    RLVRPipeline.overlap_phases = False
+    try:
+        config = rlvr_config(root / "out", ["max_steps=4", "save_steps=2", NO_REFERENCE])
+        return run_pipeline(config, inspect=trained_weights)
+    finally:
+        RLVRPipeline.overlap_phases = True
+
+
+def test_overlapped_phases_give_the_sequential_numbers_exactly(uninterrupted_run, sequential):
+    """Rewards scored while the old log-probs are computed (the uninterrupted run) against one after another:
+    every step's metrics and the final weights are bit-identical (same thread settings either way)."""
+    full = uninterrupted_run["history"]
+    assert all(m["timing/overlap"] > 0 for m in full["steps"].values())  # it did overlap
+    assert not any("timing/overlap" in m for m in sequential["steps"].values())
+    for step in range(STEPS):
+        assert _deterministic(sequential["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"
+    assert all(torch.equal(sequential["inspected"][n], full["inspected"][n]) for n in full["inspected"])
+
+
 def test_checkpoints_are_complete_atomic_step_directories(runs):
     root = runs["root"] / "stopped_checkpoints" / "checkpoints"
     assert not (runs["root"] / "stopped" / "checkpoints").exists()  # checkpoint_dir, not output_dir

@@ -103,7 +103,8 @@ def test_plain_draws_generates_and_scores_each_step():
     taken = rollout.take(4, timer)
     assert len(taken.batch) == PROMPTS * N and taken.metrics == {} and taken.histograms == {}
     assert generator.calls == [(4, 0, [int(row["prompt_text"][1:]) for row in taken.rows])]
-    assert set(timer.timings) == {"timing/generate", "timing/reward"} and scorer.batches == 1
+    assert set(timer.timings) == {"timing/generate"} and scorer.batches == 0  # the pipeline scores it
+    assert taken.scoring(taken.batch) is taken.batch and scorer.batches == 1
     assert rollout.state_dict() == {"epoch": 0, "cursor": PROMPTS}  # the sampler's own position
 
 

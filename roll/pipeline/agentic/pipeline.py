@@ -32,7 +32,6 @@ from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
 from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
-from roll.utils.progress import StepTimer
 
 ENV_WORKER = "roll.agentic.env_worker.EnvironmentWorker"
 BATCH_ADJUST_STREAM = 0xBA7C4  # the seed stream of batch_adjust_mode's row draws
@@ -159,7 +158,7 @@ class AgenticPipeline(BasePipeline):
         return {"do_sample": False} if validation else {}
 
     def step(self, step: int) -> dict:
-        timer, config = StepTimer(), self.config
+        timer, config = self.new_timer(), self.config
         with timer.phase("rollout"):  # async: the wait for the rollout played ahead
             batch, metrics = self.rollout_store.around("train", step, lambda: self._take(step))
         # ROLL's batch_adjust_mode drops rows before the rewards are normalised (copy pads after, below)

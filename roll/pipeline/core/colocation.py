@@ -5,6 +5,7 @@ strategies' offload/reload run the same code as on a GPU (host copies, compute s
 roll/strategies/offload.py); inference engines without a sleep mode there keep their weights. A role is
 touched only after use() made it resident: an offloaded engine's tensors have no memory until reload."""
 
+import threading
 import time
 
 
@@ -14,9 +15,14 @@ class PhaseMemory:
         self.devices = {name: set(device_mappings.get(name) or ()) for name in clusters}
         self.resident = {name for name in clusters if self.devices[name]}  # everything starts loaded
         self.seconds = 0.0
+        self._lock = threading.Lock()  # phases of different lanes run at once (roll.pipeline.core.concurrency)
 
     def use(self, *roles: str) -> None:
         """Make `roles` resident, offloading idle roles that share a device with them."""
+        with self._lock:
+            self._use(roles)
+
+    def _use(self, roles: tuple) -> None:
         started = time.perf_counter()
         needed = set().union(*(self.devices[role] for role in roles))
         for other in sorted(self.resident - set(roles)):

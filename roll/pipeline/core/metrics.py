@@ -23,7 +23,10 @@ def batch_metrics(batch: DataProto) -> dict:
     }
 
 
-def progress(metrics: dict) -> str:
+def progress(metrics: dict, concurrent=()) -> str:
+    """The step's line: headline metrics, then the phases in order; `concurrent` (StepTimer.concurrent): groups
+    of lanes that ran at once, shown as one bracket where its first phase ended, e.g.
+    "[reward 0.1s ‖ old_log_probs 0.1s → ref_log_probs 0.1s]" (→: one after another in a lane)."""
     keys = [
         ("reward", "critic/score/mean"),
         ("len", "response_length/mean"),
@@ -34,11 +37,22 @@ def progress(metrics: dict) -> str:
     parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
     if metrics.get("weight_sync/checked", 0) > 0:  # the step's weight-sync check ran and passed (a failure raises)
         parts.append("sync ok")
-    phases = " ".join(  # the phases and the overhead; per-role busy/idle go to the tracker only
-        f"{k[len('timing/') :]} {v:.1f}s"
+    timings = {  # the phases and the overhead; per-role busy/idle go to the tracker only
+        k[len("timing/") :]: v
         for k, v in metrics.items()
-        if k.startswith("timing/") and k.count("/") == 1 and k != "timing/step"
-    )
+        if k.startswith("timing/") and k.count("/") == 1 and k not in ("timing/step", "timing/overlap")
+    }
+    group_of = {name: group for group in concurrent for lane in group for name in lane if name in timings}
+    shown, shown_parts = set(), []
+    for name in timings:
+        if name in shown:
+            continue
+        lanes = [[n for n in lane if n in timings] for lane in group_of.get(name, ((name,),))]
+        lanes = [lane for lane in lanes if lane]
+        shown.update(n for lane in lanes for n in lane)
+        text = " ‖ ".join(" → ".join(f"{n} {timings[n]:.1f}s" for n in lane) for lane in lanes)
+        shown_parts.append(f"[{text}]" if len(lanes) > 1 else text)
+    phases = " ".join(shown_parts)
     return " | ".join(parts) + f" | step {metrics['timing/step']:.1f}s ({phases})"
 
 

@@ -43,21 +43,26 @@ class StepProfiler:
         return files
 
 
+NOT_PHASES = ("timing/step", "timing/overhead", "timing/overlap")  # overlap: seconds phases ran at once
+
+
 def phase_seconds(metrics: dict) -> dict:
     """The step's phases: `timing/<phase>` keys with a single-level name (not timing/busy/<role> ...)."""
     return {
         key: value
         for key, value in metrics.items()
-        if key.startswith("timing/") and key.count("/") == 1 and key not in ("timing/step", "timing/overhead")
+        if key.startswith("timing/") and key.count("/") == 1 and key not in NOT_PHASES
     }
 
 
 def overhead_and_busy(metrics: dict, busy: dict) -> dict:
-    """timing/overhead = step wall − Σ phases (the driver's own work between phases: batching, decoding, ...);
+    """timing/overhead = step wall − (Σ phases − timing/overlap) (the driver's own work between phases:
+    batching, decoding, ...; overlap: the seconds phases ran at once);
     timing/busy/<role> = seconds with a call to the role outstanding (submission → result, seen by the driver),
     timing/idle/<role> = the rest of the step."""
     wall = metrics["timing/step"]
-    out = {"timing/overhead": wall - sum(phase_seconds(metrics).values())}
+    busy_phases = sum(phase_seconds(metrics).values()) - metrics.get("timing/overlap", 0.0)
+    out = {"timing/overhead": wall - busy_phases}
     for role, seconds in busy.items():
         out[f"timing/busy/{role}"] = min(seconds, wall)
         out[f"timing/idle/{role}"] = max(wall - seconds, 0.0)

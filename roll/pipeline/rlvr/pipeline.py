@@ -6,6 +6,7 @@ phases shared with the agentic pipeline live in `roll.pipeline.base`.
 """
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -91,6 +92,15 @@ class RLVRPipeline(BasePipeline):
             for domain, reward in self.config.rewards.items()
         }
 
+    def _background_roles(self) -> set[str]:
+        """An async rollout's engine and graders work while the trainer's phases run."""
+        if not self.rollout.runs_between_steps():
+            return set()
+        return {"actor_infer", *self._reward_roles()}
+
+    def _reward_roles(self) -> list[str]:
+        return [role for reward in self.config.rewards.values() for role in reward.scorer_roles()]
+
     def _role_configs(self) -> dict:
         roles = super()._role_configs()
         for reward in self.config.rewards.values():
@@ -172,6 +182,7 @@ class RLVRPipeline(BasePipeline):
         else:
             generation = {"num_return_sequences": config.num_return_sequences_in_group}
         self.memory.use("actor_infer")
+        self.threads.enter({"actor_infer"})
         seed = config.seed * 100003 + step
         if generation_round:  # refill rounds: seeds no plain step uses
             seed = (1 << 40) + seed * 1000 + generation_round
@@ -204,24 +215,26 @@ class RLVRPipeline(BasePipeline):
         }
         domains = batch.non_tensor_batch["domain"]
         reward_metrics = {}
+        self.threads.enter(*({role} for role in self._reward_roles()))
+        calls = []  # every scorer's call is sent before any is waited for: the graders work at once
         for domain, scorers in self.reward_clusters.items():
             rows = np.nonzero(domains == domain)[0].tolist()
-            if not rows:
-                continue
-            for scorer, weight, cluster in scorers:
-                part, pad = batch[rows].pad_to_multiple(cluster.world_size)
-                out = cluster.compute_rewards(part)
-                if scorer is None:  # the domain's single worker: its score as it is
-                    scores[rows] = out.batch["scores"][: len(rows)]
-                else:  # several scorers: the weighted sum, each scorer's score kept for its metric
-                    part_scores = out.batch["scores"][: len(rows)]
-                    scores[rows] += weight * part_scores
-                    scorer_scores[f"scores/{domain}/{scorer}"][rows] = part_scores
-                if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
-                    # a sample failed if any of its scorers failed (the larger code: time-out over error)
-                    status[rows] = torch.maximum(status[rows], out.batch["grading_status"][: len(rows)])
-                where = domain if scorer is None else f"{domain}/{scorer}"
-                reward_metrics.update(worker_row_metrics(out, len(rows), where))
+            for scorer, weight, cluster in scorers if rows else ():
+                part, _ = batch[rows].pad_to_multiple(cluster.world_size)
+                calls.append((domain, rows, scorer, weight, cluster.compute_rewards.submit(part)))
+        for domain, rows, scorer, weight, call in calls:
+            out = call.result()
+            if scorer is None:  # the domain's single worker: its score as it is
+                scores[rows] = out.batch["scores"][: len(rows)]
+            else:  # several scorers: the weighted sum, each scorer's score kept for its metric
+                part_scores = out.batch["scores"][: len(rows)]
+                scores[rows] += weight * part_scores
+                scorer_scores[f"scores/{domain}/{scorer}"][rows] = part_scores
+            if "grading_status" in out.batch:  # absent if a custom worker overrides compute_rewards itself
+                # a sample failed if any of its scorers failed (the larger code: time-out over error)
+                status[rows] = torch.maximum(status[rows], out.batch["grading_status"][: len(rows)])
+            where = domain if scorer is None else f"{domain}/{scorer}"
+            reward_metrics.update(worker_row_metrics(out, len(rows), where))
         batch.meta_info["reward_metrics"] = reward_metrics
         batch.batch["scores"] = scores
         batch.batch.update(scorer_scores)
@@ -262,31 +275,33 @@ class RLVRPipeline(BasePipeline):
         return metrics
 
     def step(self, step: int) -> dict:
-        timer, config = StepTimer(), self.config
+        timer, config = self.new_timer(), self.config
         metrics: dict = {}
-        batch, rows = self.sample_batch(step, timer, metrics)
+        batch, rows, scoring = self.sample_batch(step, timer, metrics)
         graded = [batch]
         if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # ReMax
             with timer.phase("remax_baseline"):
                 graded.append(self.remax_baselines(batch, rows, step))
+        alongside = () if scoring is None else (("reward", frozenset(self._reward_roles()), scoring),)
+        metrics.update(self.update(batch, step, timer, alongside))  # the rewards are in before the advantages
         metrics.update(self.reward_failures(*graded))
         metrics.update(reduce_worker_metrics(batch))
         metrics.update(self.domain_scores(batch))
-        metrics.update(self.update(batch, step, timer))
         metrics.update(batch_metrics(batch))
         metrics.update(timer.timings)
         for callback in self.callbacks:
             callback.on_step_end(step, batch, metrics)
         return metrics
 
-    def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict]]:
-        """The step's scored samples and their prompt rows, from the config's rollout mode; its metrics are
-        added to `metrics`, its histograms (async/lag) go to the tracker."""
+    def sample_batch(self, step: int, timer: StepTimer, metrics: dict) -> tuple[DataProto, list[dict], object]:
+        """The step's samples, their prompt rows and, if they are not scored yet, the blocking call that scores
+        them (see `beside`), from the config's rollout mode; its metrics are added to `metrics`, its histograms
+        (async/lag) go to the tracker."""
         taken = self.rollout.take(step, timer)
         metrics.update(taken.metrics)
         for name, values in taken.histograms.items():
             self.tracker.histogram(name, values, step + 1)  # the tracker counts steps from 1, as the progress line
-        return taken.batch, taken.rows
+        return taken.batch, taken.rows, None if taken.scoring is None else beside(taken.batch, taken.scoring)
 
     def remax_baselines(self, batch: DataProto, rows: list[dict], step: int) -> DataProto:
         """`reward_baselines` (estimators registered with greedy_baseline, e.g. ReMax): each sample's
@@ -323,6 +338,21 @@ class RLVRPipeline(BasePipeline):
         )
         worker_metrics = reduce_worker_metrics(*parts, prefix="val/")
         return {**metrics, **self.reward_failures(batch, prefix="val/"), **worker_metrics}
+
+
+def beside(batch: DataProto, scoring) -> Callable[[], None]:
+    """A call that scores `batch` while other threads add their keys to it (the forward passes): the scorer
+    works on a shallow copy taken now, and only the keys it adds are written back, each in one step."""
+    copy = DataProto(dict(batch.batch), dict(batch.non_tensor_batch), dict(batch.meta_info))
+    before = (set(copy.batch), set(copy.non_tensor_batch))
+
+    def score() -> None:
+        scored = scoring(copy)
+        batch.batch.update({k: v for k, v in scored.batch.items() if k not in before[0]})
+        batch.non_tensor_batch.update({k: v for k, v in scored.non_tensor_batch.items() if k not in before[1]})
+        batch.meta_info.update(scored.meta_info)
+
+    return score
 
 
 def _ground_truth_readers(reward) -> list[str]:

@@ -69,6 +69,9 @@ class AsyncBatchRollout(Rollout):
             OffPolicy.from_config(config),
         )
 
+    def runs_between_steps(self) -> bool:
+        return True
+
     def start(self, first_step: int) -> None:
         self.queue.clear()
         self.engine_version = first_step

@@ -5,6 +5,7 @@ sync; the pipeline never asks which mode it holds. The modes (`roll.pipeline.rlv
 picks one from the config): plain, filtered (dynamic sampling), async batch-level, request-level.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,12 +16,15 @@ from roll.utils.progress import StepTimer
 
 @dataclass
 class RolloutBatch:
-    """One step's rollout: the scored samples, their prompt rows, the mode's metrics and histograms."""
+    """One step's rollout: the samples, their prompt rows, the mode's metrics and histograms. `scoring`: None
+    when the batch is scored; else what scores it, `scoring(batch)` → the batch with its scores (the pipeline
+    runs it alongside the forward passes, which need only the generated tokens)."""
 
     batch: DataProto
     rows: list[dict]
     metrics: dict = field(default_factory=dict)
     histograms: dict[str, np.ndarray] = field(default_factory=dict)  # name → values (e.g. async/lag per sample)
+    scoring: Callable[[DataProto], DataProto] | None = None
 
 
 class Rollout:
@@ -31,8 +35,13 @@ class Rollout:
         self.sampler = sampler  # the training prompts' sampler (roll.data.prompts): next_rows, state_dict
 
     def take(self, step: int, timer: StepTimer) -> RolloutBatch:
-        """Step `step`'s scored batch; the mode's phases are timed on `timer` (timing/<phase>)."""
+        """Step `step`'s batch, scored or with its `scoring` to run; the mode's phases are timed on `timer`
+        (timing/<phase>)."""
         raise NotImplementedError
+
+    def runs_between_steps(self) -> bool:
+        """Whether generation and scoring go on while the pipeline's other phases run (the async modes)."""
+        return False
 
     def start(self, first_step: int) -> None:
         """A (re)start of training at `first_step`: nothing is in flight, the engine serves version first_step."""

@@ -1,5 +1,5 @@
 """The synchronous rollout: each step draws `batch_size` prompts, generates their groups with the weights of
-the step before, and scores them."""
+the step before, and hands the pipeline the call that scores them (it runs beside the forward passes)."""
 
 from collections.abc import Callable
 
@@ -23,9 +23,8 @@ class PlainRollout(Rollout):
         rows = self.sampler.next_rows(self.batch_size)
         with timer.phase("generate"):
             batch = self.generate(rows, step)
-        with timer.phase("reward"):
-            self.compute_rewards(batch)
-        return RolloutBatch(batch, rows)
+        # scored by the pipeline, at once with the forward passes ("reward" in its timings)
+        return RolloutBatch(batch, rows, scoring=self.compute_rewards)
 
     @classmethod
     def from_config(cls, config, sampler, generate, compute_rewards) -> "PlainRollout":

@@ -118,6 +118,9 @@ class RequestRollout(Rollout):
         return cls(sampler, engine, use_engine, finish_generation, compute_rewards, pad_token_id, settings, schedule)
 
     # ---- lifecycle (the trainer thread) ------------------------------------------------------------------------
+    def runs_between_steps(self) -> bool:
+        return True
+
     def start(self, first_step: int) -> None:
         """A (re)start: the threads of an earlier attempt end, nothing is in flight, the engine serves
         version first_step."""
