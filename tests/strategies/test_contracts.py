@@ -41,7 +41,7 @@ EXPECTED = {
 }
 
 
-LORA = ("deepspeed_train", "fsdp2_train")  # model_args.lora_* (megatron-core 0.16.1 has no adapter layers)
+LORA = ("deepspeed_train", "fsdp2_train", "megatron_train")  # model_args.lora_*
 
 
 def capabilities(cls) -> dict:

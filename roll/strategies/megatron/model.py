@@ -106,9 +106,10 @@ def attention_mask(mask: torch.Tensor) -> torch.Tensor:
     return ~allowed[:, None]
 
 
-def load_into(model, state: dict) -> None:
-    """Copy a (TP/PP-local) Megatron state dict into the model; every parameter must be covered."""
-    own = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+def load_into(model, state: dict, only=None) -> None:
+    """Copy a (TP/PP-local) Megatron state dict into the model; every parameter (whose name passes `only`) must
+    be covered."""
+    own = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state") and (only is None or only(k))}
     unknown, missing = sorted(set(state) - set(own)), sorted(set(own) - set(state))
     if unknown or missing:
         raise KeyError(f"megatron weights do not match the model: unknown {unknown[:4]}, missing {missing[:4]}")
