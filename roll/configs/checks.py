@@ -544,6 +544,11 @@ def check_micro_batching(config) -> None:
                 f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
                 f"supported: {packing}; set it to false"
             )
+        if worker.use_sequence_packing and strategy_cls is not None:
+            # packed rows vary in length like token-budget micro-batches: the same strategy_config limits
+            reason = strategy_cls.dynamic_batching_limit(worker.strategy_args.strategy_config)
+            if reason:
+                raise ConfigError(f"'{name}.use_sequence_packing' with {strategy}: {reason}")
 
 
 def check_strategy_configs(config) -> None:

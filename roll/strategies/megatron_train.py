@@ -27,6 +27,8 @@ Data: the Cluster's dispatch (Dispatch.DP_MP_COMPUTE, by `data_parallel_info`) g
 model-parallel group (TP × PP, same data-parallel rank) the same shard, so a train_step sees its
 data-parallel rank's per_device_train_batch_size × gradient_accumulation_steps rows on each of them; the
 Cluster keeps the result of tensor rank 0 of the last pipeline stage.
+With model_args.lora_* (actor_train): LoRA adapters on the fused linears (roll/strategies/megatron/lora.py).
+With use_sequence_packing (PP 1): each micro-batch is one packed row under a block-diagonal causal mask.
 Optimizer: megatron-core's (torch AdamW without apex/TE) with weight decay on every parameter, as
 train_common.build_adamw; the LR follows train_common.lr_lambda, set on the param groups before each
 step; clipping at training_args.max_grad_norm by megatron's clip_grad (total norm over all TP/PP/DP
@@ -40,7 +42,7 @@ import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
-from roll.strategies.batching import restore_order, scoring_micro_batches
+from roll.strategies.batching import pack, restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron import lora as megatron_lora
 from roll.strategies.megatron.model import init_megatron
@@ -178,19 +180,12 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
 
 
 def check_micro_batching(config, parallel: dict) -> None:
-    """Sequence packing would need megatron's THD layout (packed_seq_params), which its local attention does
-    not take; dynamic batching varies micro-batch shapes, which the pipeline schedules' fixed p2p shapes do
-    not allow."""
-    if config.use_sequence_packing:
-        raise ValueError(
-            f"{config.name}.use_sequence_packing: not supported by the megatron strategies yet; set it "
-            f"to false (packing runs with deepspeed_train, fsdp2_train, hf_infer, deepspeed_infer, "
-            f"fsdp2_infer)"
-        )
-    dynamic = config.use_dynamic_batching_in_train or config.use_dynamic_batching_in_infer
+    """Dynamic batching and sequence packing vary micro-batch shapes, which the pipeline schedules' fixed p2p
+    shapes do not allow (PP 1 only)."""
     reason = MegatronInferStrategy.dynamic_batching_limit(parallel)
-    if dynamic and reason:
-        raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer with megatron: {reason}")
+    for enabled in ("use_dynamic_batching_in_train", "use_dynamic_batching_in_infer", "use_sequence_packing"):
+        if getattr(config, enabled) and reason:
+            raise ValueError(f"{config.name}.{enabled} with megatron: {reason}")
 
 
 class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
@@ -199,6 +194,7 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     roles = frozenset({"score"})
     sum_pi_squared = True
     dynamic_batching_infer = True  # pipeline_model_parallel_size 1 only (dynamic_batching_limit)
+    sequence_packing = True  # the same; one packed row with a block-diagonal causal mask (model.packed_forward)
     training = False
 
     @classmethod
@@ -302,10 +298,16 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         iterator = iter(micros)
         device = self.device
 
+        packing = self.config.use_sequence_packing
+
         def forward_step(data_iterator, model):
             micro = next(data_iterator)
-            ids = micro.batch["input_ids"].to(device)
             mask = micro.batch["attention_mask"].to(device)
+            if packing:  # PP 1 only (check_micro_batching): the output is the last stage's, unpacked here
+                ids, positions = (t.to(device) for t in pack(micro))
+                output = model(ids, positions, mm.packed_attention_mask(positions))
+                return output, lambda out, *args, **kwargs: step_fn(micro, mm.unpack(out, mask))
+            ids = micro.batch["input_ids"].to(device)
             output = model(ids, micro.batch["position_ids"].to(device), mm.attention_mask(mask))
             return output, lambda output_tensor, *args, **kwargs: step_fn(micro, output_tensor)
 
@@ -560,12 +562,8 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
                 "fused linears); resume from a megatron_train checkpoint instead"
             )
         megatron_lora.megatron_targets(model_args.lora_target)
-        tp = int((strategy_config or {}).get("tensor_model_parallel_size", 1))
-        if tp > 1:  # the TP-split adapter math (lora.py) is written but not verified by a test yet
-            raise ValueError(
-                f"LoRA with megatron_train is verified at tensor_model_parallel_size 1 only (got {tp}); set it to 1 "
-                "or use deepspeed_train / fsdp2_train"
-            )
+        if (strategy_config or {}).get("sequence_parallel"):  # the adapter would see a sequence-split input
+            raise ValueError("LoRA with megatron_train needs sequence_parallel false")
 
     def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
         """Log-probs of the frozen base model: the LoRA actor with its adapters switched off."""

@@ -24,14 +24,16 @@ FUSED = {
 MEGATRON_PARENT = {"self_attn": "self_attention", "mlp": "mlp"}
 
 
-def scenario(name: str, **extra) -> dict:
-    return dict(name=name, runner=RUNNER, strategy="megatron_train", config={}, micro=4, accumulation=2, **extra)
-
-
-def _gathered(value):
-    everyone = [None] * h.WORLD_SIZE
-    torch.distributed.all_gather_object(everyone, value)
-    return everyone
+def scenario(name: str, config=None, accumulation: int = 2, **extra) -> dict:
+    return dict(
+        name=name,
+        runner=RUNNER,
+        strategy="megatron_train",
+        config=config or {},
+        micro=4,
+        accumulation=accumulation,
+        **extra,
+    )
 
 
 def _params(strategy) -> dict:
@@ -39,7 +41,7 @@ def _params(strategy) -> dict:
 
 
 def run(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
-    """TP1 × DP2: each rank trains its own 8 rows per step (the dispatch by data-parallel rank)."""
+    """TP1 × DP2 or TP2: rows dispatched by data-parallel rank as the Cluster does (harness.dispatched)."""
     from roll.strategies import create_strategy
     from tests.strategies import offload_probe
 
@@ -52,18 +54,18 @@ def run(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> d
     strategy.initialize(total_steps=h.STEPS)
     before = _params(strategy)
     trainable = sorted(n for n, p in strategy.module.named_parameters() if p.requires_grad)
-    scoring_rows = h.as_proto(batches[0], h._uneven_rows(rank))
-    initial = _gathered(strategy.compute_log_probs(scoring_rows))  # adapters on, B = 0
-    initial_reference = _gathered(strategy.compute_reference_log_probs(scoring_rows))
+    layout = h.dp_layout(strategy, h.WORLD_SIZE)
+    scoring_rows = h.uneven_scoring_batch(batches[0], layout, rank)
+    initial = h.collected(strategy.compute_log_probs(scoring_rows), layout)  # adapters on, B = 0
+    initial_reference = h.collected(strategy.compute_reference_log_probs(scoring_rows), layout)
     first_step = 0
     if scenario.get("resume_from"):
         source = workdir / scenario["resume_from"]
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
-    own_rows = slice(rank * h.ROWS_PER_RANK, (rank + 1) * h.ROWS_PER_RANK)
     steps, round_trips, saved_log_probs = [], [], None
     for step in range(first_step, h.STEPS):
-        batch = h.as_proto(batches[step], own_rows)
+        batch = h.dispatched(h.as_proto(batches[step]), layout, rank)
         if scenario.get("offload"):
             round_trips.append(offload_probe.round_trip(strategy))
             strategy.compute_log_probs(batch)
@@ -77,21 +79,22 @@ def run(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> d
             torch.distributed.barrier()
             if rank == 0:
                 (target / "steps").write_text(str(step + 1))
-            saved_log_probs = _gathered(strategy.compute_log_probs(scoring_rows))
+            saved_log_probs = h.collected(strategy.compute_log_probs(scoring_rows), layout)
+    optimizer_numel = [None] * h.WORLD_SIZE
+    held = sum(p.numel() for part in strategy._optimizers() for g in part.optimizer.param_groups for p in g["params"])
+    torch.distributed.all_gather_object(optimizer_numel, held)
     result = {
         "first_step": first_step,
         "steps": steps,
         "before": before,
         "after": _params(strategy),
         "trainable": trainable,
-        "optimizer_numel": _gathered(
-            sum(p.numel() for part in strategy._optimizers() for g in part.optimizer.param_groups for p in g["params"])
-        ),
+        "optimizer_numel": optimizer_numel,
         "initial_log_probs": initial,
         "initial_reference_log_probs": initial_reference,
         "merged": {n: t.detach().cpu().clone() for n, t in strategy.named_hf_parameters()},
-        "log_probs": _gathered(strategy.compute_log_probs(scoring_rows)),
-        "reference_log_probs": _gathered(strategy.compute_reference_log_probs(scoring_rows)),
+        "log_probs": h.collected(strategy.compute_log_probs(scoring_rows), layout),
+        "reference_log_probs": h.collected(strategy.compute_reference_log_probs(scoring_rows), layout),
         "saved_log_probs": saved_log_probs,
         "round_trips": round_trips,
     }

@@ -5,7 +5,8 @@ start) and a forward hook that adds scaling · B(A(dropout(x))) to the linear's 
 its parameter names and roll's converter stay untouched. Under tensor parallelism the adapter follows the
 base layer's split: column-parallel (linear_qkv, linear_fc1): A whole on every TP rank, B split over output
 rows; row-parallel (linear_proj, linear_fc2): A split over input columns, B whole. Then B_local · A_local is
-exactly this rank's shard of the weight delta, so merging is local (merged_state).
+exactly this rank's shard of the weight delta, so merging is local (merged_state). Sequence parallelism (a
+sequence-split input) is refused (MegatronTrainStrategy.check_lora).
 
 megatron fuses q/k/v into linear_qkv and gate/up into linear_fc1: one adapter per fused linear (a shared A),
 so ROLL's/HF `lora_target` names map onto whole fused groups only (q_proj,k_proj,v_proj together).
