@@ -562,8 +562,14 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
                 "fused linears); resume from a megatron_train checkpoint instead"
             )
         megatron_lora.megatron_targets(model_args.lora_target)
-        if (strategy_config or {}).get("sequence_parallel"):  # the adapter would see a sequence-split input
+        settings = strategy_config or {}
+        if settings.get("sequence_parallel"):  # the adapter would see a sequence-split input
             raise ValueError("LoRA with megatron_train needs sequence_parallel false")
+        if int(settings.get("pipeline_model_parallel_size", 1)) > 1:  # per-stage adapters: not verified by a test
+            raise ValueError(
+                "LoRA with megatron_train is verified at pipeline_model_parallel_size 1 only; set it to 1 "
+                "(tensor parallelism is supported)"
+            )
 
     def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
         """Log-probs of the frozen base model: the LoRA actor with its adapters switched off."""

@@ -113,6 +113,13 @@ def test_lora_with_megatron_maps_roll_targets_onto_fused_linears():
 def test_lora_with_megatron_refuses_what_it_cannot_train():
     message = error_of("+actor_train.model_args.lora_target='q_proj,v_proj'", *MEGATRON)
     assert "megatron fuses ['q_proj', 'k_proj', 'v_proj'] into one linear_qkv" in message
+    message = error_of(
+        LORA,
+        "actor_train.strategy_args.strategy_name=megatron_train",
+        "actor_train.strategy_args.strategy_config={pipeline_model_parallel_size: 2}",
+        "actor_train.device_mapping=[0,1]",
+    )
+    assert "verified at pipeline_model_parallel_size 1 only" in message
     message = error_of(LORA, *MEGATRON, "+actor_train.model_args.adapter_name_or_path=/nowhere")
     assert "megatron_train cannot load a peft adapter" in message
     message = error_of(LORA, *MEGATRON, "lora_weight_sync=adapter", "actor_infer.strategy_args.strategy_name=vllm")
