@@ -163,6 +163,12 @@ def check_lora_weight_sync(config) -> None:
             "'lora_weight_sync' = 'adapter' needs a LoRA actor_train (actor_train.model_args.lora_target); "
             "set lora_weight_sync: merged"
         )
+    train_cls = _strategy_of(config.actor_train)
+    if train_cls is not None and not hasattr(train_cls, "named_adapter_parameters"):
+        raise ConfigError(
+            f"'lora_weight_sync' = 'adapter': actor_train strategy {config.actor_train.strategy_args.strategy_name!r} "
+            "cannot export its adapters in peft's layout (it syncs merged weights); set lora_weight_sync: merged"
+        )
     infer = config.actor_infer
     strategy = infer.strategy_args.strategy_name
     strategy_cls = _strategy_of(infer)
@@ -304,6 +310,11 @@ def check_lora(name: str, worker) -> None:
             f"'{path}.lora_target' is set but strategy {strategy!r} has no LoRA{reason}; use one of "
             f"{strategies_with('lora', role=name)} or remove the lora_* keys (full fine-tuning)"
         )
+    if strategy_cls is not None:
+        try:
+            strategy_cls.check_lora(args, worker.strategy_args.strategy_config)
+        except ValueError as error:
+            raise ConfigError(f"'{path}' with strategy {strategy!r}: {error}") from None
     if args.lora_target is not None:
         target = args.lora_target.strip()
         if not target or (not is_regex(target) and not [t for t in target.split(",") if t.strip()]):
@@ -533,6 +544,11 @@ def check_micro_batching(config) -> None:
                 f"'{name}.use_sequence_packing' is not supported with strategy {strategy!r} yet; "
                 f"supported: {packing}; set it to false"
             )
+        if worker.use_sequence_packing and strategy_cls is not None:
+            # packed rows vary in length like token-budget micro-batches: the same strategy_config limits
+            reason = strategy_cls.dynamic_batching_limit(worker.strategy_args.strategy_config)
+            if reason:
+                raise ConfigError(f"'{name}.use_sequence_packing' with {strategy}: {reason}")
 
 
 def check_strategy_configs(config) -> None:

@@ -60,14 +60,21 @@ LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha", "lora_dropout")
 
 
 def _drop_lora_copies(data: dict) -> None:
-    """ROLL repeats actor_train's lora keys on actor_infer / reference (${lora_rank}); equal copies are dropped,
-    different ones are left for the LoRA check to refuse."""
+    """ROLL repeats actor_train's lora keys on actor_infer / reference (${lora_rank}). ROLL reads a rollout
+    role's lora_target only as "serve a LoRA" (vLLM enable_lora, its lora_rank as max_lora_rank), never as a
+    target list, so with a LoRA actor_train it is dropped in any form (e.g. all-linear there, the module list
+    here: ROLL's megatron LoRA examples); the other keys are dropped when all equal actor_train's, different
+    ones are left for the LoRA check to refuse. roll serves the merged weights (lora_weight_sync: merged):
+    the same policy as ROLL's adapter serving."""
     train = data.get("actor_train")
     train = (train.get("model_args") or {}) if isinstance(train, dict) else {}
     for role in ("actor_infer", "reference"):
         block = data.get(role)
         args = block.get("model_args") if isinstance(block, dict) else None
         given = [key for key in LORA_KEYS if isinstance(args, dict) and key in args]
+        if train.get("lora_target") and "lora_target" in given:
+            del args["lora_target"]
+            given.remove("lora_target")
         if given and all(args[key] == train.get(key) for key in given):
             for key in given:
                 del args[key]

@@ -145,9 +145,10 @@ def sequence_packing_args(block, value, path):
             problems.append(f"'{path}.{key}' = {number!r}: expected a positive integer or null")
     if problems or algorithm != "load_balance" or not block.get("use_sequence_packing"):
         return "; ".join(problems) or None  # ROLL reads the packing settings only with use_sequence_packing
+    trains = path.split(".")[0] in ("actor_train", "critic")
     for phase, ours in (("train", "train"), ("forward", "infer")):
         budget = value.get(f"max_packed_sequence_length_{phase}")
-        if budget is None:
+        if budget is None or (phase == "train" and not trains):  # a role that never trains never reads it
             continue
         key = f"max_tokens_per_microbatch_in_{ours}"
         if block.setdefault(key, budget) != budget:

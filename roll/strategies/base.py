@@ -100,6 +100,11 @@ class InferenceStrategy:
         anything: a strategy with keys of its own overrides this."""
 
     @classmethod
+    def check_lora(cls, model_args, strategy_config: dict | None) -> None:
+        """A ValueError naming the key, where this `lora = True` strategy cannot train these lora_* settings with
+        this strategy_config (read by the config checks; the default accepts them)."""
+
+    @classmethod
     def dynamic_batching_limit(cls, strategy_config: dict | None) -> str | None:
         """Why this strategy_config rules out dynamic batching (None: it does not). Read by the config checks."""
         return None

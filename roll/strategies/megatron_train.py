@@ -27,6 +27,8 @@ Data: the Cluster's dispatch (Dispatch.DP_MP_COMPUTE, by `data_parallel_info`) g
 model-parallel group (TP × PP, same data-parallel rank) the same shard, so a train_step sees its
 data-parallel rank's per_device_train_batch_size × gradient_accumulation_steps rows on each of them; the
 Cluster keeps the result of tensor rank 0 of the last pipeline stage.
+With model_args.lora_* (actor_train): LoRA adapters on the fused linears (roll/strategies/megatron/lora.py).
+With use_sequence_packing (PP 1): each micro-batch is one packed row under a block-diagonal causal mask.
 Optimizer: megatron-core's (torch AdamW without apex/TE) with weight decay on every parameter, as
 train_common.build_adamw; the LR follows train_common.lr_lambda, set on the param groups before each
 step; clipping at training_args.max_grad_norm by megatron's clip_grad (total norm over all TP/PP/DP
@@ -40,8 +42,9 @@ import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
-from roll.strategies.batching import restore_order, scoring_micro_batches
+from roll.strategies.batching import pack, restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
+from roll.strategies.megatron import lora as megatron_lora
 from roll.strategies.megatron.model import init_megatron
 from roll.strategies.megatron.roll_keys import take_roll_keys
 from roll.strategies.offload import ParkedOffload
@@ -177,19 +180,12 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
 
 
 def check_micro_batching(config, parallel: dict) -> None:
-    """Sequence packing would need megatron's THD layout (packed_seq_params), which its local attention does
-    not take; dynamic batching varies micro-batch shapes, which the pipeline schedules' fixed p2p shapes do
-    not allow."""
-    if config.use_sequence_packing:
-        raise ValueError(
-            f"{config.name}.use_sequence_packing: not supported by the megatron strategies yet; set it "
-            f"to false (packing runs with deepspeed_train, fsdp2_train, hf_infer, deepspeed_infer, "
-            f"fsdp2_infer)"
-        )
-    dynamic = config.use_dynamic_batching_in_train or config.use_dynamic_batching_in_infer
+    """Dynamic batching and sequence packing vary micro-batch shapes, which the pipeline schedules' fixed p2p
+    shapes do not allow (PP 1 only)."""
     reason = MegatronInferStrategy.dynamic_batching_limit(parallel)
-    if dynamic and reason:
-        raise ValueError(f"{config.name}: use_dynamic_batching_in_train/_in_infer with megatron: {reason}")
+    for enabled in ("use_dynamic_batching_in_train", "use_dynamic_batching_in_infer", "use_sequence_packing"):
+        if getattr(config, enabled) and reason:
+            raise ValueError(f"{config.name}.{enabled} with megatron: {reason}")
 
 
 class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
@@ -198,6 +194,7 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     roles = frozenset({"score"})
     sum_pi_squared = True
     dynamic_batching_infer = True  # pipeline_model_parallel_size 1 only (dynamic_batching_limit)
+    sequence_packing = True  # the same; one packed row with a block-diagonal causal mask (model.packed_forward)
     training = False
 
     @classmethod
@@ -256,6 +253,10 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         )
         self.model.to(self.device)
         self.load_weights(self._hf_state_from_disk())
+        self.adapters = {}
+        if self.training and self.config.model_args.lora:  # adapters before DDP: its buffers hold only them
+            self.check_lora(self.config.model_args, self.parallel)
+            self.adapters = megatron_lora.attach(self.module, self.config.model_args, self.tp_size, self.tp_rank)
         self._wrap_for_training(total_steps)
         self.model.train(self.training)
 
@@ -297,10 +298,16 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         iterator = iter(micros)
         device = self.device
 
+        packing = self.config.use_sequence_packing
+
         def forward_step(data_iterator, model):
             micro = next(data_iterator)
-            ids = micro.batch["input_ids"].to(device)
             mask = micro.batch["attention_mask"].to(device)
+            if packing:  # PP 1 only (check_micro_batching): the output is the last stage's, unpacked here
+                ids, positions = (t.to(device) for t in pack(micro))
+                output = model(ids, positions, mm.packed_attention_mask(positions))
+                return output, lambda out, *args, **kwargs: step_fn(micro, mm.unpack(out, mask))
+            ids = micro.batch["input_ids"].to(device)
             output = model(ids, micro.batch["position_ids"].to(device), mm.attention_mask(mask))
             return output, lambda output_tensor, *args, **kwargs: step_fn(micro, output_tensor)
 
@@ -404,7 +411,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         stage = convert.select_pp(
             full, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank, convert.tied(self.hf_config)
         )
-        mm.load_into(self.module, convert.shard_tp(stage, self.tp_size, self.tp_rank))
+        base = convert.shard_tp(stage, self.tp_size, self.tp_rank)
+        mm.load_into(self.module, base, only=lambda name: not megatron_lora.is_adapter_key(name))
 
     @torch.no_grad()
     def named_hf_parameters(self):
@@ -413,6 +421,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         from megatron.core import parallel_state as ps
 
         local = {k: v.detach() for k, v in self._local_state().items()}  # on the device: NCCL gathers there
+        # base weights only; with LoRA each adapted weight + scaling · B·A (a local shard of the merged weight)
+        local = megatron_lora.merged_state(local, getattr(self, "adapters", {}))
         if self.tp_size > 1:
             gathered = [{} for _ in range(self.tp_size)]
             group = ps.get_tensor_model_parallel_group()
@@ -447,10 +457,9 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
 
 class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
     roles = frozenset({"train"})  # causal LMs only: no value head for the critic
-    # megatron-core 0.16.1 has no LoRA adapter layers for its ColumnParallel/RowParallelLinear (its
-    # q_lora_rank / kv_lora_rank are MLA's low-rank projections, not adapters; PEFT for Megatron lives in
-    # NeMo / Megatron-Bridge), so lora_* is refused rather than silently training every weight
-    lora_limit = "megatron-core 0.16.1 has no LoRA adapter layers; use deepspeed_train or fsdp2_train for LoRA"
+    # megatron-core 0.16.1 has no LoRA adapter layers: roll's own (roll/strategies/megatron/lora.py); the weight
+    # sync sends merged weights (no adapter-only export: megatron's fused q/k/v adapter is not peft's layout)
+    lora = True
     dynamic_batching_train = True
     training = True
 
@@ -545,6 +554,28 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             + [value for opt in optimizers for state in opt.state.values() for value in state.values()],
         }
 
+    @classmethod
+    def check_lora(cls, model_args, strategy_config) -> None:
+        if model_args.adapter_name_or_path:
+            raise ValueError(
+                "adapter_name_or_path: megatron_train cannot load a peft adapter (its adapters sit on megatron's "
+                "fused linears); resume from a megatron_train checkpoint instead"
+            )
+        megatron_lora.megatron_targets(model_args.lora_target)
+        settings = strategy_config or {}
+        if settings.get("sequence_parallel"):  # the adapter would see a sequence-split input
+            raise ValueError("LoRA with megatron_train needs sequence_parallel false")
+        if int(settings.get("pipeline_model_parallel_size", 1)) > 1:  # per-stage adapters: not verified by a test
+            raise ValueError(
+                "LoRA with megatron_train is verified at pipeline_model_parallel_size 1 only; set it to 1 "
+                "(tensor parallelism is supported)"
+            )
+
+    def compute_reference_log_probs(self, batch: DataProto) -> torch.Tensor:
+        """Log-probs of the frozen base model: the LoRA actor with its adapters switched off."""
+        with megatron_lora.adapters_off(self.adapters):
+            return self.compute_log_probs(batch)
+
     # --- checkpoints --------------------------------------------------------------------------------------
     def _rank_file(self, path: str) -> Path:
         from megatron.core import parallel_state as ps
@@ -562,7 +593,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         optimizer_state = [part.optimizer.state_dict() for part in self._optimizers()]
         torch.save(
             {
-                "model": self._local_state(),
+                "model": self._saved_model_state(),
                 "optimizer": optimizer_state,
                 "main_params": self._main_params(),
                 "steps_done": self.steps_done,
@@ -580,6 +611,13 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             model.save_pretrained(str(hf_dir))
             save_tokenizer(self.config.model_args.model_name_or_path, hf_dir, self.logger)
         dist.barrier()
+
+    def _saved_model_state(self) -> dict:
+        """The rank's model shard; with LoRA its adapters only (the frozen base is model_name_or_path)."""
+        state = self._local_state()
+        if self.adapters:
+            state = {name: tensor for name, tensor in state.items() if megatron_lora.is_adapter_key(name)}
+        return state
 
     def _optimizers(self) -> list:
         """The optimizers under megatron's ChainedOptimizer (one per parameter group kind)."""
@@ -605,7 +643,8 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
                 f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "
                 f"{(self.tp_size, self.pp_size, self.world_size)}; load its HF copy instead"
             )
-        mm.load_into(self.module, saved["model"])
+        only = megatron_lora.is_adapter_key if self.adapters else None
+        mm.load_into(self.module, saved["model"], only=only)
         for part, state in zip(self._optimizers(), saved["optimizer"]):
             part.optimizer.load_state_dict(state)
         # older checkpoints (fp32 training only) have no main params: there the parameters are the main params

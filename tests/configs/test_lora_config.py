@@ -88,19 +88,48 @@ def test_lora_on_a_role_that_does_not_train_the_policy_is_refused():
     assert "LoRA is trained by actor_train only" in message and "actor_infer" in message
 
 
-def test_lora_with_megatron_is_refused_with_the_reason():
-    message = error_of(
-        LORA, "actor_train.strategy_args.strategy_name=megatron_train", "actor_train.strategy_args.strategy_config=null"
+MEGATRON = ["actor_train.strategy_args.strategy_name=megatron_train", "actor_train.strategy_args.strategy_config=null"]
+
+
+def test_lora_with_megatron_maps_roll_targets_onto_fused_linears():
+    from roll.strategies.megatron.lora import megatron_targets
+
+    tiny(LORA, *MEGATRON)  # accepted (ROLL's megatron LoRA examples: all-linear, TP 1)
+    every = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    assert (
+        megatron_targets(every)
+        == megatron_targets("all-linear")
+        == [
+            "linear_qkv",
+            "linear_proj",
+            "linear_fc1",
+            "linear_fc2",
+        ]
     )
-    assert "strategy 'megatron_train' has no LoRA" in message
-    assert "megatron-core 0.16.1 has no LoRA adapter layers" in message
-    assert "['deepspeed_train', 'fsdp2_train']" in message
+    assert megatron_targets(r".*\.(q_proj|k_proj|v_proj|down_proj)") == ["linear_qkv", "linear_fc2"]
+    assert megatron_targets("linear_proj") == ["linear_proj"]
+
+
+def test_lora_with_megatron_refuses_what_it_cannot_train():
+    message = error_of("+actor_train.model_args.lora_target='q_proj,v_proj'", *MEGATRON)
+    assert "megatron fuses ['q_proj', 'k_proj', 'v_proj'] into one linear_qkv" in message
+    message = error_of(
+        LORA,
+        "actor_train.strategy_args.strategy_name=megatron_train",
+        "actor_train.strategy_args.strategy_config={pipeline_model_parallel_size: 2}",
+        "actor_train.device_mapping=[0,1]",
+    )
+    assert "verified at pipeline_model_parallel_size 1 only" in message
+    message = error_of(LORA, *MEGATRON, "+actor_train.model_args.adapter_name_or_path=/nowhere")
+    assert "megatron_train cannot load a peft adapter" in message
+    message = error_of(LORA, *MEGATRON, "lora_weight_sync=adapter", "actor_infer.strategy_args.strategy_name=vllm")
+    assert "actor_train strategy 'megatron_train' cannot export its adapters" in message
 
 
 def test_only_lora_capable_strategies_declare_it():
     from roll.configs.checks import strategies_with
 
-    assert strategies_with("lora") == ["deepspeed_train", "fsdp2_train"]
+    assert strategies_with("lora") == ["deepspeed_train", "fsdp2_train", "megatron_train"]
 
 
 def test_adapter_only_weight_sync_needs_a_lora_actor_and_a_vllm_engine_with_lora():

@@ -226,6 +226,20 @@ def test_lora_on_fsdp2():
     assert load_rlvr_config(data).actor_train.model_args.lora
 
 
+def test_rollout_lora_target_of_another_form_is_dropped_like_roll():
+    """ROLL reads actor_infer's lora_target only as "serve a LoRA" (its megatron LoRA examples put the module
+    list there, all-linear on actor_train): dropped; a different lora_rank there is still refused."""
+    data = rlvr_dict(pretrain="/m")
+    data["actor_train"]["model_args"].update(lora_target="all-linear", lora_rank=4)
+    data["actor_train"]["strategy_args"] = {"strategy_name": "fsdp2_train", "strategy_config": {}}
+    data["actor_infer"]["model_args"].update(lora_target="q_proj,k_proj,v_proj,o_proj", lora_rank=4)
+    config = load_rlvr_config(copy.deepcopy(data))
+    assert config.actor_train.model_args.lora and not config.actor_infer.model_args.lora
+    data["actor_infer"]["model_args"]["lora_rank"] = 16
+    with pytest.raises(ConfigError, match="actor_infer.model_args.lora_rank"):
+        load_rlvr_config(data)
+
+
 @pytest.mark.parametrize("name", ["frozen_lake_traj", "sokoban_traj"])
 def test_agentic_yaml_with_roll_spellings(name):
     from omegaconf import OmegaConf

@@ -47,11 +47,12 @@ def megatron_runs(tmp_path_factory) -> dict:
 
     ms.require_megatron()
     from tests.strategies.test_megatron_convert import logits_scenarios
+    from tests.strategies.test_megatron_lora import scenarios as lora_scenarios
     from tests.strategies.test_megatron_train import scenarios
 
     workdir = tmp_path_factory.mktemp("megatron")
     model_dir, data_file = h.prepare(workdir)
-    train, logits = scenarios(), logits_scenarios(workdir)
+    train, logits = scenarios() + lora_scenarios(), logits_scenarios(workdir)
     assert not {s["name"] for s in train} & {s["name"] for s in logits}
     results = ms.launch(train + logits, model_dir, data_file, workdir)
-    return {"results": results, "model_dir": model_dir, "data_file": data_file}
+    return {"results": results, "model_dir": model_dir, "data_file": data_file, "workdir": workdir}

@@ -75,6 +75,8 @@ def _rank_main(rank, port, scenarios, model_dir, data_file, workdir, world_size)
         try:
             if scenario.get("logits"):
                 result = run_logits(scenario, rank)
+            elif scenario.get("runner"):  # another test module's scenario (e.g. megatron_lora_scenarios.run)
+                result = h._runner(scenario["runner"])(scenario, rank, Path(model_dir), batches, Path(workdir))
             elif scenario.get("sum_pi_squared"):
                 result = run_sum_pi_squared(scenario, rank, Path(model_dir), batches)
             else:

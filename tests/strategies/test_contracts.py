@@ -36,12 +36,15 @@ EXPECTED = {
     "sglang": ({"generate"}, {"rollout_log_probs"}),
     "fsdp2_train": ({"train", "critic"}, set(FLAGS) - {"rollout_log_probs"}),
     "fsdp2_infer": ({"score"}, {"sum_pi_squared", "dynamic_batching_infer", "sequence_packing"}),
-    "megatron_train": ({"train"}, {"sum_pi_squared", "dynamic_batching_train", "dynamic_batching_infer"}),
-    "megatron_infer": ({"score"}, {"sum_pi_squared", "dynamic_batching_infer"}),
+    "megatron_train": (
+        {"train"},
+        {"sum_pi_squared", "dynamic_batching_train", "dynamic_batching_infer", "sequence_packing"},
+    ),
+    "megatron_infer": ({"score"}, {"sum_pi_squared", "dynamic_batching_infer", "sequence_packing"}),
 }
 
 
-LORA = ("deepspeed_train", "fsdp2_train")  # model_args.lora_* (megatron-core 0.16.1 has no adapter layers)
+LORA = ("deepspeed_train", "fsdp2_train", "megatron_train")  # model_args.lora_*
 
 
 def capabilities(cls) -> dict:

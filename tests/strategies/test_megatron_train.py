@@ -36,6 +36,7 @@ LAYOUTS = {  # name: (strategy_config, micro, accumulation)
 RESUMED = ("tp1_dp2_distopt", "tp2", "pp2")
 OFFLOADED = ("tp2", "tp1_dp2_distopt")  # DDP buffers without / with the distributed optimizer's param buffer
 DYNAMIC_BATCHING = ("tp1_dp2", "tp2")  # PP 1 only (pipeline stages exchange fixed shapes)
+PACKED = ("tp1_dp2", "tp2")  # use_sequence_packing: one packed row per micro-batch (PP 1 only, as above)
 
 
 def scenarios() -> list[dict]:
@@ -104,6 +105,18 @@ def scenarios() -> list[dict]:
                 accumulation=accumulation,
                 worker=DYNAMIC,
                 record_micro_rows=name == "tp1_dp2",
+            )
+        )
+    for name in PACKED:
+        config, micro, accumulation = LAYOUTS[name]
+        out.append(
+            dict(
+                name=f"{name}/packed",
+                strategy="megatron_train",
+                config=config,
+                micro=micro,
+                accumulation=accumulation,
+                worker={"use_sequence_packing": True},
             )
         )
     return out
@@ -271,10 +284,20 @@ def test_dynamic_batching_equals_fixed(runs, name):
     assert torch.allclose(torch.cat(dynamic["log_probs"]), torch.cat(fixed["log_probs"]), atol=1e-5)
 
 
+@pytest.mark.parametrize("name", PACKED)
+def test_sequence_packing_equals_padded(runs, name):
+    """One packed row per micro-batch with a block-diagonal causal mask (RoPE rotates by the packed index:
+    only in-row distances matter) trains and scores like the padded micro-batches."""
+    packed, padded = runs["results"][f"{name}/packed"], runs["results"][name]
+    _assert_steps_close(packed["steps"], padded["steps"], LOSS_KEYS, rtol=LOSS_RTOL, atol=LOSS_ATOL)
+    assert _max_param_diff(packed["params"], padded["params"]) < PARAM_ATOL
+    assert torch.allclose(torch.cat(packed["log_probs"]), torch.cat(padded["log_probs"]), atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "keys,parallel,match",
     [
-        ({"use_sequence_packing": True}, {"pipeline_model_parallel_size": 1}, "use_sequence_packing: not supported"),
+        ({"use_sequence_packing": True}, {"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size 1"),
         (DYNAMIC, {"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size 1"),
     ],
 )

@@ -180,11 +180,19 @@ def test_budget_below_the_longest_row_names_the_key_and_the_minimum():
 
 def test_keys_a_strategy_would_ignore_are_errors():
     message = _error(
+        "actor_infer.use_sequence_packing=true",
+        "actor_infer.strategy_args.strategy_name=vllm",
+    )
+    assert "actor_infer.use_sequence_packing" in message and "'vllm'" in message
+    message = _error(  # megatron packs at PP 1 only (the pipeline stages exchange fixed shapes)
         "actor_train.use_sequence_packing=true",
         "actor_train.strategy_args.strategy_name=megatron_train",
-        "actor_train.strategy_args.strategy_config=null",
+        "actor_train.strategy_args.strategy_config={pipeline_model_parallel_size: 2}",
+        "actor_train.device_mapping=[0,1]",
     )
-    assert "actor_train.use_sequence_packing" in message and "'megatron_train'" in message
+    assert "'actor_train.use_sequence_packing' with megatron_train" in message and "pipeline_model_parallel_size 1" in (
+        message
+    )
     assert "actor_infer.use_dynamic_batching_in_train" in _error("actor_infer.use_dynamic_batching_in_train=true")
     assert "only read with" in _error("actor_train.max_tokens_per_microbatch_in_train=64")
 

@@ -106,9 +106,30 @@ def attention_mask(mask: torch.Tensor) -> torch.Tensor:
     return ~allowed[:, None]
 
 
-def load_into(model, state: dict) -> None:
-    """Copy a (TP/PP-local) Megatron state dict into the model; every parameter must be covered."""
-    own = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
+def packed_attention_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """(1, N) position ids of packed rows (each restarting at 0, batching.pack) → megatron's boolean
+    (1, 1, N, N) mask, True = not attended: causal within a row, nothing across rows. RoPE needs no per-row
+    positions: megatron rotates by the packed index, and q·k under RoPE depends only on the distance within
+    a row, which packing keeps."""
+    segment = (position_ids[0] == 0).long().cumsum(dim=0)
+    length = segment.shape[0]
+    causal = torch.ones(length, length, dtype=torch.bool, device=position_ids.device).tril()
+    allowed = causal & (segment[:, None] == segment[None, :])
+    return ~allowed[None, None]
+
+
+def unpack(packed: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(1, N, V) outputs of a packed row → (rows, S, V), zeros at padding positions (differentiable)."""
+    mask = attention_mask.bool()
+    out = packed.new_zeros(*mask.shape, packed.shape[-1])
+    out[mask] = packed[0]
+    return out
+
+
+def load_into(model, state: dict, only=None) -> None:
+    """Copy a (TP/PP-local) Megatron state dict into the model; every parameter (whose name passes `only`) must
+    be covered."""
+    own = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state") and (only is None or only(k))}
     unknown, missing = sorted(set(state) - set(own)), sorted(set(own) - set(state))
     if unknown or missing:
         raise KeyError(f"megatron weights do not match the model: unknown {unknown[:4]}, missing {missing[:4]}")
