@@ -173,6 +173,31 @@ DIFFERENCES = [
         "validation episodes draw rows by their seeds, as training ones; ROLL's validation walks the dataset in "
         "order. Each environment worker process reads the dataset once (ROLL: one Ray actor per dataset)",
     ),
+    # GEM's environments that roll builds itself (gem-llm cannot be installed beside roll; docs/agentic_envs.md)
+    (
+        "env_type: game:GuessTheNumber-v0",
+        "GEM 0.0.4's rules, rewards (-0.1 for a reply without \\boxed{<digits>}, which ends the game; 0 for a hint, "
+        "a repeat or an out-of-range guess; 1 for the target; 1 − distance/(max − min) for an in-range last guess) "
+        "and the target a seed draws; the instructions, hints and info['suffix'] ('Give your next guess.', GEM: "
+        "'Enter your next guess.') are roll's own words. \\boxed{0} is a guess of 0 (GEM reads it as no guess). "
+        "env_config takes min_number, max_number, max_turns only, as integers with 0 ≤ min < max (GEM ignores "
+        "other keys); GEM's -easy/-hard/-random variants are not built",
+    ),
+    (
+        "env_type: rg:letter_counting",
+        "reasoning-gym's task and scoring through GEM 0.0.4 (5–15 consecutive words, a letter that occurs in "
+        "them; 1 for the exact count, len(count)/len(answer) when the count is inside a longer \\boxed{} answer), "
+        "and GEM's choice of question index for a reset seed; the words come from roll's own text (236 words), "
+        "not reasoning-gym's book, and the question is worded differently, so the questions differ. The question "
+        "depends on (seed, size, reset seed) only: GEM regenerates one instance's dataset after every size "
+        "resets. The answer is the last closed \\boxed{…} (GEM also reads \\fbox and gives no answer when the "
+        "last \\boxed is unclosed). env_config takes size and seed only",
+    ),
+    (
+        "custom_envs.<tag>.format_penalty with a GEM environment",
+        "GEM's own -0.1 is in the reward; a reply without \\boxed{} is also an invalid action, so a nonzero "
+        "format_penalty is added on top (roll's default is 0; ROLL's env managers add none to GEM's reward)",
+    ),
 ]
 
 

@@ -8,7 +8,8 @@ GEM_PACKAGE = (
     "gem.make(env_type, **env_config); gem-llm cannot be installed beside roll: every release of it (0.0.4, "
     "0.1.0) pins nltk==3.9.1 while roll's IFEval checker if-verifiable 0.1.2 needs nltk>=3.9.2 (pip: "
     "ResolutionImpossible). roll's step_concat env manager (ROLL's StepConcatEnvManager) plays such games once "
-    "the environment is a roll.agentic.envs.BaseEnv subclass given by dotted path"
+    "the environment is a roll.agentic.envs.BaseEnv subclass given by dotted path (roll builds "
+    "game:GuessTheNumber-v0 and rg:letter_counting itself, docs/agentic_envs.md)"
 )
 
 ROLL_ENV_TYPES = {

@@ -90,7 +90,9 @@ class EnvManager:
     def start(self, seed: int, group_id: str, traj_id: str) -> None:
         self.episode = Episode(seed=seed, group_id=group_id, traj_id=traj_id)
         self.observation = self.env.reset(seed=seed)
-        self.suffix = ""  # the last step's info["suffix"]: an env's state string for the {suffix} placeholder
+        # the last step's info["suffix"] (at the start, the env's reset_suffix): an env's state string for the
+        # {suffix} placeholder and step_concat's current observation
+        self.suffix = self.env.reset_suffix()
         self._on_start(self.observation)
 
     def user_text(self, observation: str) -> str:

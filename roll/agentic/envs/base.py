@@ -41,6 +41,11 @@ class BaseEnv(abc.ABC):
     def reset(self, seed: int) -> str:
         """Start a new episode, deterministic for `seed`; return the first observation."""
 
+    def reset_suffix(self) -> str:
+        """The prompt for the first move that step_concat shows after the first observation (GEM's reset
+        info["suffix"]); later ones come from each step's info["suffix"]."""
+        return ""
+
     @abc.abstractmethod
     def step(self, action: str) -> EnvStep:
         """Apply the model's decoded reply text for this turn."""

@@ -36,6 +36,9 @@ class ToolEnv(BaseEnv):
             text = f"Available tools:\n{text}"
         return f"{observation}\n{text}"
 
+    def reset_suffix(self) -> str:
+        return self.env.reset_suffix()
+
     def step(self, action: str) -> EnvStep:
         call, tool = self._call_tools(action)
         if call is None:
