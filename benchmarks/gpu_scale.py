@@ -170,6 +170,7 @@ def summarise(history: dict, counter, sampler: Sampler, params: int, args, gpu: 
                 "step": step + 1,
                 "seconds": metrics["timing/step"],
                 "phases": phases,
+                "overlap": metrics.get("timing/overlap", 0.0),  # seconds phases ran at once (they sum to more)
                 "utilisation_mean": statistics.fmean(s[1] for s in window) if window else None,
                 "rollout_tokens_per_s": tokens["response_tokens"] / phases["generate"],
                 "train_tokens_per_s": tokens["train_tokens"] / phases["train"],

@@ -86,7 +86,9 @@ def test_async_trains_off_policy_within_the_bound_on_the_same_prompts(runs):
     # step 1 is on-policy and identical to the synchronous run; step 2 was sampled by the step-0 policy
     assert read_samples(root / "async_samples", 1) == read_samples(root / "sync_samples", 1)
     assert read_samples(root / "async_samples", 2) != read_samples(root / "sync_samples", 2)
-    assert steps[0]["actor/pg_loss"] == runs["sync"]["steps"][0]["actor/pg_loss"]
+    # the same samples; the trainer's threads differ (synchronous: all cores while it trains alone; async: its
+    # share, the engine generates beside it), so float sums may differ in the last bits
+    assert steps[0]["actor/pg_loss"] == pytest.approx(runs["sync"]["steps"][0]["actor/pg_loss"], rel=1e-6)
     # mismatch metrics per policy-version lag: behaviour policy (rollout log-probs) vs the current trainer
     lag1 = {k: v for k, v in steps[1].items() if k.startswith("mismatch/lag_1/")}
     assert lag1 and all(torch.isfinite(torch.tensor(v)) for v in lag1.values())

@@ -33,7 +33,7 @@ def test_gpu_scale_runs_at_a_tiny_shape_on_cpu(ray_session, tmp_path, capsys):
         assert ("old_log_probs" in step["phases"]) == (step["step"] == 1)
         assert 0 < step["response_tokens"] <= rows * tiny["response_length"]
         assert step["train_tokens"] > step["response_tokens"]  # prompts are trained on as context
-        assert step["seconds"] >= sum(step["phases"].values())
+        assert step["seconds"] >= sum(step["phases"].values()) - step["overlap"]  # overlapped phases count once
     # the summary averages the steps after the first
     assert result["seconds_per_step"] == result["steps"][1]["seconds"]
     assert result["utilisation_mean"] is not None and result["peak_memory_mib"] > 0  # the sampler ran

@@ -112,12 +112,15 @@ def test_topr_trained_on_the_scores(run):
 
 
 def test_every_step_reports_overhead_and_role_busy_idle_time(run):
-    for metrics in run["history"]["steps"].values():
+    steps = run["history"]["steps"].values()
+    # the rewards are scored while the old/reference log-probs are computed (step 1 at least: later steps may
+    # reuse the rollout log-probs, and without a reference nothing else runs beside the rewards then)
+    assert any(metrics.get("timing/overlap", 0) > 0 for metrics in steps)
+    for metrics in steps:
         wall = metrics["timing/step"]
         single = ("timing/step", "timing/overhead", "timing/overlap")
         phases = sum(v for k, v in metrics.items() if k.startswith("timing/") and k.count("/") == 1 and k not in single)
-        assert metrics["timing/overlap"] > 0  # the rewards were scored while old log-probs were computed
-        assert metrics["timing/overhead"] == pytest.approx(wall - phases + metrics["timing/overlap"])
+        assert metrics["timing/overhead"] == pytest.approx(wall - phases + metrics.get("timing/overlap", 0))
         assert 0 <= metrics["timing/overhead"] < wall
         assert "timing/validation" in metrics
         for role in ("actor_train", "actor_infer", "rewards.math"):

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 STEPS, STOP = 4, 2
 # Wall-clock metrics differ between any two runs; everything else must match exactly.
-NONDETERMINISTIC = ("timing/", "weight_sync/seconds")
+# system/sent_bytes: what a call carries depends on which keys the batch held when it was sent (a dump run
+# scores before the forward passes, the overlapped run beside them), not on the numbers
+NONDETERMINISTIC = ("timing/", "weight_sync/seconds", "system/sent_bytes")
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,9 @@ def test_overlapped_phases_give_the_sequential_numbers_exactly(uninterrupted_run
     """Rewards scored while the old log-probs are computed (the uninterrupted run) against one after another:
     every step's metrics and the final weights are bit-identical (same thread settings either way)."""
     full = uninterrupted_run["history"]
-    assert all(m["timing/overlap"] > 0 for m in full["steps"].values())  # it did overlap
+    # it did overlap on step 1 (later steps reuse the rollout log-probs and, with no reference, nothing else
+    # runs beside the rewards)
+    assert full["steps"][0]["timing/overlap"] > 0
     assert not any("timing/overlap" in m for m in sequential["steps"].values())
     for step in range(STEPS):
         assert _deterministic(sequential["steps"][step]) == _deterministic(full["steps"][step]), f"step {step + 1}"

@@ -44,13 +44,17 @@ class RolloutStore:
             logger.info("rollout_mock: replayed %s step %d from %s", kind, step, path)
             return value
         value = produce()
+        self.save(kind, step, value)
+        return value
+
+    def save(self, kind: str, step: int, value) -> None:
+        path = self.path(kind, step)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as handle:
             pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)  # a replay never reads a half-written dump
         logger.info("rollout_mock: dumped %s step %d to %s", kind, step, path)
-        return value
 
 
 # ROLL's column names (roll/pipeline/rlvr/utils.py COLUMMNS_CONFIG) → the batch's non-tensor key here

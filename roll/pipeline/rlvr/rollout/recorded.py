@@ -2,6 +2,8 @@
 the mode's `take` returns; mock mode replaces the mode, and nothing is generated (no engine call, no prompt
 drawn)."""
 
+import dataclasses
+
 from roll.pipeline.rlvr.rollout.base import Rollout, RolloutBatch
 from roll.utils.progress import StepTimer
 
@@ -14,7 +16,20 @@ class RecordedRollout(Rollout):
         self.inner, self.store = inner, store
 
     def take(self, step: int, timer: StepTimer) -> RolloutBatch:
-        return self.store.around("train", step, lambda: self.inner.take(step, timer))
+        taken = self.inner.take(step, timer)
+        if taken.scoring is None:
+            self.store.save("train", step, taken)
+            return taken
+        # a mode that leaves scoring to the pipeline (the plain one, beside the forward passes): the dump is
+        # written once the batch is scored, as ROLL's holds scored rollouts; the overlap stays
+        inner_scoring = taken.scoring
+
+        def scoring(batch):
+            scored = inner_scoring(batch)
+            self.store.save("train", step, dataclasses.replace(taken, batch=scored, scoring=None))
+            return scored
+
+        return dataclasses.replace(taken, scoring=scoring)
 
     def start(self, first_step: int) -> None:
         self.inner.start(first_step)
