@@ -14,9 +14,11 @@ and are evaluated alike: greedy replies to the 192 held-out prompts graded by ma
 and every --eval_steps steps. A "step" is one generation and its 4 optimizer steps (TRL counts optimizer
 steps: its max_steps is 4x ours). Evaluation time is excluded from both sides' step times.
 
-Each side runs in its own process, once per thread setting (--threads, default 1 and 2): roll with
-system_envs.OMP_NUM_THREADS = N (every Ray worker and the driver), TRL with torch.set_num_threads(N). A side's
-best setting is its lower median seconds per step over the seeds.
+Each side runs in its own process, once per thread setting (--threads, default 1 and 2): roll with every role
+pinned to N threads (each role's system_envs.OMP_NUM_THREADS = N, and the driver's), TRL with
+torch.set_num_threads(N); roll also runs once at its shipped setting, "auto" (roll.pipeline.core.concurrency:
+a phase that runs alone gets the node's cores, phases at once share them). A side's best setting is its lowest
+median seconds per step over the seeds.
 
 Start-up, both sides alike: "process" = from the child process's start (interpreter, imports, model load,
 roll's Ray and roles; roll starts Ray while it checks the config, as the launcher does) to the first step
@@ -50,6 +52,7 @@ def parse_args(argv=None):
     p.add_argument("--eval_steps", type=int, default=10)
     p.add_argument("--data_dir", default=None, help="demo folder (default: a temporary folder per seed)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread settings run for both sides")
+    p.add_argument("--no_auto", dest="auto", action="store_false", help="skip roll's shipped per-phase threads")
     p.add_argument("--roll_overrides", nargs="*", default=[], help="extra Hydra overrides for roll's config")
     p.add_argument("--side", choices=["roll", "trl"], help=argparse.SUPPRESS)  # child process
     p.add_argument("--child_threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -93,7 +96,9 @@ def run_roll(args, data_dir: str) -> dict:
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
     from roll.utils.progress import process_age
 
-    threads = [f"system_envs.OMP_NUM_THREADS='{args.child_threads}'"]
+    n = args.child_threads  # 0: roll's shipped per-phase threads; N: every role pinned to N threads
+    roles = ("actor_train", "actor_infer", "reference", "rewards.math")
+    threads = [f"++{role}.system_envs.OMP_NUM_THREADS='{n}'" for role in roles] if n else []
     with tempfile.TemporaryDirectory() as output_dir:
         config = roll_config(
             data_dir, args.seed, args.max_steps, args.eval_steps, output_dir, threads + args.roll_overrides, True
@@ -129,7 +134,7 @@ def run_roll(args, data_dir: str) -> dict:
         "step_seconds": step_seconds,
         "curve": curve,
         "phases": {k: statistics.median(v) for k, v in phases.items()},
-        "threads": f"{config.system_envs.get('OMP_NUM_THREADS', '1')} per worker (system_envs.OMP_NUM_THREADS)",
+        "threads": f"{n} per worker (each role's system_envs.OMP_NUM_THREADS)" if n else "auto (per phase)",
     }
 
 
@@ -266,7 +271,7 @@ def child(side: str, seed: int, data_dir: str, args, threads: int) -> dict:
     ]
     if args.roll_overrides:
         command += ["--roll_overrides", *args.roll_overrides]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads or 1), "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -295,7 +300,8 @@ def fmt(value, unit="s"):
 def print_run(side: str, threads: int, seed: int, r: dict) -> None:
     curve = "  ".join(f"{s}:{a:.2f}" for s, a in sorted(r["curve"].items()))
     print(
-        f"{side:>4} {threads} thread(s), seed {seed}: {statistics.median(r['step_seconds']):.3f} s/step (median); "
+        f"{side:>4} {threads or 'auto'} thread(s), seed {seed}: "
+        f"{statistics.median(r['step_seconds']):.3f} s/step (median); "
         f"start-up {r['process_startup']:.1f} s process, {r['startup']:.1f} s in-process"
     )
     print(f"      held-out greedy accuracy by step: {curve}")
@@ -326,16 +332,19 @@ def table(summary: dict, threads: list[int]) -> str:
         "| held-out at the end, per seed |",
         "|---|---|---|---|---|---|",
     ]
+    settings = {side: [n for n in [0, *threads] if (side, n) in summary] for side in SIDES}
     for side in SIDES:
-        for n in threads:
+        for n in settings[side]:
             s = summary[(side, n)]
             lines.append(
-                f"| {side}, {n} | {s['s_per_step']:.3f} | {' / '.join(f'{v:.3f}' for v in s['per_seed'])} | "
+                f"| {side}, {n or 'auto'} | {s['s_per_step']:.3f} | {' / '.join(f'{v:.3f}' for v in s['per_seed'])} | "
                 f"{s['process']:.1f} s | {s['in_process']:.1f} s | {' / '.join(f'{v:.2f}' for v in s['final'])} |"
             )
-    best = {side: min(threads, key=lambda n: summary[(side, n)]["s_per_step"]) for side in SIDES}
+    best = {side: min(settings[side], key=lambda n: summary[(side, n)]["s_per_step"]) for side in SIDES}
     pairs = [(f"{n} thread(s) each", n, n) for n in threads]
-    pairs.append((f"each at its best (roll {best['roll']}, TRL {best['TRL']})", best["roll"], best["TRL"]))
+    if ("roll", 0) in summary:
+        pairs += [(f"roll auto, TRL {n}", 0, n) for n in threads]
+    pairs.append((f"each at its best (roll {best['roll'] or 'auto'}, TRL {best['TRL']})", best["roll"], best["TRL"]))
     lines += ["", "| roll / TRL | s/step | start-up, process | start-up, in-process |", "|---|---|---|---|"]
     for label, ours, theirs in pairs:
         a, b = summary[("roll", ours)], summary[("TRL", theirs)]
@@ -373,16 +382,19 @@ def main(argv=None) -> None:
         data_dir = args.data_dir or str(Path(tempfile.gettempdir()) / f"vs_trl_demo_s{seed}")
         settings = demo_settings()
         prepare_demo(data_dir, type(settings)(**{**settings.__dict__, "seed": seed}))
+        turns = [("roll", "roll", 0)] if args.auto else []
         for threads in args.threads:  # the two sides in turn, so that a change of load falls on both
-            for side, name in (("roll", "roll"), ("trl", "TRL")):
-                result = child(side, seed, data_dir, args, threads)
-                runs.setdefault((name, threads), []).append(result)
-                print_run(name, threads, seed, result)
-                loads.append(os.getloadavg()[0])
-                sys.stdout.flush()
+            turns += [("roll", "roll", threads), ("trl", "TRL", threads)]
+        for side, name, threads in turns:
+            result = child(side, seed, data_dir, args, threads)
+            runs.setdefault((name, threads), []).append(result)
+            print_run(name, threads, seed, result)
+            loads.append(os.getloadavg()[0])
+            sys.stdout.flush()
     minutes, seconds = divmod(int(time.perf_counter() - began), 60)
     print(
-        f"\n{len(args.seeds)} seed(s) x {len(args.threads)} thread setting(s) x 2 sides in {minutes} min {seconds} s; "
+        f"\n{len(args.seeds)} seed(s) x {len(args.threads)} thread setting(s) x 2 sides (+ roll auto) in "
+        f"{minutes} min {seconds} s; "
         f"load average {min(loads):.2f}-{max(loads):.2f}; medians over the seeds:\n"
     )
     print(table(summarize(runs), args.threads))

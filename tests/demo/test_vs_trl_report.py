@@ -38,3 +38,19 @@ def test_table_has_every_setting_and_the_matched_and_best_ratios():
     assert "| 1 thread(s) each | 1.40 | 2.17 | 17.00 |" in text  # 0.7 / 0.5, 13 / 6, 8.5 / 0.5
     assert "| 2 thread(s) each | 0.44 |" in text  # 0.4 / 0.9
     assert "| each at its best (roll 2, TRL 1) | 0.80 | 2.08 | 17.00 |" in text  # 0.4 / 0.5, 12.5 / 6
+
+
+def test_roll_auto_setting_is_a_row_and_can_be_roll_best():
+    """roll's shipped per-phase threads ("auto", key 0) next to the pinned settings."""
+    bench = vs_trl()
+    runs = {
+        ("roll", 0): [run(0.3, 11.0, 7.0, 0.5)],
+        ("roll", 1): [run(0.6, 12.0, 8.0, 0.5)],
+        ("roll", 2): [run(0.5, 12.0, 8.0, 0.5)],
+        ("TRL", 1): [run(0.5, 6.0, 0.5, 0.7)],
+        ("TRL", 2): [run(0.6, 6.0, 0.5, 0.7)],
+    }
+    text = bench.table(bench.summarize(runs), [1, 2])
+    assert "| roll, auto | 0.300 |" in text
+    assert "| roll auto, TRL 1 | 0.60 |" in text  # 0.3 / 0.5
+    assert "| each at its best (roll auto, TRL 1) | 0.60 |" in text
