@@ -45,8 +45,8 @@ from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import pack, restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron import lora as megatron_lora
+from roll.strategies.megatron.config import MODEL_PARALLEL_KEYS, resolve_megatron_config
 from roll.strategies.megatron.model import init_megatron
-from roll.strategies.megatron.roll_keys import take_roll_keys
 from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
@@ -60,123 +60,7 @@ from roll.strategies.train_common import (
 from roll.utils.checkpoint import load_state
 from roll.utils.functional import response_log_probs, slice_response_logits
 
-MEGATRON_DEFAULTS = {
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None,
-    "context_parallel_size": 1,
-    "expert_model_parallel_size": 1,
-    "sequence_parallel": False,
-    "recompute_granularity": None,
-    "use_distributed_optimizer": False,
-    "overlap_grad_reduce": False,
-    "overlap_param_gather": False,
-    "seed": 1234,
-    "moe_router_topk": 2,
-    "moe_grouped_gemm": False,
-    "moe_token_dispatcher_type": "allgather",
-    "moe_aux_loss_coeff": 0.0,
-    "moe_router_load_balancing_type": "aux_loss",
-    # ROLL's precision flags: checked against model_args.dtype (which sets the precision here)
-    "bf16": None,
-    "fp16": None,
-    # kernel fusions of TransformerEngine/Apex, which the local spec does not use: false only
-    "apply_rope_fusion": False,
-    "bias_activation_fusion": False,
-}
-PRECISION_FLAGS = {"bf16": "bfloat16", "fp16": "float16"}
-_MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
-# Model-parallel degrees that divide a role's workers before data parallelism.
-MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 CHECKPOINT_DIR = "megatron"
-
-
-def _has_apex() -> bool:
-    try:
-        import apex  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None = None) -> dict:
-    given = dict(strategy_config or {})
-    for flag, name in PRECISION_FLAGS.items():
-        value = given.get(flag)
-        if value is not None and (not isinstance(value, bool) or (dtype is not None and value != (dtype == name))):
-            raise ValueError(
-                f"megatron strategy_config.{flag}={value!r} disagrees with model_args.dtype={dtype!r}: the dtype sets "
-                f"the precision; drop {flag} or make it {dtype == name}"
-            )
-    for fusion in ("apply_rope_fusion", "bias_activation_fusion"):
-        if given.get(fusion, False) is not False:
-            raise ValueError(
-                f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
-                "which roll's megatron strategy does not use (local spec); set it to false"
-            )
-    take_roll_keys(given)
-    unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
-    if unknown:
-        raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
-    config = {**MEGATRON_DEFAULTS, **given}
-    for key in (
-        "tensor_model_parallel_size",
-        "pipeline_model_parallel_size",
-        "context_parallel_size",
-        "expert_model_parallel_size",
-    ):
-        if not isinstance(config[key], int) or config[key] < 1:
-            raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected an integer ≥ 1")
-    for key in (
-        "sequence_parallel",
-        "use_distributed_optimizer",
-        "overlap_grad_reduce",
-        "overlap_param_gather",
-        "moe_grouped_gemm",
-    ):
-        if not isinstance(config[key], bool):
-            raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected true or false")
-    if config["recompute_granularity"] not in (None, "full", "selective"):
-        raise ValueError(
-            f"megatron strategy_config.recompute_granularity={config['recompute_granularity']!r}; "
-            f"valid: null, 'full', 'selective'"
-        )
-    if config["virtual_pipeline_model_parallel_size"] not in (None, 1):
-        raise ValueError(
-            "megatron strategy_config.virtual_pipeline_model_parallel_size > 1 (interleaved pipeline) "
-            "is not supported by roll's megatron strategy yet; set it to null"
-        )
-    if config["context_parallel_size"] > 1:
-        raise ValueError(
-            "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
-            "which roll's megatron strategy does not use (local spec); set it to 1"
-        )
-    if config["expert_model_parallel_size"] > 1 or any(config[k] != MEGATRON_DEFAULTS[k] for k in _MOE_KEYS):
-        raise ValueError(
-            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
-            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
-        )
-    if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
-        raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
-    if config["sequence_parallel"] and not _has_apex():
-        raise ValueError(
-            "megatron strategy_config.sequence_parallel=true needs Apex's fused norms: megatron-core "
-            "0.16.1's torch RMSNorm (the fallback without Apex/TransformerEngine, e.g. on CPU) refuses "
-            "sequence parallelism; set it to false"
-        )
-    if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
-        raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")
-    model_parallel = config["tensor_model_parallel_size"] * config["pipeline_model_parallel_size"]
-    if world_size % model_parallel:
-        raise ValueError(
-            f"megatron: world_size {world_size} is not divisible by tensor × pipeline parallel size = {model_parallel}"
-        )
-    if not torch.cuda.is_available() and (config["overlap_grad_reduce"] or config["overlap_param_gather"]):
-        raise ValueError(
-            "megatron strategy_config.overlap_grad_reduce / overlap_param_gather use CUDA streams; "
-            "not available on a CPU-only machine — set them to false"
-        )
-    return config
 
 
 def check_micro_batching(config, parallel: dict) -> None:
