@@ -1,4 +1,4 @@
-"""The code-and-judge demo scores for real: two steps of the shipped config (examples/tiny_rlvr/
+"""The code-and-judge demo scores for real: one step of the shipped config (examples/tiny_rlvr/
 rlvr_tiny_code_judge.yaml) on the shipped preparation, through Ray, the kernel sandbox and the judge model's own
 hf_infer role. Both domains must give rewards that are neither all 0 nor constant, and each must be the grader's
 own decision on the logged replies: the code scores are the sandbox verdicts on the programs (a reply without
@@ -14,7 +14,7 @@ from tests.pipeline.demo_cache import prepared_code_judge_demo
 from tests.pipeline.helpers import TINY_RLVR, run_pipeline
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-STEPS = 2
+STEPS = 1
 
 
 @pytest.fixture(scope="module")
