@@ -190,6 +190,32 @@ def partial_checkpoint(model_dir: Path, directory: Path) -> Path:
     return out
 
 
+def plain_steps(model, trainable, optimizer, scheduler, batches, args, micro: int, step_loss=None) -> list[dict]:
+    """The single-process reference loop: per global batch, micro-batches of `micro` rows, loss / accumulation,
+    clipping over `trainable`, one optimizer and schedule step; each step's mean metrics, grad_norm and lr."""
+    step_loss = step_loss or loss_fn
+    steps = []
+    for tensors in batches:
+        batch = as_proto(tensors)
+        history = {}
+        accumulation = args.gradient_accumulation_steps
+        for index in range(accumulation):
+            part = batch[slice(index * micro, (index + 1) * micro)]
+            inputs = {k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+            loss, metrics = step_loss(part, model(**inputs, use_cache=False).logits)
+            (loss / accumulation).backward()
+            for key, value in metrics.items():
+                history.setdefault(key, []).append(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, args.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        metrics = {key: sum(values) / len(values) for key, values in history.items()}
+        metrics.update(grad_norm=grad_norm.item(), lr=scheduler.get_last_lr()[0])
+        steps.append(metrics)
+    return steps
+
+
 def plain_reference(model_dir: Path, data_file: Path, micro: int = 4, critic: bool = False) -> dict:
     """Single process, plain PyTorch: HF model, AdamW, the same LR schedule and clipping; the whole global
     batch per step in micro-batches of `micro` rows, loss / accumulation, one optimizer step. `critic`:
@@ -211,27 +237,7 @@ def plain_reference(model_dir: Path, data_file: Path, micro: int = 4, critic: bo
     model.train()
     optimizer = build_adamw(model.parameters(), args)
     scheduler = build_lr_scheduler(optimizer, args, STEPS)
-    steps = []
-    for tensors in batches:
-        batch = as_proto(tensors)
-        history = {}
-        accumulation = args.gradient_accumulation_steps
-        for index in range(accumulation):
-            part = batch[slice(index * micro, (index + 1) * micro)]
-            logits = model(
-                **{k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}, use_cache=False
-            ).logits
-            loss, metrics = step_loss(part, logits)
-            (loss / accumulation).backward()
-            for key, value in metrics.items():
-                history.setdefault(key, []).append(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        metrics = {key: sum(values) / len(values) for key, values in history.items()}
-        metrics.update(grad_norm=grad_norm.item(), lr=scheduler.get_last_lr()[0])
-        steps.append(metrics)
+    steps = plain_steps(model, list(model.parameters()), optimizer, scheduler, batches, args, micro, step_loss)
     return {"steps": steps, "params": {name: p.detach().clone() for name, p in model.named_parameters()}}
 
 

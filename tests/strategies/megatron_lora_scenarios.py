@@ -139,24 +139,7 @@ def plain_fused_lora_reference(model_dir: Path, data_file: Path, initial: dict, 
     optimizer = build_adamw(trainable, args)
     scheduler = build_lr_scheduler(optimizer, args, h.STEPS)
     model.train()
-    steps = []
-    for tensors in batches:
-        batch = h.as_proto(tensors)
-        history = {}
-        for index in range(args.gradient_accumulation_steps):
-            part = batch[slice(index * micro, (index + 1) * micro)]
-            inputs = {k: part.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
-            loss, metrics = h.loss_fn(part, model(**inputs, use_cache=False).logits)
-            (loss / args.gradient_accumulation_steps).backward()
-            for key, value in metrics.items():
-                history.setdefault(key, []).append(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, args.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        metrics = {key: sum(values) / len(values) for key, values in history.items()}
-        metrics.update(grad_norm=grad_norm.item(), lr=scheduler.get_last_lr()[0])
-        steps.append(metrics)
+    steps = h.plain_steps(model, trainable, optimizer, scheduler, batches, args, micro)
     merged = {name: p.detach().clone() for name, p in model.named_parameters()}
     with torch.no_grad():
         for module, (a, b, rows) in adapters.items():
