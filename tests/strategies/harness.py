@@ -190,6 +190,17 @@ def partial_checkpoint(model_dir: Path, directory: Path) -> Path:
     return out
 
 
+def save_scenario_checkpoint(strategy, target: Path, steps: int, rank: int) -> None:
+    """A scenario's checkpoint after `steps` steps, written afresh by every rank; `steps` records how many."""
+    if rank == 0 and target.exists():
+        shutil.rmtree(target)
+    torch.distributed.barrier()
+    strategy.save_checkpoint(str(target))
+    torch.distributed.barrier()
+    if rank == 0:
+        (target / "steps").write_text(str(steps))
+
+
 def plain_steps(model, trainable, optimizer, scheduler, batches, args, micro: int, step_loss=None) -> list[dict]:
     """The single-process reference loop: per global batch, micro-batches of `micro` rows, loss / accumulation,
     clipping over `trainable`, one optimizer and schedule step; each step's mean metrics, grad_norm and lr."""
@@ -429,14 +440,7 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
             scored.append(strategy.compute_log_probs(batch))  # the pipeline scores between phases
         steps.append(_gathered_metrics(strategy.train_step(batch, value_loss_fn if critic else loss_fn)))
         if scenario.get("save_after") == step + 1:
-            target = workdir / scenario["name"]
-            if rank == 0 and target.exists():
-                shutil.rmtree(target)
-            torch.distributed.barrier()
-            strategy.save_checkpoint(str(target))
-            torch.distributed.barrier()
-            if rank == 0:
-                (target / "steps").write_text(str(step + 1))
+            save_scenario_checkpoint(strategy, workdir / scenario["name"], step + 1, rank)
     params = {name: tensor.detach().cpu().clone() for name, tensor in strategy.named_hf_parameters()}
     # log-probs of the final model on rows 0-9 of batch 0 (uneven_scoring_batch)
     scoring = strategy.compute_values if critic else strategy.compute_log_probs

@@ -9,7 +9,6 @@ export), and the reference log-probs computed with the adapters disabled.
 """
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import torch
@@ -108,14 +107,7 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
             strategy.compute_log_probs(batch)
         steps.append(h._gathered_metrics(strategy.train_step(batch, h.loss_fn)))
         if scenario.get("save_after") == step + 1:
-            target = workdir / scenario["name"]
-            if rank == 0 and target.exists():
-                shutil.rmtree(target)
-            torch.distributed.barrier()
-            strategy.save_checkpoint(str(target))
-            torch.distributed.barrier()
-            if rank == 0:
-                (target / "steps").write_text(str(step + 1))
+            h.save_scenario_checkpoint(strategy, workdir / scenario["name"], step + 1, rank)
             saved_log_probs = _gathered(rank, strategy.compute_log_probs(h.as_proto(batches[0], h._uneven_rows(rank))))
     after = {name: t.detach().cpu().clone() for name, t in strategy.named_full_parameters()}
     merged = {name: t.detach().cpu().clone() for name, t in strategy.named_hf_parameters()}

@@ -4,7 +4,6 @@ on megatron's fused linears (one A shared by q/k/v and one by gate/up, B zero), 
 loop as harness.plain_reference does. Checked by tests/strategies/test_megatron_lora.py."""
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import torch
@@ -71,14 +70,7 @@ def run(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> d
             strategy.compute_log_probs(batch)
         steps.append(h._gathered_metrics(strategy.train_step(batch, h.loss_fn)))
         if scenario.get("save_after") == step + 1:
-            target = workdir / scenario["name"]
-            if rank == 0 and target.exists():
-                shutil.rmtree(target)
-            torch.distributed.barrier()
-            strategy.save_checkpoint(str(target))
-            torch.distributed.barrier()
-            if rank == 0:
-                (target / "steps").write_text(str(step + 1))
+            h.save_scenario_checkpoint(strategy, workdir / scenario["name"], step + 1, rank)
             saved_log_probs = h.collected(strategy.compute_log_probs(scoring_rows), layout)
     optimizer_numel = [None] * h.WORLD_SIZE
     held = sum(p.numel() for part in strategy._optimizers() for g in part.optimizer.param_groups for p in g["params"])
