@@ -402,6 +402,7 @@ class BasePipeline:
         self.profiler.start(step)
         busy = {name: cluster.busy_seconds for name, cluster in self.clusters.items()}
         sent = {name: cluster.sent_bytes for name, cluster in self.clusters.items()}
+        offload_seconds = self.memory.seconds
         started = time.perf_counter()
         metrics = self.step(step)
         last = step == config.max_steps - 1
@@ -410,6 +411,8 @@ class BasePipeline:
             metrics.update(self.validate(step + 1))
             metrics["timing/validation"] = time.perf_counter() - validation_started
         metrics["timing/step"] = time.perf_counter() - started
+        # colocated roles' offload/reload calls (roll.pipeline.core.colocation), inside the phases' times
+        metrics["timing/offload_reload"] = self.memory.seconds - offload_seconds
         busy = {name: cluster.busy_seconds - busy[name] for name, cluster in self.clusters.items()}
         metrics.update(overhead_and_busy(metrics, busy))
         # batch bytes the driver sent each role (data-parallel shards: Cluster.sent_bytes)

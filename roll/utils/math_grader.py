@@ -1,5 +1,6 @@
 """Grading with math-verify; the time limit is roll's own (roll.utils.grading)."""
 
+import functools
 import logging
 import re
 
@@ -44,11 +45,18 @@ def grade_math(response_text: str, ground_truth, require_boxed: bool = False) ->
         if boxed is None:
             return 0.0
         response_text = f"\\boxed{{{boxed}}}"
-    gold = parse(str(ground_truth), parsing_timeout=None)
+    gold = list(_parse_gold(str(ground_truth)))
     answer = parse(response_text, parsing_timeout=None)
     if not gold or not answer:
         return 0.0
     return 1.0 if verify(gold, answer, timeout_seconds=None) else 0.0
+
+
+@functools.lru_cache(maxsize=65536)
+def _parse_gold(ground_truth: str) -> tuple:
+    """math-verify's parse of a ground truth, once per distinct text: a group's samples, and every epoch, share
+    their prompt's (a fifth of a malformed reply's grading time)."""
+    return tuple(parse(ground_truth, parsing_timeout=None))
 
 
 def grade(response_text: str, ground_truth, timeout_s: float = 5.0) -> float:

@@ -53,8 +53,10 @@ def test_math_worker_grades_boxed_integers_inline(monkeypatch):
     from tests.workers.test_reward_grading import batch_of, make_worker
 
     threaded = []
-    real = base.grade_with_time_limit
-    monkeypatch.setattr(base, "grade_with_time_limit", lambda g, a, t: threaded.append(a) or real(g, a, t))
+    real = base.grade_each_with_time_limit
+    monkeypatch.setattr(
+        base, "grade_each_with_time_limit", lambda g, rows, t: threaded.extend(rows) or real(g, rows, t)
+    )
     worker, _ = make_worker(math_rule.MathRuleRewardWorker, monkeypatch)
     replies = ["\\boxed{5}", "\\boxed{4}", "so \\boxed{5}", "\\boxed{5.0}", " \\boxed{ 5 }"]
     out = worker.compute_rewards(batch_of(replies, ["5"] * len(replies)))

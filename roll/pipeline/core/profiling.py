@@ -43,7 +43,8 @@ class StepProfiler:
         return files
 
 
-NOT_PHASES = ("timing/step", "timing/overhead", "timing/overlap")  # overlap: seconds phases ran at once
+# overlap: seconds phases ran at once; offload_reload: colocated roles' turns, inside the phases' seconds
+NOT_PHASES = ("timing/step", "timing/overhead", "timing/overlap", "timing/offload_reload")
 
 
 def phase_seconds(metrics: dict) -> dict:

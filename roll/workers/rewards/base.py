@@ -19,7 +19,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
-from roll.utils.grading import GRADED, TIMEOUT, grade_with_time_limit
+from roll.utils.grading import GRADED, TIMEOUT, grade_each_with_time_limit
 
 LOGGED_FAILURES = 5  # per worker: the first failures are logged with their row, all are counted
 EXCERPT_CHARS = 200
@@ -48,21 +48,19 @@ class RewardWorker(Worker):
 
         fast: an optional `fast(response_text, ground_truth) -> float | None` tried first, in this thread
         and without a time limit (it must be cheap and bounded, e.g. one regular expression): a number is
-        the row's score, None hands the row to `grade`. Starting the time-limit thread costs ~1 ms a row on
-        a busy machine, more than a simple grader itself."""
+        the row's score, None hands the row to `grade`. The other rows are graded one after another in one
+        background thread (roll.utils.grading.grade_each_with_time_limit)."""
         columns = batch.non_tensor_batch
-        scores = []
-        for row, (response, truth) in enumerate(zip(columns["response_text"], columns["ground_truth"])):
-            value = fast(response, truth) if fast is not None else None
-            if value is not None:
-                scores.append(value)
-                continue
-            value, status, error = grade_with_time_limit(grade, (response, truth), self.worker_config.timeout)
+        rows = list(zip(columns["response_text"], columns["ground_truth"]))
+        scores = [fast(*row) if fast is not None else None for row in rows]
+        slow = [index for index, value in enumerate(scores) if value is None]
+        outcomes = grade_each_with_time_limit(grade, [rows[index] for index in slow], self.worker_config.timeout)
+        for row, (value, status, error) in zip(slow, outcomes):
             if status != GRADED:
                 if self._grading_status is not None:
                     self._grading_status[row] = status
                 self._log_failure(batch, row, status, error)
-            scores.append(value)
+            scores[row] = value
         return scores
 
     def record_metric(self, name: str, values, reduce: str = "mean") -> None:
