@@ -11,6 +11,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import InferenceStrategy, RequestResult
+from roll.strategies.batching import real_columns
 from roll.utils.functional import rollout_tensors
 
 
@@ -62,9 +63,12 @@ class HFInferStrategy(InferenceStrategy):
 
     def _generate_chunk(self, chunk: DataProto, kwargs: dict, response_length: int) -> DataProto:
         prompts, prompt_mask = chunk.batch["prompts"], chunk.batch["attention_mask"]
+        # generate from the chunk's longest prompt: the left-padding columns every prompt has (prompt_length is a
+        # maximum) would be attended to, masked, at every new token; positions come from the mask either way
+        first = real_columns(prompt_mask).start
         output = self.model.generate(
-            input_ids=prompts.to(self.device),
-            attention_mask=prompt_mask.to(self.device),
+            input_ids=prompts[:, first:].to(self.device),
+            attention_mask=prompt_mask[:, first:].to(self.device),
             eos_token_id=self.eos_token_id,
             pad_token_id=self.pad_token_id,
             output_scores=True,
@@ -72,7 +76,7 @@ class HFInferStrategy(InferenceStrategy):
             use_cache=True,
             **kwargs,
         )
-        generated = output.sequences[:, prompts.shape[1] :].cpu()
+        generated = output.sequences[:, prompts.shape[1] - first :].cpu()
         length = generated.shape[1]
         responses = torch.full((generated.shape[0], response_length), self.pad_token_id, dtype=torch.long)
         responses[:, :length] = generated

@@ -268,3 +268,26 @@ def test_hf_infer_generates_with_the_merged_settings(tmp_path):
         hf.generate(batch, {"n": 2})
     with pytest.raises(ValueError, match=r"hf_infer: unknown request sampling keys \['num_return_sequences'\]"):
         hf.generate_request("r", [5, 6], {"num_return_sequences": 2})
+
+
+def test_hf_infer_generates_the_same_whatever_the_prompts_left_padding(tmp_path):
+    """hf_infer generates from the batch's longest prompt: the same prompts padded to a wider prompt_length give
+    the same samples, log-probs and masks (the prompt columns keep their width)."""
+    from roll.demo.tiny_model import build_tiny_model
+    from roll.distributed.data_proto import DataProto
+
+    model = build_tiny_model(str(tmp_path / "model"), [f"w{i}" for i in range(30)])
+    hf = create_strategy("hf_infer", StandInWorker(_worker_config(model)))
+    hf.initialize()
+    tight = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11], [0, 0, 12, 13]])
+    outputs = []
+    for extra in (0, 5):
+        prompts = torch.nn.functional.pad(tight, (extra, 0))
+        batch = DataProto.from_dict(tensors={"prompts": prompts, "attention_mask": (prompts > 0).long()})
+        batch.meta_info["seed"] = 11
+        outputs.append(hf.generate(batch, {"num_return_sequences": 2, "max_new_tokens": 6}))
+    narrow, wide = outputs
+    assert wide.batch["prompts"].shape[1] == narrow.batch["prompts"].shape[1] + 5
+    for key in ("responses", "response_mask"):
+        assert torch.equal(narrow.batch[key], wide.batch[key]), key
+    assert (narrow.batch["rollout_log_probs"] - wide.batch["rollout_log_probs"]).abs().max() < 1e-6
