@@ -54,6 +54,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread settings run for both sides")
     p.add_argument("--no_auto", dest="auto", action="store_false", help="skip roll's shipped per-phase threads")
     p.add_argument("--roll_overrides", nargs="*", default=[], help="extra Hydra overrides for roll's config")
+    p.add_argument(
+        "--hidden_size", type=int, default=None, help="the demo model's hidden size (default: the demo's, 64)"
+    )
     p.add_argument("--side", choices=["roll", "trl"], help=argparse.SUPPRESS)  # child process
     p.add_argument("--child_threads", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -374,14 +377,17 @@ def main(argv=None) -> None:
     began, loads = time.perf_counter(), [os.getloadavg()[0]]
     print(
         f"vs_trl at commit {commit.stdout.strip() or '?'}; TRL {trl.__version__}; {os.cpu_count()} CPUs; seeds "
-        f"{args.seeds}; {args.max_steps} steps; threads {args.threads}; load average {loads[0]:.2f}",
+        f"{args.seeds}; {args.max_steps} steps; threads {args.threads}; hidden size "
+        f"{args.hidden_size or demo_settings().hidden_size}; load average {loads[0]:.2f}",
         flush=True,
     )
     runs: dict = {}
     for seed in args.seeds:
-        data_dir = args.data_dir or str(Path(tempfile.gettempdir()) / f"vs_trl_demo_s{seed}")
+        size = f"_h{args.hidden_size}" if args.hidden_size else ""
+        data_dir = args.data_dir or str(Path(tempfile.gettempdir()) / f"vs_trl_demo{size}_s{seed}")
         settings = demo_settings()
-        prepare_demo(data_dir, type(settings)(**{**settings.__dict__, "seed": seed}))
+        hidden = {"hidden_size": args.hidden_size} if args.hidden_size else {}
+        prepare_demo(data_dir, type(settings)(**{**settings.__dict__, "seed": seed, **hidden}))
         turns = [("roll", "roll", 0)] if args.auto else []
         for threads in args.threads:  # the two sides in turn, so that a change of load falls on both
             turns += [("roll", "roll", threads), ("trl", "TRL", threads)]
