@@ -318,6 +318,11 @@ class InferenceStrategy:
         return checksum(self.module.named_parameters())
 
     # --- memory -------------------------------------------------------------------------------------
+    def offload_frees_memory(self) -> bool:
+        """Whether offload() frees anything on this node; the pipeline stops calling offload/reload of a role
+        whose engines all say no. True unless an engine knows its offload is a no-op here."""
+        return torch.cuda.is_available() if type(self).offload is InferenceStrategy.offload else True
+
     def offload(self) -> None:
         """Move weights off the accelerator between phases (colocated roles). Nothing to move on CPU."""
         if torch.cuda.is_available():

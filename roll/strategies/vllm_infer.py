@@ -515,6 +515,11 @@ class VLLMInferStrategy(InferenceStrategy):
         return float(sum(self.llm.collective_rpc(engine_checksum)))
 
     # --- memory -------------------------------------------------------------------------------------
+    def offload_frees_memory(self) -> bool:
+        if not self.sleep_supported:
+            self._log_no_sleep()
+        return self.sleep_supported
+
     def offload(self) -> None:
         """vLLM's sleep (strategy_config sleep_level, default 1: weights to host memory; 2: weights dropped), KV cache
         dropped — where the platform has sleep mode."""

@@ -11,3 +11,7 @@ class MemoryMixin:
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def reload(self) -> None:
         self.strategy.reload()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def offload_frees_memory(self) -> bool:
+        return self.strategy.offload_frees_memory()

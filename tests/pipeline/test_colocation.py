@@ -4,8 +4,12 @@ from roll.pipeline.core.colocation import PhaseMemory
 
 
 class RecordingCluster:  # test double: records offload/reload calls
-    def __init__(self, name, calls):
-        self.name, self.calls = name, calls
+    def __init__(self, name, calls, frees=True):
+        self.name, self.calls, self.frees = name, calls, frees
+
+    def offload_frees_memory(self):
+        self.calls.append(("asked", self.name))
+        return [self.frees]
 
     def offload(self):
         self.calls.append(("offload", self.name))
@@ -19,10 +23,15 @@ def test_colocated_roles_are_swapped_and_separate_ones_untouched():
     mappings = {"actor_train": [0, 1], "actor_infer": [0, 1], "reference": [1], "critic": [2]}
     memory = PhaseMemory({n: RecordingCluster(n, calls) for n in mappings}, mappings)
     memory.use("actor_infer")  # generate: the trainer and the reference share devices 0-1 with it
-    assert calls == [("offload", "actor_train"), ("offload", "reference")]
+    assert calls == [
+        ("asked", "actor_train"),
+        ("offload", "actor_train"),
+        ("asked", "reference"),
+        ("offload", "reference"),
+    ]
     calls.clear()
     memory.use("actor_train")  # old log-probs / train
-    assert calls == [("offload", "actor_infer"), ("reload", "actor_train")]
+    assert calls == [("asked", "actor_infer"), ("offload", "actor_infer"), ("reload", "actor_train")]
     calls.clear()
     memory.use("actor_train")  # already resident: nothing moves
     memory.use("critic")  # device 2 is its own
@@ -32,3 +41,36 @@ def test_colocated_roles_are_swapped_and_separate_ones_untouched():
     calls.clear()
     memory.use("reference")
     assert calls == [("offload", "actor_infer"), ("offload", "actor_train"), ("reload", "reference")]
+
+
+def test_a_role_whose_offload_frees_nothing_is_left_alone():
+    """hf_infer on a CPU node (its offload is a no-op there): asked once, then neither offloaded nor reloaded."""
+    calls = []
+    mappings = {"actor_train": [0], "reference": [0]}
+    clusters = {
+        "actor_train": RecordingCluster("actor_train", calls),
+        "reference": RecordingCluster("reference", calls, False),
+    }
+    memory = PhaseMemory(clusters, mappings)
+    for _ in range(3):  # steps: reference log-probs, then train
+        memory.use("reference")
+        memory.use("actor_train")
+    assert calls == [
+        ("asked", "actor_train"),
+        ("offload", "actor_train"),  # step 1: the trainer makes room
+        ("asked", "reference"),
+        ("reload", "actor_train"),
+        ("offload", "actor_train"),
+        ("reload", "actor_train"),
+        ("offload", "actor_train"),
+        ("reload", "actor_train"),
+    ]
+
+
+def test_engines_say_whether_their_offload_frees_memory(tmp_path):
+    from roll.demo.tiny_model import build_tiny_model
+    from roll.strategies import create_strategy
+    from tests.strategies.test_contracts import StandInWorker, _worker_config
+
+    hf = create_strategy("hf_infer", StandInWorker(_worker_config(build_tiny_model(str(tmp_path / "m"), ["a", "b"]))))
+    assert hf.offload_frees_memory() is False  # a CPU node: the weights stay where they are
