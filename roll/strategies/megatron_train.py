@@ -126,7 +126,10 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         # model_args.dtype is the dtype of the model's parameters; training in bf16/fp16 keeps fp32 main
         # (master) weights in megatron's optimizer (_wrap_for_training)
         self.tf_config = mm.transformer_config(
-            self.hf_config, self.parallel, params_dtype=DTYPES[self.config.model_args.dtype]
+            self.hf_config,
+            self.parallel,
+            params_dtype=DTYPES[self.config.model_args.dtype],
+            where=f"{self.config.name}.strategy_args.strategy_config",
         )
         self.model = mm.build_gpt_model(
             self.hf_config,

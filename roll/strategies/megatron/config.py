@@ -2,7 +2,7 @@
 
 import torch
 
-from roll.strategies.megatron import convert
+from roll.strategies.megatron import convert, fusions
 from roll.strategies.megatron.roll_keys import take_roll_keys
 
 MEGATRON_DEFAULTS = {
@@ -25,9 +25,9 @@ MEGATRON_DEFAULTS = {
     # ROLL's precision flags: checked against model_args.dtype (which sets the precision here)
     "bf16": None,
     "fp16": None,
-    # kernel fusions of TransformerEngine/Apex, which the local spec does not use: false only
-    "apply_rope_fusion": False,
-    "bias_activation_fusion": False,
+    # megatron-core kernel fusions, passed to TransformerConfig (fusions.py: which are plain torch and which need
+    # TransformerEngine/Apex, checked where the model is built)
+    **dict.fromkeys(fusions.FUSION_KEYS, False),
 }
 PRECISION_FLAGS = {"bf16": "bfloat16", "fp16": "float16"}
 _MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
@@ -52,12 +52,9 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
                 f"megatron strategy_config.{flag}={value!r} disagrees with model_args.dtype={dtype!r}: the dtype sets "
                 f"the precision; drop {flag} or make it {dtype == name}"
             )
-    for fusion in ("apply_rope_fusion", "bias_activation_fusion"):
-        if given.get(fusion, False) is not False:
-            raise ValueError(
-                f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
-                "which roll's megatron strategy does not use (local spec); set it to false"
-            )
+    for key, reason in fusions.REFUSED.items():
+        if given.get(key, False) is not False:
+            raise ValueError(f"megatron strategy_config.{key}={given[key]!r} is refused: {reason}; set it to false")
     take_roll_keys(given)
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
@@ -77,6 +74,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         "overlap_grad_reduce",
         "overlap_param_gather",
         "moe_grouped_gemm",
+        *fusions.FUSION_KEYS,
     ):
         if not isinstance(config[key], bool):
             raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected true or false")
