@@ -4,11 +4,11 @@ Qwen2 checkpoint and data as tests/strategies/test_train_strategies.py, 3 optimi
 production PPO loss (AdamW + weight decay, linear LR with warm-up, clipping that binds).
 
 Layouts on 2 ranks: TP1 × DP2 (plain and with the distributed optimizer), TP2 (plain, with full
-recomputation), PP2. Sequence parallelism needs Apex norms, which do not exist on CPU: refused with a
-clear error (tested), not verified here. The model-parallel ranks of one data-parallel rank get the same
-shard (the Cluster's dispatch by data-parallel rank, harness.dispatched), so TP2/PP2 take micro 4 ×
-accumulation 4 over the 16 rows of a step and TP1×DP2 micro 4 × accumulation 2 per rank — the same global
-batch as the reference (micro 4 × accumulation 4).
+recomputation), PP2, and TP1×DP2 with megatron-core's plain-torch kernel fusions on. Sequence parallelism
+cannot be built with the local spec's RMSNorm: refused with a clear error (tested). The model-parallel ranks
+of one data-parallel rank get the same shard (the Cluster's dispatch by data-parallel rank, harness.dispatched),
+so TP2/PP2 take micro 4 × accumulation 4 over the 16 rows of a step and TP1×DP2 micro 4 × accumulation 2 per
+rank — the same global batch as the reference (micro 4 × accumulation 4).
 
 Tolerances (float32), as the other strategies' test: per-step losses and grad norms rtol 1e-5 (atol 1e-6),
 final parameters max |Δ| < 2e-5; resume and offload vs the same layout's uninterrupted run: bit-identical.
@@ -249,7 +249,8 @@ def test_torch_fusions_train_like_unfused(runs):
         ({"moe_router_topk": 4}, "MoE"),
         ({"virtual_pipeline_model_parallel_size": 2}, "interleaved"),
         ({"sequence_parallel": True}, "needs tensor_model_parallel_size > 1"),
-        ({**TP2, "sequence_parallel": True}, "Apex"),
+        ({**TP2, "sequence_parallel": True}, "cannot be built with roll's local .*Apex installed or not"),
+        ({"expert_model_parallel_size": 8, "moe_shared_expert_overlap": True}, "need an MoE model"),
         ({"recompute_granularity": "block"}, "recompute_granularity"),
         ({"tensor_model_parallel_size": 3}, "not divisible"),
         ({"overlap_grad_reduce": True}, "CPU-only" if not torch.cuda.is_available() else "__never__"),

@@ -35,14 +35,6 @@ _MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
 
-def _has_apex() -> bool:
-    try:
-        import apex  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None = None) -> dict:
     given = dict(strategy_config or {})
     for flag, name in PRECISION_FLAGS.items():
@@ -56,6 +48,14 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         if given.get(key, False) is not False:
             raise ValueError(f"megatron strategy_config.{key}={given[key]!r} is refused: {reason}; set it to false")
     take_roll_keys(given)
+    # before the unknown keys: an MoE config (ROLL's MoE examples) is refused for what it is, whatever else it sets
+    if given.get("expert_model_parallel_size", 1) != 1 or any(
+        key in given and given[key] != MEGATRON_DEFAULTS[key] for key in _MOE_KEYS
+    ):
+        raise ValueError(
+            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
+            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
+        )
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
@@ -93,18 +93,14 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
             "which roll's megatron strategy does not use (local spec); set it to 1"
         )
-    if config["expert_model_parallel_size"] > 1 or any(config[k] != MEGATRON_DEFAULTS[k] for k in _MOE_KEYS):
-        raise ValueError(
-            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
-            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
-        )
     if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
         raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
-    if config["sequence_parallel"] and not _has_apex():
+    if config["sequence_parallel"]:
         raise ValueError(
-            "megatron strategy_config.sequence_parallel=true needs Apex's fused norms: megatron-core "
-            "0.16.1's torch RMSNorm (the fallback without Apex/TransformerEngine, e.g. on CPU) refuses "
-            "sequence parallelism; set it to false"
+            "megatron strategy_config.sequence_parallel=true cannot be built with roll's local (non-TransformerEngine) "
+            "layer spec: for Qwen2/Llama's RMSNorm megatron-core 0.16.1's local spec takes its torch norm, Apex "
+            "installed or not (Apex's fused norm is LayerNorm only), and that norm refuses sequence parallelism; "
+            "set it to false"
         )
     if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
         raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")
