@@ -231,8 +231,8 @@ def test_torch_fusions_train_like_unfused(runs):
     """bias_activation_fusion + bias_dropout_fusion on (megatron-core's torch.compile'd SwiGLU with its
     hand-written backward, and bias-dropout-add; no TransformerEngine/Apex): the fused functions ran (counted in
     the rank) and training matches tp1_dp2 with them off. Same maths in another float order: differences are
-    float32 rounding (measured ~1e-7 relative on loss and grad norm, ~1e-6 on parameters after AdamW), so the
-    layouts' tolerances apply."""
+    float32 rounding (measured ≤ 1.3e-6 relative per step, 7.4e-7 on parameters after 3 AdamW steps, 4.8e-7 on
+    log-probs), so the layouts' tolerances apply."""
     fused, unfused = runs["results"]["tp1_dp2/fused"], runs["results"]["tp1_dp2"]
     assert all(count > 0 for count in fused["fused_calls"].values()), fused["fused_calls"]
     _assert_steps_close(fused["steps"], unfused["steps"], LOSS_KEYS, rtol=LOSS_RTOL, atol=LOSS_ATOL)
@@ -249,7 +249,7 @@ def test_torch_fusions_train_like_unfused(runs):
         ({"moe_router_topk": 4}, "MoE"),
         ({"virtual_pipeline_model_parallel_size": 2}, "interleaved"),
         ({"sequence_parallel": True}, "needs tensor_model_parallel_size > 1"),
-        ({**TP2, "sequence_parallel": True}, "cannot be built with roll's local .*Apex installed or not"),
+        ({**TP2, "sequence_parallel": True}, "cannot be built with roll's local .*Apex or not"),
         ({"expert_model_parallel_size": 8, "moe_shared_expert_overlap": True}, "need an MoE model"),
         ({"recompute_granularity": "block"}, "recompute_granularity"),
         ({"tensor_model_parallel_size": 3}, "not divisible"),

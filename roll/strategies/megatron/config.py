@@ -97,10 +97,9 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
     if config["sequence_parallel"]:
         raise ValueError(
-            "megatron strategy_config.sequence_parallel=true cannot be built with roll's local (non-TransformerEngine) "
-            "layer spec: for Qwen2/Llama's RMSNorm megatron-core 0.16.1's local spec takes its torch norm, Apex "
-            "installed or not (Apex's fused norm is LayerNorm only), and that norm refuses sequence parallelism; "
-            "set it to false"
+            "megatron strategy_config.sequence_parallel=true cannot be built with roll's local layer spec: "
+            "megatron-core 0.16.1 gives Qwen2/Llama's RMSNorm its torch norm there, Apex or not, and that norm "
+            "refuses sequence parallelism; set it to false"
         )
     if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
         raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")
