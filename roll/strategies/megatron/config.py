@@ -49,7 +49,8 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             raise ValueError(f"megatron strategy_config.{key}={given[key]!r} is refused: {reason}; set it to false")
     take_roll_keys(given)
     # before the unknown keys: an MoE config (ROLL's MoE examples) is refused for what it is, whatever else it sets
-    if given.get("expert_model_parallel_size", 1) != 1 or any(
+    experts = given.get("expert_model_parallel_size", 1)
+    if (isinstance(experts, int) and experts > 1) or any(
         key in given and given[key] != MEGATRON_DEFAULTS[key] for key in _MOE_KEYS
     ):
         raise ValueError(
@@ -93,8 +94,6 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
             "which roll's megatron strategy does not use (local spec); set it to 1"
         )
-    if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
-        raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
     if config["sequence_parallel"]:
         raise ValueError(
             "megatron strategy_config.sequence_parallel=true cannot be built with roll's local layer spec: "
