@@ -30,9 +30,9 @@ REFUSED = {
         "and Apex's persistent kernel (FusedLayerNorm) is LayerNorm only"
     ),
     "masked_softmax_fusion": (
-        "megatron-core's fused causal softmax (the local spec's attention is causal) applies a plain causal mask "
-        "and ignores the attention mask roll passes, so padded and packed rows would attend across their padding "
-        "and neighbours"
+        "in bf16/fp16, megatron-core's fused causal softmax (the local spec's attention is causal) applies a plain "
+        "causal mask and ignores the attention mask roll passes, so padded and packed rows would attend across "
+        "their padding and neighbours"
     ),
 }
 
