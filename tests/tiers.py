@@ -44,6 +44,7 @@ TIERS = {
     "strategies/test_megatron_convert.py::test_unsupported_model_type_is_refused": "quick",
     "strategies/test_megatron_train.py::test_strategy_config_is_validated": "quick",
     "strategies/test_megatron_train.py::test_micro_batching_limits_are_errors": "quick",
+    "strategies/test_megatron_fusions.py": "quick",  # config and TransformerConfig checks, no ranks
     "strategies/test_vllm.py::test_unknown_strategy_config_key_lists_valid_keys": "quick",
     "strategies/test_vllm.py::test_strategy_config_types_and_cpu_block_size": "quick",
     "strategies/test_vllm.py::test_buckets_respect_the_size_limit": "quick",

@@ -17,8 +17,8 @@ the CUDA RNG tracker (`tensor_parallel.random`: get/set of the CUDA generator st
     those type names, for the duration of the call only.
 Nothing outside megatron.core is touched. Any other megatron-core version is refused: the list of call
 sites above was read from 0.16.1's source and must be re-checked for another release.
-TransformerEngine, fused kernels and CUDA graphs are not made to work; use the local (non-TE) spec with
-fusions off.
+TransformerEngine, Apex's and TransformerEngine's fused kernels and CUDA graphs are not made to work; use
+the local (non-TE) spec (megatron-core's plain-torch fusions run: roll/strategies/megatron/fusions.py).
 """
 
 import functools

@@ -11,7 +11,8 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     virtual_pipeline_model_parallel_size  null  interleaved PP — not supported here (error if set)
     context_parallel_size            1   CP — needs TransformerEngine attention: error if > 1
     expert_model_parallel_size       1   EP — dense Qwen2/Llama only: error if > 1
-    sequence_parallel                false  needs TP > 1 and Apex (megatron-core's torch norm refuses it)
+    sequence_parallel                false  refused: the local spec's RMSNorm is megatron-core's torch norm, which
+                                     refuses it (Apex or not)
     recompute_granularity            null | "full" | "selective" (activation recomputation)
     use_distributed_optimizer        false  ZeRO-1-like sharding of optimizer state over data-parallel ranks
     overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed)
@@ -21,7 +22,12 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
                                      allowed, since the supported model families are dense
     seed                             1234  the model-parallel RNG seed (dropout is 0 in the converted model)
     bf16, fp16                       null  ROLL's precision flags: must agree with model_args.dtype
-    apply_rope_fusion, bias_activation_fusion  false  TE/Apex fused kernels: false only
+    bias_activation_fusion, bias_dropout_fusion  false  megatron-core's plain-torch fusions (SwiGLU,
+                                     bias-dropout-add); run and tested on CPU
+    apply_rope_fusion                false  TransformerEngine >= 1.4's fused RoPE } accepted; building the model
+    gradient_accumulation_fusion     false  Apex's fused_weight_gradient_mlp_cuda } without it is an error
+    persist_layer_norm, masked_softmax_fusion, cross_entropy_loss_fusion (ROLL's)  refused (megatron/fusions.py,
+                                     megatron/roll_keys.py say why)
 
 Data: the Cluster's dispatch (Dispatch.DP_MP_COMPUTE, by `data_parallel_info`) gives every rank of one
 model-parallel group (TP × PP, same data-parallel rank) the same shard, so a train_step sees its
@@ -126,7 +132,10 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         # model_args.dtype is the dtype of the model's parameters; training in bf16/fp16 keeps fp32 main
         # (master) weights in megatron's optimizer (_wrap_for_training)
         self.tf_config = mm.transformer_config(
-            self.hf_config, self.parallel, params_dtype=DTYPES[self.config.model_args.dtype]
+            self.hf_config,
+            self.parallel,
+            params_dtype=DTYPES[self.config.model_args.dtype],
+            where=f"{self.config.name}.strategy_args.strategy_config",
         )
         self.model = mm.build_gpt_model(
             self.hf_config,

@@ -121,14 +121,27 @@ def test_roll_agentic_recipe_passes_dry_run_unedited(capsys):
         ),
         (["custom_envs.FrozenLake.agent_template='{history} {observation}'"], "placeholders may be"),
         (
-            ["+actor_train.strategy_args.strategy_config.apply_rope_fusion=true"],
-            "apply_rope_fusion=True: fused kernels come from TransformerEngine",
+            ["+actor_train.strategy_args.strategy_config.persist_layer_norm=true"],
+            "persist_layer_norm=True is refused: Qwen2/Llama use RMSNorm",
+        ),
+        (
+            ["+actor_train.strategy_args.strategy_config.cross_entropy_loss_fusion=true"],
+            "cross_entropy_loss_fusion (ROLL's) is refused",
         ),
     ],
 )
 def test_roll_keys_roll_cannot_honour_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", overrides))
+
+
+def test_roll_fusion_flags_load():
+    """ROLL's megatron examples set apply_rope_fusion (TransformerEngine's kernel: checked where the model is
+    built) and bias_activation_fusion (plain torch): both load and reach the strategy_config (refused before)."""
+    flags = ("apply_rope_fusion", "bias_activation_fusion")
+    overrides = [f"+actor_train.strategy_args.strategy_config.{flag}=true" for flag in flags]
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", overrides))
+    assert all(config.actor_train.strategy_args.strategy_config[flag] is True for flag in flags)
 
 
 def rlvr_dict(**extra) -> dict:

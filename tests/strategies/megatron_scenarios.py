@@ -111,6 +111,39 @@ def run_sum_pi_squared(scenario: dict, rank: int, model_dir: Path, batches) -> d
     return {"sum_pi_squared": h.collected(scores, layout)}
 
 
+FUSED_FUNCTIONS = (  # megatron-core 0.16.1's plain-torch fusions: (module, function) called when the flag is on
+    ("megatron.core.fusions.fused_bias_swiglu", "swiglu"),  # bias_activation_fusion, forward (no MLP bias)
+    ("megatron.core.fusions.fused_bias_swiglu", "swiglu_back"),  # its hand-written backward
+    ("megatron.core.fusions.fused_bias_dropout", "bias_dropout_add_fused_train"),  # bias_dropout_fusion
+)
+
+
+def run_counting_fused_calls(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
+    """harness.run_scenario with FUSED_FUNCTIONS counted (result["fused_calls"]): proof that a fusion flag
+    reached megatron's layers, not only the config."""
+    import importlib
+
+    counts, originals = dict.fromkeys((name for _, name in FUSED_FUNCTIONS), 0), []
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for module_name, name in FUSED_FUNCTIONS:
+        module = importlib.import_module(module_name)
+        originals.append((module, name, getattr(module, name)))
+        setattr(module, name, counting(name, getattr(module, name)))
+    try:
+        result = h.run_scenario(scenario, rank, model_dir, batches, workdir)
+    finally:
+        for module, name, function in originals:
+            setattr(module, name, function)
+    return {**result, "fused_calls": counts}
+
+
 def run_logits(scenario: dict, rank: int) -> dict:
     """HF checkpoint → roll's converter → GPTModel at TP = scenario['tp'] (TP shards of this rank) →
     full-vocab logits of a left-padded batch; rank 0 returns them with HF's."""

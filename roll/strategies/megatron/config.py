@@ -2,7 +2,7 @@
 
 import torch
 
-from roll.strategies.megatron import convert
+from roll.strategies.megatron import convert, fusions
 from roll.strategies.megatron.roll_keys import take_roll_keys
 
 MEGATRON_DEFAULTS = {
@@ -25,22 +25,14 @@ MEGATRON_DEFAULTS = {
     # ROLL's precision flags: checked against model_args.dtype (which sets the precision here)
     "bf16": None,
     "fp16": None,
-    # kernel fusions of TransformerEngine/Apex, which the local spec does not use: false only
-    "apply_rope_fusion": False,
-    "bias_activation_fusion": False,
+    # megatron-core kernel fusions, passed to TransformerConfig (fusions.py: which are plain torch and which need
+    # TransformerEngine/Apex, checked where the model is built)
+    **dict.fromkeys(fusions.FUSION_KEYS, False),
 }
 PRECISION_FLAGS = {"bf16": "bfloat16", "fp16": "float16"}
 _MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
 # Model-parallel degrees that divide a role's workers before data parallelism.
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
-
-
-def _has_apex() -> bool:
-    try:
-        import apex  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None = None) -> dict:
@@ -52,13 +44,19 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
                 f"megatron strategy_config.{flag}={value!r} disagrees with model_args.dtype={dtype!r}: the dtype sets "
                 f"the precision; drop {flag} or make it {dtype == name}"
             )
-    for fusion in ("apply_rope_fusion", "bias_activation_fusion"):
-        if given.get(fusion, False) is not False:
-            raise ValueError(
-                f"megatron strategy_config.{fusion}={given[fusion]!r}: fused kernels come from TransformerEngine/Apex, "
-                "which roll's megatron strategy does not use (local spec); set it to false"
-            )
+    for key, reason in fusions.REFUSED.items():
+        if given.get(key, False) is not False:
+            raise ValueError(f"megatron strategy_config.{key}={given[key]!r} is refused: {reason}; set it to false")
     take_roll_keys(given)
+    # before the unknown keys: an MoE config (ROLL's MoE examples) is refused for what it is, whatever else it sets
+    experts = given.get("expert_model_parallel_size", 1)
+    if (isinstance(experts, int) and experts > 1) or any(
+        key in given and given[key] != MEGATRON_DEFAULTS[key] for key in _MOE_KEYS
+    ):
+        raise ValueError(
+            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
+            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
+        )
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
@@ -77,6 +75,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         "overlap_grad_reduce",
         "overlap_param_gather",
         "moe_grouped_gemm",
+        *fusions.FUSION_KEYS,
     ):
         if not isinstance(config[key], bool):
             raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected true or false")
@@ -95,18 +94,11 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
             "which roll's megatron strategy does not use (local spec); set it to 1"
         )
-    if config["expert_model_parallel_size"] > 1 or any(config[k] != MEGATRON_DEFAULTS[k] for k in _MOE_KEYS):
+    if config["sequence_parallel"]:
         raise ValueError(
-            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
-            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
-        )
-    if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
-        raise ValueError("megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1")
-    if config["sequence_parallel"] and not _has_apex():
-        raise ValueError(
-            "megatron strategy_config.sequence_parallel=true needs Apex's fused norms: megatron-core "
-            "0.16.1's torch RMSNorm (the fallback without Apex/TransformerEngine, e.g. on CPU) refuses "
-            "sequence parallelism; set it to false"
+            "megatron strategy_config.sequence_parallel=true cannot be built with roll's local layer spec: "
+            "megatron-core 0.16.1 gives Qwen2/Llama's RMSNorm its torch norm there, Apex or not, and that norm "
+            "refuses sequence parallelism; set it to false"
         )
     if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
         raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")

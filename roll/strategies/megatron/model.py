@@ -1,7 +1,8 @@
 """megatron-core GPTModel (local, non-TransformerEngine spec) built from an HF config, and its forward.
 
-Needs `megatron.core.parallel_state` initialised. Fusions are off and initialisation is on the CPU so
-the same code runs without CUDA (with roll.platforms.megatron_cpu applied).
+Needs `megatron.core.parallel_state` initialised. Kernel fusions are the strategy_config's (fusions.py; off by
+default) and initialisation is on the CPU so the same code runs without CUDA (with roll.platforms.megatron_cpu
+applied).
 """
 
 import os
@@ -10,13 +11,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from roll.strategies.megatron import convert
+from roll.strategies.megatron import convert, fusions
 
 
-def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32):
+def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32, where: str = "megatron strategy_config"):
+    """`parallel`: the resolved strategy_config (config.resolve_megatron_config); `where` names it in errors."""
     from megatron.core.transformer import TransformerConfig
 
     convert.check_supported(hf_config)
+    fusions.check_kernels(parallel, where=where)
     on_gpu = torch.cuda.is_available()
     recompute = parallel.get("recompute_granularity")
     kwargs = dict(
@@ -45,13 +48,9 @@ def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32):
         attention_softmax_in_fp32=True,
         use_cpu_initialization=not on_gpu,
         perform_initialization=False,
-        # fused kernels are CUDA-only
-        gradient_accumulation_fusion=False,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
+        **{key: bool(parallel.get(key, False)) for key in fusions.FUSION_KEYS},
+        masked_softmax_fusion=False,  # refused (fusions.REFUSED)
         persist_layer_norm=False,
-        apply_rope_fusion=False,
         recompute_granularity=recompute,
         recompute_method="uniform" if recompute == "full" else None,
         recompute_num_layers=1 if recompute == "full" else None,
