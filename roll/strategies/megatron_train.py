@@ -149,7 +149,9 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         self.adapters = {}
         if self.training and self.config.model_args.lora:  # adapters before DDP: its buffers hold only them
             self.check_lora(self.config.model_args, self.parallel)
-            self.adapters = megatron_lora.attach(self.module, self.config.model_args, self.tp_size, self.tp_rank)
+            self.adapters = megatron_lora.attach(
+                self.module, self.config.model_args, self.tp_size, self.tp_rank, self.parallel["sequence_parallel"]
+            )
         self._wrap_for_training(total_steps)
         self.model.train(self.training)
 
@@ -190,26 +192,33 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
 
         iterator = iter(micros)
         device = self.device
-
         packing = self.config.use_sequence_packing
+        # sequence parallelism splits the sequence over the TP ranks: inputs padded to a multiple of TP, the
+        # logits (gathered whole on every TP rank by the output layer) cut back to the real columns
+        multiple = self.tp_size if self.parallel["sequence_parallel"] else 1
 
         def forward_step(data_iterator, model):
             micro = next(data_iterator)
             mask = micro.batch["attention_mask"].to(device)
             if packing:  # PP 1 only (check_micro_batching): the output is the last stage's, unpacked here
-                ids, positions = (t.to(device) for t in pack(micro))
+                ids, positions = (mm.pad_sequence(t.to(device), multiple) for t in pack(micro))
+                tokens = int(mask.sum())
                 output = model(ids, positions, mm.packed_attention_mask(positions))
-                return output, lambda out, *args, **kwargs: step_fn(micro, mm.unpack(out, mask))
-            ids = micro.batch["input_ids"].to(device)
-            output = model(ids, micro.batch["position_ids"].to(device), mm.attention_mask(mask))
-            return output, lambda output_tensor, *args, **kwargs: step_fn(micro, output_tensor)
+                return output, lambda out, *args, **kwargs: step_fn(micro, mm.unpack(out[:, :tokens], mask))
+            length = mask.shape[1]
+            ids, positions, padded = (
+                mm.pad_sequence(t, multiple)
+                for t in (micro.batch["input_ids"].to(device), micro.batch["position_ids"].to(device), mask)
+            )
+            output = model(ids, positions, mm.attention_mask(padded))
+            return output, lambda out, *args, **kwargs: step_fn(micro, out[:, :length])
 
         get_forward_backward_func()(
             forward_step_func=forward_step,
             data_iterator=iterator,
             model=[self.model],
             num_microbatches=len(micros),
-            seq_length=micros[0].batch["input_ids"].shape[1],
+            seq_length=mm.pad_sequence(micros[0].batch["input_ids"][:1], multiple).shape[1],
             micro_batch_size=len(micros[0]),
             forward_only=forward_only,
         )
@@ -456,8 +465,6 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
             )
         megatron_lora.megatron_targets(model_args.lora_target)
         settings = strategy_config or {}
-        if settings.get("sequence_parallel"):  # the adapter would see a sequence-split input
-            raise ValueError("LoRA with megatron_train needs sequence_parallel false")
         if int(settings.get("pipeline_model_parallel_size", 1)) > 1:  # per-stage adapters: not verified by a test
             raise ValueError(
                 "LoRA with megatron_train is verified at pipeline_model_parallel_size 1 only; set it to 1 "

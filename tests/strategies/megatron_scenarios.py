@@ -146,7 +146,8 @@ def run_counting_fused_calls(scenario: dict, rank: int, model_dir: Path, batches
 
 def run_logits(scenario: dict, rank: int) -> dict:
     """HF checkpoint → roll's converter → GPTModel at TP = scenario['tp'] (TP shards of this rank) →
-    full-vocab logits of a left-padded batch; rank 0 returns them with HF's."""
+    full-vocab logits of a left-padded batch; rank 0 returns them with HF's. With scenario['sp'], sequence
+    parallelism on a batch of 13 columns, right-padded to a multiple of TP as megatron_train does."""
     from megatron.core import parallel_state as ps
     from transformers import AutoModelForCausalLM
 
@@ -154,7 +155,9 @@ def run_logits(scenario: dict, rank: int) -> dict:
     from roll.strategies.megatron import model as mm
     from roll.strategies.megatron.model import init_megatron
 
+    sp = scenario.get("sp", False)
     parallel = {"tensor_model_parallel_size": scenario["tp"], "pipeline_model_parallel_size": 1, "seed": 1234}
+    parallel["sequence_parallel"] = sp
     init_megatron(parallel)
     hf = AutoModelForCausalLM.from_pretrained(scenario["model_dir"], dtype=torch.float32).eval()
     config = hf.config
@@ -163,15 +166,18 @@ def run_logits(scenario: dict, rank: int) -> dict:
     full = convert.hf_to_mcore(dict(hf.named_parameters()), config, tp)
     mm.load_into(model, convert.shard_tp(full, tp, ps.get_tensor_model_parallel_rank()))
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, config.vocab_size, (3, 12), generator=generator)
-    mask = torch.ones(3, 12, dtype=torch.long)
+    length = 13 if sp else 12
+    ids = torch.randint(4, config.vocab_size, (3, length), generator=generator)
+    mask = torch.ones(3, length, dtype=torch.long)
     mask[1, :3] = 0
     mask[2, :6] = 0
     positions = (mask.cumsum(1) - 1).clamp(min=0)
+    padded = [mm.pad_sequence(t, tp if sp else 1) for t in (ids, positions, mask)]
     with torch.no_grad():
-        got = model(ids, positions, mm.attention_mask(mask))[..., : config.vocab_size]
+        got = model(padded[0], padded[1], mm.attention_mask(padded[2]))[:, :length, : config.vocab_size]
         want = hf(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    return {"got": got, "want": want, "mask": mask, "tp": tp}
+    norms = [p.sequence_parallel for n, p in model.named_parameters() if n.endswith("layernorm.weight")]
+    return {"got": got, "want": want, "mask": mask, "tp": tp, "sp": model.config.sequence_parallel, "norms": norms}
 
 
 def install_script_installs_megatron() -> bool:

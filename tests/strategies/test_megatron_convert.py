@@ -145,6 +145,10 @@ def test_cpu_layer_refuses_other_megatron_versions(monkeypatch):
         megatron_cpu.apply()
 
 
+# sequence parallelism at TP2: Qwen2 (q/k/v biases) and Llama (GQA, no biases), on an odd-length batch
+SEQUENCE_PARALLEL = ("qwen2_tied", "llama_gqa")
+
+
 def logits_scenarios(workdir) -> list[dict]:
     """One `logits` scenario per model and tensor-parallel size (the models are saved into `workdir`); they run
     in the session's one megatron launch (conftest.py)."""
@@ -161,6 +165,8 @@ def logits_scenarios(workdir) -> list[dict]:
         for tp in (1, 2):
             if convert.num_kv_heads(model.config) % tp == 0:
                 scenarios.append(dict(name=f"{name}/tp{tp}", logits=True, tp=tp, model_dir=str(workdir / name)))
+    for name in SEQUENCE_PARALLEL:
+        scenarios.append(dict(name=f"{name}/tp2_sp", logits=True, tp=2, sp=True, model_dir=str(workdir / name)))
     return scenarios
 
 
@@ -180,11 +186,16 @@ def logits_runs(megatron_runs):
         "qwen2_tied/tp1",
         "qwen2_tied/tp2",
         "llama_gqa/tp2",
+        *(f"{name}/tp2_sp" for name in SEQUENCE_PARALLEL),
     ],
 )
 def test_converted_gpt_model_logits_match_hf(logits_runs, name):
+    """(tp2_sp: sequence parallelism — the sequence split over the TP ranks between the layers' TP regions, the
+    13 columns padded to 14 — at the same tolerance: the same maths, the all-reduce in another order)"""
     result = logits_runs[name]
-    assert result["tp"] == int(name[-1])
+    assert result["tp"] == int(name.split("/")[1][2])
+    sp = name.endswith("_sp")  # the layer norms' and the final norm's weights are tagged for the TP gradient sum
+    assert result["sp"] == sp and len(result["norms"]) == 5 and set(result["norms"]) == {sp}
     mask = result["mask"].bool()
     assert result["got"].shape == result["want"].shape
     assert (result["got"] - result["want"]).abs()[mask].max().item() < LOGITS_ATOL

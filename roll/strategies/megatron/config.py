@@ -94,11 +94,11 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
             "which roll's megatron strategy does not use (local spec); set it to 1"
         )
-    if config["sequence_parallel"]:
+    if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
         raise ValueError(
-            "megatron strategy_config.sequence_parallel=true cannot be built with roll's local layer spec: "
-            "megatron-core 0.16.1 gives Qwen2/Llama's RMSNorm its torch norm there, Apex or not, and that norm "
-            "refuses sequence parallelism; set it to false"
+            "megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1 (it splits the "
+            "sequence over the tensor-parallel ranks; megatron-core refuses it at TP 1); set it to false or raise "
+            "tensor_model_parallel_size"
         )
     if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
         raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")

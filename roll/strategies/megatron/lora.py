@@ -5,8 +5,11 @@ start) and a forward hook that adds scaling · B(A(dropout(x))) to the linear's 
 its parameter names and roll's converter stay untouched. Under tensor parallelism the adapter follows the
 base layer's split: column-parallel (linear_qkv, linear_fc1): A whole on every TP rank, B split over output
 rows; row-parallel (linear_proj, linear_fc2): A split over input columns, B whole. Then B_local · A_local is
-exactly this rank's shard of the weight delta, so merging is local (merged_state). Sequence parallelism (a
-sequence-split input) is refused (MegatronTrainStrategy.check_lora).
+exactly this rank's shard of the weight delta, so merging is local (merged_state). Under sequence parallelism
+the adapter follows the base layer's communication: a column-parallel linear's input is this rank's part of the
+sequence (A·x is gathered over TP, reduce-scattered in backward), a row-parallel one's output is (A·x is
+reduce-scattered); the whole factor (column: A, row: B) then sees only this rank's tokens, so it carries
+megatron's `sequence_parallel` tag and finalize_model_grads sums its gradient over TP, as for the norms.
 
 megatron fuses q/k/v into linear_qkv and gate/up into linear_fc1: one adapter per fused linear (a shared A),
 so ROLL's/HF `lora_target` names map onto whole fused groups only (q_proj,k_proj,v_proj together).
@@ -87,7 +90,17 @@ def _same_on_every_replica(tensor: torch.Tensor) -> None:
 
 
 class LoraAdapter(torch.nn.Module):
-    def __init__(self, linear, kind: str, rank: int, alpha: float, dropout: float, tp_size: int, tp_rank: int):
+    def __init__(
+        self,
+        linear,
+        kind: str,
+        rank: int,
+        alpha: float,
+        dropout: float,
+        tp_size: int,
+        tp_rank: int,
+        sequence_parallel: bool = False,
+    ):
         super().__init__()
         out_local, in_local = linear.weight.shape
         dtype, device = linear.weight.dtype, linear.weight.device
@@ -105,7 +118,10 @@ class LoraAdapter(torch.nn.Module):
             from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
 
             set_tensor_model_parallel_attributes(split[0], True, split[1], 1)
+        whole = self.A if kind == "column" else self.B
+        whole.sequence_parallel = sequence_parallel  # its gradient from this rank's tokens only: summed over TP
         self.kind, self.scaling, self.enabled = kind, alpha / rank, True
+        self.sequence_parallel = sequence_parallel
         self.dropout = torch.nn.Dropout(dropout) if dropout > 0 else torch.nn.Identity()
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +129,12 @@ class LoraAdapter(torch.nn.Module):
 
         h = F.linear(self.dropout(x), self.A)
         if self.kind == "column":  # B's output rows are split: the partial gradients of h are summed over TP
-            h = tp.copy_to_tensor_model_parallel_region(h)
+            if self.sequence_parallel:  # x is this rank's part of the sequence: h gathered whole
+                h = tp.gather_from_sequence_parallel_region(h)
+            else:
+                h = tp.copy_to_tensor_model_parallel_region(h)
+        elif self.sequence_parallel:  # A's input columns are split: partial products summed, sequence split
+            h = tp.reduce_scatter_to_sequence_parallel_region(h)
         else:  # A's input columns are split: the partial products are summed over TP
             h = tp.reduce_from_tensor_model_parallel_region(h)
         return F.linear(h, self.B) * self.scaling
@@ -125,7 +146,7 @@ class LoraAdapter(torch.nn.Module):
         return out + self.delta(args[0]).to(out.dtype), bias
 
 
-def attach(model, model_args, tp_size: int, tp_rank: int) -> dict[str, LoraAdapter]:
+def attach(model, model_args, tp_size: int, tp_rank: int, sequence_parallel: bool = False) -> dict[str, LoraAdapter]:
     """Adapters on the targeted linears of `model` (a GPTModel stage); the base is frozen."""
     targets = megatron_targets(model_args.lora_target)
     for param in model.parameters():
@@ -143,6 +164,7 @@ def attach(model, model_args, tp_size: int, tp_rank: int) -> dict[str, LoraAdapt
             model_args.lora_dropout,
             tp_size,
             tp_rank,
+            sequence_parallel,
         )
         module.lora = adapter
         module.register_forward_hook(adapter.hook)

@@ -58,9 +58,59 @@ def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32, wh
     return TransformerConfig(**kwargs)
 
 
+class RMSNorm(torch.nn.Module):
+    """The norm in every norm slot of roll's model: HF's Qwen2/Llama RMSNorm maths (statistics in float32, the
+    weight applied in the input dtype: bit-identical to HF in float32 and bf16; megatron-core's WrappedTorchNorm,
+    torch.nn.RMSNorm, differs from HF in bf16). Under sequence parallelism each TP rank normalises its own part of
+    the sequence, so its weight gradient is partial: the weight carries megatron's `sequence_parallel` tag (as
+    FusedLayerNorm/TENorm do), and finalize_model_grads sums it over the tensor-parallel group."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.weight.sequence_parallel = config.sequence_parallel
+        self.eps = eps
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        dtype = hidden.dtype
+        hidden = hidden.float()
+        hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * hidden.to(dtype)
+
+
+def block_spec(config):
+    """megatron-core's local layer spec with RMSNorm (above) in its norm slots, and the final norm (which
+    megatron-core would otherwise pick by what is installed: TENorm, Apex's LayerNorm-only FusedLayerNorm, or
+    WrappedTorchNorm, which refuses sequence parallelism)."""
+    import dataclasses
+
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.identity_op import IdentityOp
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    layer = get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts,
+        moe_grouped_gemm=config.moe_grouped_gemm,
+        qk_layernorm=config.qk_layernorm,
+        normalization="RMSNorm",
+    )
+    attention = layer.submodules.self_attention
+    norms = {
+        key: RMSNorm
+        for key in ("q_layernorm", "k_layernorm")
+        if getattr(attention.submodules, key) is not IdentityOp  # q/k norms (qk_layernorm) only
+    }
+    attention = dataclasses.replace(attention, submodules=dataclasses.replace(attention.submodules, **norms))
+    submodules = dataclasses.replace(
+        layer.submodules, input_layernorm=RMSNorm, pre_mlp_layernorm=RMSNorm, self_attention=attention
+    )
+    layer = dataclasses.replace(layer, submodules=submodules)
+    layers = get_num_layers_to_build(config)  # this pipeline stage's
+    return TransformerBlockSubmodules(layer_specs=[layer] * layers, layer_norm=RMSNorm)
+
+
 def build_gpt_model(hf_config, config, tp_size: int, pre_process: bool = True, post_process: bool = True):
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     rope = getattr(hf_config, "rope_theta", None)
     if rope is None:
@@ -70,7 +120,7 @@ def build_gpt_model(hf_config, config, tp_size: int, pre_process: bool = True, p
         raise ValueError(f"megatron conversion: rope_scaling {scaling} is not supported")
     model = GPTModel(
         config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        transformer_layer_spec=block_spec(config),
         vocab_size=convert.padded_vocab_size(hf_config, tp_size),
         max_sequence_length=hf_config.max_position_embeddings,
         pre_process=pre_process,
@@ -103,6 +153,15 @@ def attention_mask(mask: torch.Tensor) -> torch.Tensor:
     causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
     allowed = causal[None] & mask.bool()[:, None, :]
     return ~allowed[:, None]
+
+
+def pad_sequence(tensor: torch.Tensor, multiple: int) -> torch.Tensor:
+    """Right-pads dim 1 ((B, S) ids, positions or 1/0 mask) with zeros to a multiple of `multiple`: sequence
+    parallelism splits the sequence evenly over the TP ranks. Zero mask = padded keys; in a packed row a zero
+    position starts a new row of its own (packed_attention_mask), so real tokens never attend to the padding.
+    The model's outputs at the added columns are cut off by the caller."""
+    extra = -tensor.shape[1] % multiple
+    return F.pad(tensor, (0, extra)) if extra else tensor
 
 
 def packed_attention_mask(position_ids: torch.Tensor) -> torch.Tensor:
