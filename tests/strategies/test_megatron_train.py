@@ -250,7 +250,6 @@ def test_torch_fusions_train_like_unfused(runs):
         ({"expert_model_parallel_size": 2}, "MoE"),
         ({"moe_router_topk": 4}, "MoE"),
         ({"virtual_pipeline_model_parallel_size": 2}, "interleaved"),
-        ({"sequence_parallel": True}, r"sequence_parallel=true needs tensor_model_parallel_size > 1"),
         ({"expert_model_parallel_size": 0}, "expected an integer ≥ 1"),
         ({**TP2, "sequence_parallel": True}, "__never__"),
         ({"expert_model_parallel_size": 8, "moe_shared_expert_overlap": True}, "need an MoE model"),
@@ -270,6 +269,19 @@ def test_strategy_config_is_validated(config, match):
         return
     with pytest.raises(ValueError, match=match):
         resolve_megatron_config(config, 2)
+
+
+def test_sequence_parallel_is_turned_off_at_tp1_as_in_roll(monkeypatch):
+    """ROLL's mcore_adapter turns sequence_parallel off (a warning) when TP is 1, where megatron-core would refuse
+    it; ROLL's TP1 megatron examples (qwen3-30BA3B, ...) set it. Kept at TP2."""
+    from roll.strategies.megatron import config as megatron_config
+
+    warnings = []
+    monkeypatch.setattr(megatron_config.logger, "warning", lambda message, *args: warnings.append(message % args))
+    assert megatron_config.resolve_megatron_config({"sequence_parallel": True}, 2)["sequence_parallel"] is False
+    assert len(warnings) == 1 and "sequence_parallel=true is turned off at tensor_model_parallel_size 1" in warnings[0]
+    assert megatron_config.resolve_megatron_config(TP2_SP, 2)["sequence_parallel"] is True
+    assert len(warnings) == 1
 
 
 def test_megatron_infer_sum_pi_squared_like_hf(runs):

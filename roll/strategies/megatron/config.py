@@ -4,6 +4,9 @@ import torch
 
 from roll.strategies.megatron import convert, fusions
 from roll.strategies.megatron.roll_keys import take_roll_keys
+from roll.utils.logging import get_logger
+
+logger = get_logger("roll.strategies.megatron_train")
 
 MEGATRON_DEFAULTS = {
     "tensor_model_parallel_size": 1,
@@ -95,11 +98,13 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "which roll's megatron strategy does not use (local spec); set it to 1"
         )
     if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
-        raise ValueError(
-            "megatron strategy_config.sequence_parallel=true needs tensor_model_parallel_size > 1 (it splits the "
-            "sequence over the tensor-parallel ranks; megatron-core refuses it at TP 1); set it to false or raise "
-            "tensor_model_parallel_size"
+        # ROLL's meaning (mcore_adapter's model config turns it off with a warning; megatron-core would refuse it):
+        # ROLL's TP1 examples set it
+        logger.warning(
+            "megatron strategy_config.sequence_parallel=true is turned off at tensor_model_parallel_size 1, as in "
+            "ROLL: it splits the sequence over the tensor-parallel ranks, and there is one"
         )
+        config["sequence_parallel"] = False
     if config["overlap_param_gather"] and not config["use_distributed_optimizer"]:
         raise ValueError("megatron strategy_config.overlap_param_gather=true needs use_distributed_optimizer=true")
     model_parallel = config["tensor_model_parallel_size"] * config["pipeline_model_parallel_size"]
