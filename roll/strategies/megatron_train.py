@@ -11,8 +11,9 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     virtual_pipeline_model_parallel_size  null  interleaved PP — not supported here (error if set)
     context_parallel_size            1   CP — needs TransformerEngine attention: error if > 1
     expert_model_parallel_size       1   EP — dense Qwen2/Llama only: error if > 1
-    sequence_parallel                false  refused: the local spec's RMSNorm is megatron-core's torch norm, which
-                                     refuses it (Apex or not)
+    sequence_parallel                false  megatron's sequence parallelism at TP > 1 (roll's RMSNorm tagged for the TP
+                                     gradient sum; inputs padded to a multiple of TP); at TP 1 turned off with a
+                                     warning, as in ROLL
     recompute_granularity            null | "full" | "selective" (activation recomputation)
     use_distributed_optimizer        false  ZeRO-1-like sharding of optimizer state over data-parallel ranks
     overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed)

@@ -2,9 +2,10 @@
 parallelism: the ranks of one TP × PP group get the same shard, the Cluster keeps one result per group.
 
 The layout maths runs without processes for TP2 × PP2 × DP2 (8 ranks, megatron's rank order). The real
-megatron_train runs TP2 × DP2 and PP2 × DP2 separately on 4 gloo ranks (8 processes are too many for this
-2-core machine), its shards split by the same functions the Cluster uses (harness.dispatched / collected),
-and must give the unsharded plain-PyTorch run's training (the tolerances of test_megatron_train.py).
+megatron_train runs TP2 × DP2, PP2 × DP2 and TP2 × PP2 with sequence parallelism (the pipeline's p2p shapes
+hold 1/TP of the sequence) separately on 4 gloo ranks (8 processes are too many for this 2-core machine), its
+shards split by the same functions the Cluster uses (harness.dispatched / collected), and must give the
+unsharded plain-PyTorch run's training (the tolerances of test_megatron_train.py).
 """
 
 import pytest
@@ -17,11 +18,12 @@ from tests.strategies.test_megatron_train import LOSS_ATOL, LOSS_RTOL, PARAM_ATO
 from tests.strategies.test_train_strategies import LOSS_KEYS, _assert_steps_close, _log_probs, _max_param_diff
 
 WORLD = 4
-LAYOUTS = {  # name: strategy_config; micro 4 × accumulation 2 = the 8 rows of each of the 2 data-parallel shards
+LAYOUTS = {  # name: strategy_config; micro 4 × accumulation 16 / (4 × DP) = the rows of each data-parallel shard
     "tp2_dp2": {"tensor_model_parallel_size": 2},
     "pp2_dp2": {"pipeline_model_parallel_size": 2},
+    "tp2_pp2_sp": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "sequence_parallel": True},
 }
-PARALLEL = {"tp2_dp2": (2, 1, 2), "pp2_dp2": (1, 2, 2)}  # (TP, PP, DP)
+PARALLEL = {"tp2_dp2": (2, 1, 2), "pp2_dp2": (1, 2, 2), "tp2_pp2_sp": (2, 2, 1)}  # (TP, PP, DP)
 
 
 def megatron_reports(tp: int, pp: int, dp: int) -> list[dict]:
@@ -94,7 +96,7 @@ def runs(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("megatron_dp")
     model_dir, data_file = h.prepare(workdir)
     scenarios = [
-        dict(name=name, strategy="megatron_train", config=config, micro=4, accumulation=2)
+        dict(name=name, strategy="megatron_train", config=config, micro=4, accumulation=4 // PARALLEL[name][2])
         for name, config in LAYOUTS.items()
     ]
     results = ms.launch(scenarios, model_dir, data_file, workdir, world_size=WORLD)

@@ -26,7 +26,7 @@ KERNEL_FUSIONS = {
 # Refused when the config is read: no installed kernel makes them work with roll's model.
 REFUSED = {
     "persist_layer_norm": (
-        "Qwen2/Llama use RMSNorm: megatron-core's torch norm (the local spec's RMSNorm) asserts the flag is off, "
+        "Qwen2/Llama use RMSNorm: roll's norm (HF's RMSNorm maths, model.RMSNorm) has no persistent kernel, "
         "and Apex's persistent kernel (FusedLayerNorm) is LayerNorm only"
     ),
     "masked_softmax_fusion": (
