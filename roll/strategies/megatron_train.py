@@ -16,8 +16,9 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
                                      warning, as in ROLL
     recompute_granularity            null | "full" | "selective" (activation recomputation)
     use_distributed_optimizer        false  ZeRO-1-like sharding of optimizer state over data-parallel ranks
-    overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed)
-    overlap_param_gather             false  with the distributed optimizer
+    overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed; async collectives,
+                                     run on CPU/gloo too)
+    overlap_param_gather             false  with the distributed optimizer; refused on a CPU-only machine
     moe_router_topk, moe_grouped_gemm, moe_token_dispatcher_type, moe_aux_loss_coeff,
     moe_router_load_balancing_type   accepted for config compatibility; only their defaults (MoE off) are
                                      allowed, since the supported model families are dense

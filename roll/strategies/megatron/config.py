@@ -112,9 +112,11 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         raise ValueError(
             f"megatron: world_size {world_size} is not divisible by tensor × pipeline parallel size = {model_parallel}"
         )
-    if not torch.cuda.is_available() and (config["overlap_grad_reduce"] or config["overlap_param_gather"]):
+    # overlap_grad_reduce launches the bucket reductions as async collectives from backward hooks (no CUDA stream
+    # with megatron-core 0.16.1's single distributed-optimizer instance): gloo runs it
+    if not torch.cuda.is_available() and config["overlap_param_gather"]:
         raise ValueError(
-            "megatron strategy_config.overlap_grad_reduce / overlap_param_gather use CUDA streams; "
-            "not available on a CPU-only machine — set them to false"
+            "megatron strategy_config.overlap_param_gather overlaps the parameter all-gather with the forward on "
+            "CUDA; not run on a CPU-only machine — set it to false"
         )
     return config
