@@ -1,6 +1,6 @@
 """`megatron_train` / `megatron_infer`: megatron-core GPTModel (local, non-TransformerEngine spec) with
-tensor, pipeline and data parallelism, loaded from an HF checkpoint by roll's own converter
-(roll/strategies/megatron/convert.py) and exported back to HF names for weight sync.
+tensor, pipeline, expert and data parallelism for Qwen2, Llama, Qwen3 and Qwen3-MoE, loaded from an HF checkpoint
+by roll's own converter (roll/strategies/megatron/convert.py) and exported back to HF names for weight sync.
 
 On a machine without CUDA, roll.platforms.megatron_cpu (pinned to megatron-core 0.16.1) redirects
 megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo.
@@ -10,15 +10,20 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     pipeline_model_parallel_size     1   PP: layers split evenly over stages (1F1B schedule)
     virtual_pipeline_model_parallel_size  null  interleaved PP — not supported here (error if set)
     context_parallel_size            1   CP — needs TransformerEngine attention: error if > 1
-    expert_model_parallel_size       1   EP — dense Qwen2/Llama only: error if > 1
+    expert_model_parallel_size       1   EP: experts split over ranks (MoE models; dense ones: error if > 1)
     sequence_parallel                false  needs TP > 1 and Apex (megatron-core's torch norm refuses it)
     recompute_granularity            null | "full" | "selective" (activation recomputation)
     use_distributed_optimizer        false  ZeRO-1-like sharding of optimizer state over data-parallel ranks
     overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed)
     overlap_param_gather             false  with the distributed optimizer
-    moe_router_topk, moe_grouped_gemm, moe_token_dispatcher_type, moe_aux_loss_coeff,
-    moe_router_load_balancing_type   accepted for config compatibility; only their defaults (MoE off) are
-                                     allowed, since the supported model families are dense
+    moe_router_topk                  null  must equal the model's num_experts_per_tok (null: take it)
+    moe_aux_loss_coeff               null  load-balancing loss weight (null: the model's router_aux_loss_coef)
+    moe_token_dispatcher_type        "allgather" | "alltoall"
+    moe_router_load_balancing_type   "aux_loss" (also seq_aux_loss, global_aux_loss, sinkhorn, none)
+    moe_grouped_gemm                 false  true needs megatron-core's grouped GEMM kernels (error without them)
+    moe_layer_recompute              false  ROLL's: recompute the MoE layers (megatron's selective "moe")
+                                     The MoE keys need an MoE model (qwen3_moe); with a dense one a non-default
+                                     value is an error when the model is built (roll/strategies/megatron/moe.py)
     seed                             1234  the model-parallel RNG seed (dropout is 0 in the converted model)
     bf16, fp16                       null  ROLL's precision flags: must agree with model_args.dtype
     apply_rope_fusion, bias_activation_fusion  false  TE/Apex fused kernels: false only
@@ -65,11 +70,17 @@ CHECKPOINT_DIR = "megatron"
 
 def check_micro_batching(config, parallel: dict) -> None:
     """Dynamic batching and sequence packing vary micro-batch shapes, which the pipeline schedules' fixed p2p
-    shapes do not allow (PP 1 only)."""
+    shapes do not allow (PP 1 only). With expert parallelism the ranks of an expert group must train on as many
+    micro-batches each (every forward exchanges tokens): token budgets, which vary the count, are refused there."""
     reason = MegatronInferStrategy.dynamic_batching_limit(parallel)
     for enabled in ("use_dynamic_batching_in_train", "use_dynamic_batching_in_infer", "use_sequence_packing"):
         if getattr(config, enabled) and reason:
             raise ValueError(f"{config.name}.{enabled} with megatron: {reason}")
+    if config.use_dynamic_batching_in_train and parallel.get("expert_model_parallel_size", 1) > 1:
+        raise ValueError(
+            f"{config.name}.use_dynamic_batching_in_train with megatron expert_model_parallel_size > 1: the ranks "
+            "of an expert group must run the same number of micro-batches; use the fixed split (false)"
+        )
 
 
 class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
@@ -183,6 +194,7 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         device = self.device
 
         packing = self.config.use_sequence_packing
+        moe = convert.is_moe(self.hf_config)
 
         def forward_step(data_iterator, model):
             micro = next(data_iterator)
@@ -192,7 +204,9 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
                 output = model(ids, positions, mm.packed_attention_mask(positions))
                 return output, lambda out, *args, **kwargs: step_fn(micro, mm.unpack(out, mask))
             ids = micro.batch["input_ids"].to(device)
-            output = model(ids, micro.batch["position_ids"].to(device), mm.attention_mask(mask))
+            # MoE: padding tokens stay out of the load-balancing loss (HF's aux loss masks them too)
+            extra = {"padding_mask": ~mask.bool()} if moe else {}
+            output = model(ids, micro.batch["position_ids"].to(device), mm.attention_mask(mask), **extra)
             return output, lambda output_tensor, *args, **kwargs: step_fn(micro, output_tensor)
 
         get_forward_backward_func()(
@@ -230,6 +244,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         if self.pp_size > 1 and keep_rows != size:  # the pipeline's p2p shapes are fixed per schedule
             last = micros[-1]
             micros[-1] = DataProto.concat([last] + [last[slice(keep_rows - 1, keep_rows)]] * (size - keep_rows))
+        real = len(micros)
+        micros += [micros[-1]] * (self._micro_count_of_ep_group(real) - real)  # scored, then dropped
         parts = []
 
         def step_fn(micro, output):
@@ -244,10 +260,23 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
             self._schedule(micros, step_fn, forward_only=True)
         finally:
             self.model.train(was_training)
+        parts = parts[:real]
         if parts:
             parts[-1] = parts[-1][:keep_rows]
         # the last stage's scores (small: rows × response length), so every rank returns its group's result
         return self._broadcast_from_last_stage(restore_order(torch.cat(parts), order) if parts else None)
+
+    def _micro_count_of_ep_group(self, count: int) -> int:
+        """With expert parallelism every forward exchanges tokens between the data-parallel ranks of an expert
+        group, so they must run the same number of micro-batches: the largest count among them (shards may be
+        uneven: the Cluster's dispatch, token-budget micro-batches)."""
+        from megatron.core import parallel_state as ps
+
+        if self._ep_size() == 1:
+            return count
+        most = torch.tensor([count], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
+        return int(most.item())
 
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
@@ -295,6 +324,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         stage = convert.select_pp(
             full, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank, convert.tied(self.hf_config)
         )
+        experts = convert.num_experts(self.hf_config)
+        stage = convert.select_ep(stage, experts, self._ep_size(), self._ep_rank())
         base = convert.shard_tp(stage, self.tp_size, self.tp_rank)
         mm.load_into(self.module, base, only=lambda name: not megatron_lora.is_adapter_key(name))
 
@@ -309,13 +340,22 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         local = megatron_lora.merged_state(local, getattr(self, "adapters", {}))
         if self.tp_size > 1:
             gathered = [{} for _ in range(self.tp_size)]
-            group = ps.get_tensor_model_parallel_group()
-            for name in sorted(local):
+            for name in sorted(local):  # experts are split over the expert-TP group (of the same size as TP)
+                expert = convert.is_expert_parameter(name)
+                group = ps.get_expert_tensor_parallel_group() if expert else ps.get_tensor_model_parallel_group()
                 parts = [torch.empty_like(local[name]) for _ in range(self.tp_size)]
                 dist.all_gather(parts, local[name].contiguous(), group=group)
                 for rank, part in enumerate(parts):
                     gathered[rank][name] = part
             local = convert.merge_tp(gathered)
+        ep_size, experts = self._ep_size(), convert.num_experts(self.hf_config)
+        local = convert.globalize_ep(local, experts, ep_size, self._ep_rank())
+        if ep_size > 1:  # each expert-parallel rank holds its experts: exchanged through host memory
+            mine = {k: v.cpu() for k, v in local.items() if convert.is_expert_parameter(k)}
+            everyone = [None] * ep_size
+            dist.all_gather_object(everyone, mine, group=ps.get_expert_model_parallel_group())
+            for part in everyone:
+                local.update(part)
         stage = convert.globalize_pp(local, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank)
         if self.pp_size > 1:
             stage = {k: v.cpu() for k, v in stage.items()}  # all_gather_object pickles: through host memory
@@ -327,6 +367,16 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
             if convert.tied(self.hf_config):
                 stage.pop("output_layer.weight", None)
         yield from convert.mcore_to_hf(stage, self.hf_config).items()
+
+    def _ep_rank(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_expert_model_parallel_rank()
+
+    def _ep_size(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_expert_model_parallel_world_size()
 
     def state_checksum(self) -> float:
         """Collective: every rank must call it."""
@@ -351,6 +401,9 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
+        from roll.strategies.megatron.moe import check_moe_training
+
+        check_moe_training(self.hf_config, self.parallel)
         args = self.config.training_args
         dtype = self.tf_config.params_dtype
         if (
@@ -482,6 +535,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
                 "main_params": self._main_params(),
                 "steps_done": self.steps_done,
                 "layout": (self.tp_size, self.pp_size, self.world_size),
+                "expert_parallel": self._ep_size(),
             },
             target,
         )
@@ -522,10 +576,11 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         if not source.is_file():
             raise FileNotFoundError(f"{self.config.name}: {path} has no megatron checkpoint for this rank ({source})")
         saved = load_state(source)
-        if tuple(saved["layout"]) != (self.tp_size, self.pp_size, self.world_size):
+        layout = (*saved["layout"], saved.get("expert_parallel", 1))  # EP: each rank holds its experts only
+        if layout != (self.tp_size, self.pp_size, self.world_size, self._ep_size()):
             raise ValueError(
-                f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "
-                f"{(self.tp_size, self.pp_size, self.world_size)}; load its HF copy instead"
+                f"{self.config.name}: checkpoint layout TP/PP/world/EP {layout} ≠ "
+                f"{(self.tp_size, self.pp_size, self.world_size, self._ep_size())}; load its HF copy instead"
             )
         only = megatron_lora.is_adapter_key if self.adapters else None
         mm.load_into(self.module, saved["model"], only=only)

@@ -1,5 +1,5 @@
 """Keys of ROLL's megatron strategy_config (its mcore_adapter TrainingArguments) that roll's megatron strategy
-does not take: dropped with a note where ROLL does not use them either, refused where they need an MoE model."""
+does not take: dropped with a note where ROLL does not use them either."""
 
 from roll.utils.logging import get_logger
 
@@ -13,9 +13,4 @@ def take_roll_keys(given: dict) -> None:
             "megatron strategy_config.max_grad_norm=%r is ignored, as in ROLL: the clip threshold is the role's "
             "training_args.max_grad_norm (ROLL's top-level max_grad_norm)",
             given.pop("max_grad_norm"),
-        )
-    if given.pop("moe_layer_recompute", False):
-        raise ValueError(
-            "megatron strategy_config.moe_layer_recompute (ROLL's) is refused: it recomputes MoE layers, and roll "
-            "builds dense families only (qwen2, llama)"
         )
