@@ -305,8 +305,8 @@ def references(megatron_runs):
 
 @pytest.mark.parametrize("name", list(TRAIN))
 def test_moe_training_equals_plain_hf(megatron_runs, references, name):
-    """TP1×DP2 and EP2 (alltoall dispatcher, MoE-layer recomputation) train like the plain HF loop; with moe_aux_loss_coeff the aux loss enters exactly as megatron-core's
-    Switch term per layer and micro-batch."""
+    """TP1×DP2 and EP2 (alltoall dispatcher, MoE-layer recomputation) train like the plain HF loop; with
+    moe_aux_loss_coeff the aux loss enters exactly as megatron-core's Switch term per layer and micro-batch."""
     result = megatron_runs["results"][name]
     aux = "aux" in name
     reference = references[AUX if aux else 0.0]
