@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
-from roll.strategies.batching import pack, restore_order, scoring_micro_batches
+from roll.strategies.batching import max_over_ranks, pack, restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron import lora as megatron_lora
 from roll.strategies.megatron.config import MODEL_PARALLEL_KEYS, resolve_megatron_config
@@ -70,17 +70,11 @@ CHECKPOINT_DIR = "megatron"
 
 def check_micro_batching(config, parallel: dict) -> None:
     """Dynamic batching and sequence packing vary micro-batch shapes, which the pipeline schedules' fixed p2p
-    shapes do not allow (PP 1 only). With expert parallelism the ranks of an expert group must train on as many
-    micro-batches each (every forward exchanges tokens): token budgets, which vary the count, are refused there."""
+    shapes do not allow (PP 1 only)."""
     reason = MegatronInferStrategy.dynamic_batching_limit(parallel)
     for enabled in ("use_dynamic_batching_in_train", "use_dynamic_batching_in_infer", "use_sequence_packing"):
         if getattr(config, enabled) and reason:
             raise ValueError(f"{config.name}.{enabled} with megatron: {reason}")
-    if config.use_dynamic_batching_in_train and parallel.get("expert_model_parallel_size", 1) > 1:
-        raise ValueError(
-            f"{config.name}.use_dynamic_batching_in_train with megatron expert_model_parallel_size > 1: the ranks "
-            "of an expert group must run the same number of micro-batches; use the fixed split (false)"
-        )
 
 
 class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
@@ -268,15 +262,10 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
 
     def _micro_count_of_ep_group(self, count: int) -> int:
         """With expert parallelism every forward exchanges tokens between the data-parallel ranks of an expert
-        group, so they must run the same number of micro-batches: the largest count among them (shards may be
-        uneven: the Cluster's dispatch, token-budget micro-batches)."""
-        from megatron.core import parallel_state as ps
-
-        if self._ep_size() == 1:
-            return count
-        most = torch.tensor([count], device=self.device)
-        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=ps.get_data_parallel_group())
-        return int(most.item())
+        group, so they must run the same number of micro-batches: the largest count of any rank (shards may be
+        uneven: the Cluster's dispatch, token-budget micro-batches). Training's count is already equal
+        (split_train_batch)."""
+        return max_over_ranks(count) if self._ep_size() > 1 else count
 
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
