@@ -47,7 +47,7 @@ TIERS = {
     "strategies/test_megatron_moe.py::test_moe_layouts_megatron_does_not_build_are_refused": "quick",
     "strategies/test_megatron_moe.py::test_moe_keys_take_the_models_router_and_rolls_meaning": "quick",
     "strategies/test_megatron_moe.py::test_moe_keys_the_model_cannot_honour_are_errors": "quick",
-    "strategies/test_megatron_moe.py::test_moe_training_under_tensor_parallelism_needs_sequence_parallelism": "quick",
+    "strategies/test_megatron_moe.py::test_moe_training_limits_are_errors": "quick",
     "strategies/test_megatron_moe.py::test_grouped_gemm_without_its_kernels_is_an_error_not_a_fallback": "quick",
     "strategies/test_megatron_moe.py::test_moe_key_values_are_checked_with_the_config": "quick",
     "strategies/test_megatron_train.py::test_strategy_config_is_validated": "quick",

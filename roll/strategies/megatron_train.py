@@ -52,6 +52,7 @@ from roll.strategies.megatron import convert
 from roll.strategies.megatron import lora as megatron_lora
 from roll.strategies.megatron.config import MODEL_PARALLEL_KEYS, resolve_megatron_config
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.megatron.moe import check_moe_training
 from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
@@ -128,6 +129,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         self.pp_size, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
         self.hf_config = AutoConfig.from_pretrained(self.config.model_args.model_name_or_path)
         convert.check_supported(self.hf_config)
+        if self.training:
+            check_moe_training(self.hf_config, self.parallel, lora=self.config.model_args.lora)
         # model_args.dtype is the dtype of the model's parameters; training in bf16/fp16 keeps fp32 main
         # (master) weights in megatron's optimizer (_wrap_for_training)
         self.tf_config = mm.transformer_config(
@@ -145,6 +148,7 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         self.adapters = {}
         if self.training and self.config.model_args.lora:  # adapters before DDP: its buffers hold only them
             self.check_lora(self.config.model_args, self.parallel)
+
             self.adapters = megatron_lora.attach(self.module, self.config.model_args, self.tp_size, self.tp_rank)
         self._wrap_for_training(total_steps)
         self.model.train(self.training)
@@ -390,9 +394,6 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-        from roll.strategies.megatron.moe import check_moe_training
-
-        check_moe_training(self.hf_config, self.parallel)
         args = self.config.training_args
         dtype = self.tf_config.params_dtype
         if (

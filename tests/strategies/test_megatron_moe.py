@@ -164,13 +164,16 @@ def test_moe_keys_the_model_cannot_honour_are_errors(model, keys, match):
         _moe_kwargs(model().config, **keys)
 
 
-def test_moe_training_under_tensor_parallelism_needs_sequence_parallelism():
+def test_moe_training_limits_are_errors():
     from roll.strategies.megatron.moe import check_moe_training
 
     with pytest.raises(ValueError, match="MoE model with tensor_model_parallel_size > 1 needs sequence_parallel"):
         check_moe_training(qwen3_moe().config, {"tensor_model_parallel_size": 2})
     check_moe_training(qwen3_moe().config, {"tensor_model_parallel_size": 2, "sequence_parallel": True})
     check_moe_training(qwen3().config, {"tensor_model_parallel_size": 2})
+    with pytest.raises(ValueError, match=r"LoRA \(model_args.lora_\*\) on an MoE model"):
+        check_moe_training(qwen3_moe().config, {}, lora=True)
+    check_moe_training(qwen3().config, {}, lora=True)
 
 
 def test_grouped_gemm_without_its_kernels_is_an_error_not_a_fallback(monkeypatch):

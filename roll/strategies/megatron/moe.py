@@ -93,16 +93,21 @@ def moe_config(hf_config, parallel: dict) -> dict:
     )
 
 
-def check_moe_training(hf_config, parallel: dict) -> None:
-    """megatron-core 0.16.1 refuses to train an MoE layer under tensor parallelism without sequence parallelism
-    (which needs Apex norms here: refused on a CPU machine by the config check)."""
-    if (
-        is_moe(hf_config)
-        and parallel.get("tensor_model_parallel_size", 1) > 1
-        and not parallel.get("sequence_parallel")
-    ):
+def check_moe_training(hf_config, parallel: dict, lora: bool = False) -> None:
+    """What megatron_train cannot train on an MoE model: TP > 1 without sequence parallelism (megatron-core 0.16.1
+    refuses it; sequence parallelism needs Apex norms, refused on a CPU machine by the config check), and LoRA
+    (roll's adapters are not registered as expert parameters, whose gradients megatron reduces over the
+    expert-data-parallel group only)."""
+    if not is_moe(hf_config):
+        return
+    if parallel.get("tensor_model_parallel_size", 1) > 1 and not parallel.get("sequence_parallel"):
         raise ValueError(
             "megatron_train: training an MoE model with tensor_model_parallel_size > 1 needs sequence_parallel=true "
             "(megatron-core refuses MoE + TP training without it); use tensor_model_parallel_size 1 (with "
             "expert_model_parallel_size for the experts) or enable sequence parallelism"
+        )
+    if lora:
+        raise ValueError(
+            f"megatron_train: LoRA (model_args.lora_*) on an MoE model ({hf_config.model_type}) is not supported: "
+            "roll's adapters on the experts would not be reduced as expert parameters; train without LoRA"
         )
