@@ -59,6 +59,7 @@ from roll.strategies.train_common import (
     save_tokenizer,
     split_train_batch,
 )
+from roll.strategies.ulysses import enable_ulysses, layout, ulysses_logits, ulysses_size_of
 from roll.utils.checkpoint import load_state
 from roll.utils.logging import get_logger
 
@@ -241,7 +242,9 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    ulysses = True  # model_args.ulysses_size: groups of ranks split each row's sequence (roll/strategies/ulysses.py)
     log_prob_kernels = "transformers"  # hf_logits through the fully_shard-ed HF module
+    ulysses_group = None  # this rank's Ulysses group (None: off)
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):
@@ -254,10 +257,38 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
         # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
-        self.model = shard_model(
-            self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config, self.device, self.logger
-        )
+        model = self._with_ulysses(self.load_model(dtype=self._stored_dtype()))
+        self.model = shard_model(model, self.world_size, self.fsdp_config, self.device, self.logger)
         self.model.eval()
+
+    def _with_ulysses(self, model: torch.nn.Module) -> torch.nn.Module:
+        """model_args.ulysses_size > 1: this rank's group, and the model's attention switched to the Ulysses
+        wrapper around its own kernel (before sharding and LoRA)."""
+        size = ulysses_size_of(self.config.model_args)
+        if size > 1:
+            if self.config.use_sequence_packing:
+                raise ValueError(
+                    f"{self.config.name}: model_args.ulysses_size={size} with use_sequence_packing is not built"
+                )
+            self.ulysses_group, self._ulysses_kernel = enable_ulysses(model, size)
+            self.logger.info(
+                "ulysses: sequence split over %d ranks (group rank %d) around %s attention",
+                size,
+                self.ulysses_group.rank,
+                self._ulysses_kernel,
+            )
+        return model
+
+    def data_parallel_info(self) -> dict:
+        """With Ulysses the ranks of a group share a data-parallel rank (the same rows); the first reports."""
+        return layout(self.rank, self.world_size, ulysses_size_of(self.config.model_args))
+
+    def _logits(self, micro: DataProto) -> torch.Tensor:
+        """hf_logits, or its Ulysses twin: the same (rows, T, V) logits on every rank of the group."""
+        if self.ulysses_group is None:
+            return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
+        dtype = DTYPES[self.fsdp_config["param_dtype"]]
+        return ulysses_logits(self.model, micro, self.device, self.ulysses_group, self._ulysses_kernel, dtype)
 
     def _stored_dtype(self) -> torch.dtype:
         """Forward only: keep the weights in the compute dtype (no master copy needed)."""
@@ -267,7 +298,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         return align_forward_counts(micros, batch)
 
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
-        return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).float().cpu()
+        return self._logits(micro).float().cpu()
 
     # --- weights --------------------------------------------------------------------------------------
     def named_full_parameters(self, only=None):
@@ -336,7 +367,7 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         self.fsdp_config = resolve_fsdp2_config(
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
-        model = self.load_model(dtype=self._stored_dtype())
+        model = self._with_ulysses(self.load_model(dtype=self._stored_dtype()))
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         freeze_by_prefix(model, self.config.model_args.frozen_prefixes, self.logger)
@@ -358,9 +389,9 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         history: dict[str, list] = {}
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micros:
-            logits = hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
-            loss, metrics = loss_fn(micro.to(self.device), logits)
-            (loss / len(micros)).backward()  # FSDP2 averages the gradients over ranks in its reduce-scatter
+            loss, metrics = loss_fn(micro.to(self.device), self._logits(micro))
+            # FSDP2 averages the gradients over ranks in its reduce-scatter (with Ulysses: see ulysses.py)
+            (loss / len(micros)).backward()
             for key, value in metrics.items():
                 history.setdefault(key, []).append(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(

@@ -400,7 +400,9 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     from tests.strategies import offload_probe
 
     if scenario["strategy"].endswith("_infer"):
-        return run_infer_scenario(scenario, rank, model_dir, batches)
+        return run_infer_scenario(
+            scenario, rank, workdir / scenario["model"] if scenario.get("model") else model_dir, batches
+        )
     world = torch.distributed.get_world_size()  # WORLD_SIZE, or a launch's own (megatron_scenarios)
     config = make_worker_config(
         workdir / scenario["model"] if scenario.get("model") else model_dir,
@@ -471,13 +473,14 @@ def _uneven_rows(rank: int) -> slice:
 def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
     """Forward-only strategies: [offload] (an offload/reload round trip watched by offload_probe first),
     log-probs of the saved model, checksum, then a weight load (as a weight sync would send) and the
-    state it leaves."""
+    state it leaves. [model] and [model_args] as in run_scenario."""
     from roll.strategies import create_strategy
     from tests.strategies import offload_probe
 
     world = torch.distributed.get_world_size()
     config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, world)
     config = dataclasses.replace(config, **scenario.get("worker", {}))
+    config.model_args = dataclasses.replace(config.model_args, **scenario.get("model_args", {}))
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, world))
     strategy.initialize()
     round_trips = [offload_probe.round_trip(strategy)] if scenario.get("offload") else []  # before scoring
