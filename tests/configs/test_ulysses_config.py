@@ -55,3 +55,21 @@ def test_model_heads_must_split_over_the_group():
     sliding = Qwen2Config(num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=8)
     with pytest.raises(ValueError, match="sliding_attention"):
         check_model(2, sliding)
+
+
+@pytest.mark.parametrize(
+    "fsdp_size,group", [(None, None), (-1, None), (1, None), (8, None), (16, None), (4, 4), (2, 2)]
+)
+def test_fsdp_size_is_rolls_hybrid_sharding_group(fsdp_size, group):
+    """ROLL (fsdp2_strategy.create_device_mesh_with_ep): fsdp_size ≤ 1 or ≥ the world = one shard group of all
+    ranks; in between a (world / fsdp_size, fsdp_size) mesh, sharded on the inner dimension."""
+    from roll.strategies.fsdp2_train import resolve_fsdp2_config
+
+    assert resolve_fsdp2_config({"fsdp_size": fsdp_size}, "float32", 8)["shard_group"] == group
+
+
+def test_fsdp_size_must_divide_the_world():
+    from roll.strategies.fsdp2_train import resolve_fsdp2_config
+
+    with pytest.raises(ValueError, match="fsdp_size=3: expected an integer that divides the role's 8 ranks"):
+        resolve_fsdp2_config({"fsdp_size": 3}, "float32", 8)

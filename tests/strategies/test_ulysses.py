@@ -147,3 +147,44 @@ def test_token_mean_with_ulysses_equals_data_parallel_without(runs):
     assert plain["layout"].dp_size == 2
     _assert_steps_close(ulysses["steps"], plain["steps"], LOSS_KEYS)
     assert _max_param_diff(ulysses["params"], plain["params"]) < PARAM_ATOL
+
+
+# --- 4 ranks: rlvr_fsdp2_sp2's shape (Ulysses groups of 2 inside hybrid-sharding groups, ROLL's fsdp_size) -------
+HYBRID = {**FSDP2, "fsdp_size": 2}  # 2 shard groups of 2 ranks, parameters replicated across them
+
+
+def hybrid_scenarios() -> list[dict]:
+    return [
+        dict(name="hybrid_infer", strategy="fsdp2_infer", config={"fsdp_size": 2}, model_args=ULYSSES),
+        dict(
+            name="hybrid_train",
+            strategy="fsdp2_train",
+            config=HYBRID,
+            micro=4,
+            accumulation=ROWS // 8,
+            gradient_checkpointing=True,
+            model_args=ULYSSES,
+        ),  # fmt: skip
+    ]
+
+
+@pytest.fixture(scope="module")
+def hybrid_runs(runs, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("ulysses_hybrid")
+    results = h.launch(hybrid_scenarios(), runs["model_dir"], runs["data_file"], workdir, world_size=4)
+    failed = {name: r["error"] for name, r in results.items() if "error" in r}
+    assert not failed, failed
+    return results
+
+
+def test_hybrid_sharding_with_ulysses_scores_and_trains_like_the_plain_model(runs, hybrid_runs):
+    from transformers import AutoModelForCausalLM
+
+    infer, train, reference = hybrid_runs["hybrid_infer"], hybrid_runs["hybrid_train"], runs["reference"]
+    model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    batch0 = torch.load(runs["data_file"])[0]
+    assert len(infer["log_probs"]) == 2  # 2 data-parallel groups (3 and 7 rows), one result each
+    assert torch.allclose(torch.cat(infer["log_probs"]), _log_probs(model, batch0), atol=1e-5)
+    assert train["layout"].dp_ranks == (0, 0, 1, 1)
+    _assert_steps_close(train["steps"], reference["steps"], LOSS_KEYS + ("actor/pg_clipfrac",))
+    assert _max_param_diff(train["params"], reference["params"]) < PARAM_ATOL
