@@ -5,7 +5,7 @@ Ulysses group of 2 ranks = one data-parallel rank, each rank running half of eve
   sdpa) and a GQA Qwen2 with 4 heads and 1 KV head (repeated to each rank) on the eager kernel;
 - fsdp2_train (activation checkpointing on: its recompute runs the all-to-alls again) trains like the plain
   single-process loop on the same global batch (per-step losses and final parameters, the tolerances of
-  test_train_strategies.py), also with token-budget micro-batches;
+  test_train_strategies.py), also with token-budget micro-batches, and so does the critic's value model;
 - token-mean (the loss normalised by the step's global token count) with Ulysses equals FSDP2 without it on
   the same global batch (2 data-parallel ranks).
 
@@ -64,6 +64,7 @@ def scenarios() -> list[dict]:
             **train,
         ),  # fmt: skip
         dict(name="token_mean_dp", micro=4, accumulation=ROWS // 8, loss_agg_mode="token-mean", steps=2, **train),
+        dict(name="critic", micro=4, accumulation=ROWS // 4, model_args=ULYSSES, critic=True, **train),
     ]
 
 
@@ -97,6 +98,7 @@ def runs(tmp_path_factory):
     assert not failed, failed
     return {
         "reference": h.plain_reference(model_dir, data_file),
+        "critic_reference": h.plain_reference(model_dir, data_file, critic=True),
         "results": results,
         "model_dir": model_dir,
         "gqa_dir": gqa_dir,
@@ -138,6 +140,21 @@ def test_training_equals_the_plain_loop_on_the_same_global_batch(runs, name):
     model.load_state_dict(reference["params"])
     expected = _log_probs(model, torch.load(runs["data_file"])[0])
     assert torch.allclose(torch.cat(result["log_probs"]), expected, atol=1e-4)
+
+
+def test_critic_value_model_trains_and_scores_like_the_plain_loop(runs):
+    """The value model (token-classification head, one output per token) through the same split forward."""
+    result, reference = runs["results"]["critic"], runs["critic_reference"]
+    _assert_steps_close(result["steps"], reference["steps"], ("critic/vf_loss", "grad_norm", "lr"))
+    assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
+    model = h.load_value_model(runs["model_dir"]).eval()
+    model.load_state_dict(reference["params"])
+    batch = h.as_proto(torch.load(runs["data_file"])[0], slice(0, 10))
+    with torch.no_grad():
+        logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+    expected = logits[:, -h.RESPONSE_LENGTH - 1 : -1].squeeze(-1)
+    real = batch.batch["response_mask"].bool()
+    assert torch.allclose(torch.cat(result["log_probs"])[real], expected[real], atol=1e-5)
 
 
 def test_token_mean_with_ulysses_equals_data_parallel_without(runs):
