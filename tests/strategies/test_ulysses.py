@@ -5,7 +5,7 @@ Ulysses group of 2 ranks = one data-parallel rank, each rank running half of eve
   sdpa) and a GQA Qwen2 with 4 heads and 1 KV head (repeated to each rank) on the eager kernel;
 - fsdp2_train (activation checkpointing on: its recompute runs the all-to-alls again) trains like the plain
   single-process loop on the same global batch (per-step losses and final parameters, the tolerances of
-  test_train_strategies.py), also with token-budget micro-batches, and so does the critic's value model;
+  test_train_strategies.py), also with token-budget micro-batches, and so do the critic's value model and LoRA;
 - token-mean (the loss normalised by the step's global token count) with Ulysses equals FSDP2 without it on
   the same global batch (2 data-parallel ranks).
 
@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests.strategies import harness as h
+from tests.strategies import lora_scenarios as ls
 from tests.strategies.test_train_strategies import (
     DYNAMIC_KEYS,
     LOSS_KEYS,
@@ -29,6 +30,7 @@ ULYSSES = {"ulysses_size": 2}
 FSDP2 = {"reshard_after_forward": True}
 ROWS = h.WORLD_SIZE * h.ROWS_PER_RANK  # one data-parallel group gets the whole global batch
 GQA_MODEL = "gqa_model"
+LORA_TARGET = r".*\.(q_proj|v_proj|up_proj|down_proj)"
 DYNAMIC = {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 48}
 
 
@@ -65,6 +67,15 @@ def scenarios() -> list[dict]:
         ),  # fmt: skip
         dict(name="token_mean_dp", micro=4, accumulation=ROWS // 8, loss_agg_mode="token-mean", steps=2, **train),
         dict(name="critic", micro=4, accumulation=ROWS // 4, model_args=ULYSSES, critic=True, **train),
+        dict(
+            name="lora",
+            runner=ls.RUNNER,
+            target=LORA_TARGET,
+            micro=4,
+            accumulation=ROWS // 4,
+            model_args=ULYSSES,
+            **train,
+        ),  # fmt: skip
     ]
 
 
@@ -99,6 +110,7 @@ def runs(tmp_path_factory):
     return {
         "reference": h.plain_reference(model_dir, data_file),
         "critic_reference": h.plain_reference(model_dir, data_file, critic=True),
+        "lora_reference": ls.plain_lora_reference(model_dir, data_file, LORA_TARGET),
         "results": results,
         "model_dir": model_dir,
         "gqa_dir": gqa_dir,
@@ -155,6 +167,19 @@ def test_critic_value_model_trains_and_scores_like_the_plain_loop(runs):
     expected = logits[:, -h.RESPONSE_LENGTH - 1 : -1].squeeze(-1)
     real = batch.batch["response_mask"].bool()
     assert torch.allclose(torch.cat(result["log_probs"])[real], expected[real], atol=1e-5)
+
+
+def test_lora_adapters_train_like_the_plain_peft_loop(runs):
+    """LoRA (peft wraps the projections, attention stays the Ulysses wrapper): same losses and adapters as the
+    single-process peft loop, and the reference log-probs with the adapters disabled are the base model's."""
+    from transformers import AutoModelForCausalLM
+
+    result, reference = runs["results"]["lora"], runs["lora_reference"]
+    _assert_steps_close(result["steps"], reference["steps"], DYNAMIC_KEYS)
+    assert max((result["after"][n] - reference["params"][n]).abs().max().item() for n in reference["params"]) < 2e-5
+    base = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
+    expected = _log_probs(base, torch.load(runs["data_file"])[0])
+    assert torch.allclose(result["reference_log_probs"][0], expected, atol=1e-5)
 
 
 def test_token_mean_with_ulysses_equals_data_parallel_without(runs):
