@@ -281,7 +281,7 @@ def check_freeze(name: str, worker) -> None:
 
 
 def check_ulysses(name: str, worker) -> None:
-    """model_args.ulysses_size > 1: a strategy that builds it (class attribute `ulysses`), without packing."""
+    """model_args.ulysses_size > 1: a strategy that builds it (class attribute `ulysses`)."""
     from roll.strategies.ulysses import ulysses_size_of
 
     try:
@@ -295,11 +295,6 @@ def check_ulysses(name: str, worker) -> None:
         raise ConfigError(
             f"'{name}.model_args.ulysses_size' = {size}: strategy {worker.strategy_args.strategy_name!r} has no "
             f"Ulysses sequence parallelism; use one of {strategies_with('ulysses', role=name)} or set it to 1"
-        )
-    if worker.use_sequence_packing:
-        raise ConfigError(
-            f"'{name}.model_args.ulysses_size' = {size} with '{name}.use_sequence_packing': not built together "
-            "(a packed row's mask is not rebuilt across the sequence split); turn one off"
         )
 
 

@@ -41,7 +41,7 @@ class ModelArgs:
         "Ulysses sequence parallelism (ROLL's key): groups of this many consecutive ranks share each row, every rank "
         "runs 1/ulysses_size of the sequence and attention all-to-alls heads across the group; the role's data-"
         "parallel size becomes world_size / ulysses_size. 1 or null = off. fsdp2_train / fsdp2_infer only; the "
-        "model's attention heads must divide by it (KV heads divide it or by it); no use_sequence_packing",
+        "model's attention heads must divide by it (KV heads divide it or by it)",
         bounds="[1, inf)",
     )
     disable_gradient_checkpointing: bool = field_help(

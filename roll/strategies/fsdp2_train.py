@@ -282,10 +282,6 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         wrapper around its own kernel (before sharding and LoRA)."""
         size = ulysses_size_of(self.config.model_args)
         if size > 1:
-            if self.config.use_sequence_packing:
-                raise ValueError(
-                    f"{self.config.name}: model_args.ulysses_size={size} with use_sequence_packing is not built"
-                )
             self.ulysses_group, self._ulysses_kernel = enable_ulysses(model, size)
             self.logger.info(
                 "ulysses: sequence split over %d ranks (group rank %d) around %s attention",
@@ -304,7 +300,8 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         if self.ulysses_group is None:
             return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
         dtype = DTYPES[self.fsdp_config["param_dtype"]]
-        return ulysses_logits(self.model, micro, self.device, self.ulysses_group, self._ulysses_kernel, dtype)
+        group, packing = self.ulysses_group, self.config.use_sequence_packing
+        return ulysses_logits(self.model, micro, self.device, group, self._ulysses_kernel, dtype, packing)
 
     def _stored_dtype(self) -> torch.dtype:
         """Forward only: keep the weights in the compute dtype (no master copy needed)."""

@@ -9,10 +9,12 @@ AttentionInterface as `roll_ulysses`). The kernel then sees exactly the causal/p
 forward, built from the full 2D mask and position ids (which travel to it as a forward kwarg, so activation
 checkpointing's recompute finds them too). Position ids are the global ones, sliced with the tokens.
 
-The logits come back to every rank of the group (an all-gather along the sequence), so losses and scores see
-the unsplit (rows, T, V) tensor. Its backward keeps this rank's slice of the gradient × U: every rank of a
-group computes the same loss, so the group's gradient is U × one rank's, and FSDP2 averages over all W ranks
-(U per group): the update equals the one of W / U data-parallel ranks without Ulysses.
+Sequence packing works the same way on the one packed row (transformers derives its block-diagonal mask from
+the position ids). The logits come back to every rank of the group (an all-gather along the sequence), so
+losses and scores see the unsplit (rows, T, V) tensor. Its backward keeps this rank's slice of the gradient
+× U: every rank of a group computes the same loss, so the group's gradient is U × one rank's, and FSDP2
+averages over all W ranks (U per group): the update equals the one of W / U data-parallel ranks without
+Ulysses.
 """
 
 import sys
@@ -22,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
-from roll.strategies.batching import FORWARD_KEYS, real_columns
+from roll.strategies.batching import FORWARD_KEYS, pack, real_columns, unpack
 
 ATTENTION_NAME = "roll_ulysses"
 CONTEXT_KWARG = "roll_ulysses"
@@ -231,16 +233,17 @@ def enable_ulysses(model: torch.nn.Module, size: int) -> tuple[UlyssesGroup, str
     return group, kernel
 
 
-def _full_mask(model_config, kernel: str, attention_mask, position_ids, dtype, device):
-    """The mask the unsplit forward's attention gets (transformers' own mask code, for `kernel`)."""
+def _full_mask(model_config, kernel: str, input_ids, attention_mask, position_ids, dtype):
+    """The mask the unsplit forward's attention gets (transformers' own mask code, for `kernel`); with no
+    attention_mask (a packed row) transformers reads the rows' boundaries from the position ids."""
     import copy
 
     from transformers.masking_utils import create_causal_mask
 
     config = copy.copy(model_config)
     config._attn_implementation_internal = kernel
-    rows, width = attention_mask.shape
-    embeds = torch.empty((rows, width, 0), dtype=dtype, device=device)  # read for its batch, length and dtype only
+    rows, width = input_ids.shape
+    embeds = torch.empty((rows, width, 0), dtype=dtype, device=input_ids.device)  # read for its shape and dtype
     return create_causal_mask(
         config=config,
         inputs_embeds=embeds,
@@ -250,33 +253,43 @@ def _full_mask(model_config, kernel: str, attention_mask, position_ids, dtype, d
     )
 
 
-def ulysses_logits(model, micro: DataProto, device, group: UlyssesGroup, kernel: str, dtype) -> torch.Tensor:
-    """hf_logits under Ulysses: the micro-batch's real columns, right-padded to a multiple of U, this rank's
-    slice of the sequence through the model, the logits gathered back to the full (rows, T, V) on every rank
-    of the group (zeros in the cut columns). Differentiable."""
-    width, cols = micro.batch["attention_mask"].shape[1], real_columns(micro.batch["attention_mask"])
-    inputs = {key: micro.batch[key][:, cols].to(device) for key in FORWARD_KEYS}
-    used = cols.stop - cols.start
+def _split_forward(model, input_ids, attention_mask, position_ids, group: UlyssesGroup, kernel: str, dtype):
+    """(rows, L, V) logits of the whole sequence on every rank of the group, each rank having run its 1/U slice
+    (the sequence right-padded to a multiple of U: padding is masked as keys, or its own packed row, and lies
+    to the right of every real query; its logits are dropped)."""
+    used = input_ids.shape[1]
     pad = -used % group.size
-    if pad:  # padding columns: masked as keys, to the right of every real query; their logits are dropped
-        inputs = {key: torch.nn.functional.pad(value, (0, pad)) for key, value in inputs.items()}
+    if pad:
+        input_ids, position_ids = (torch.nn.functional.pad(t, (0, pad)) for t in (input_ids, position_ids))
+        attention_mask = None if attention_mask is None else torch.nn.functional.pad(attention_mask, (0, pad))
     config = model.config if hasattr(model, "config") else model.module.config
-    context = UlyssesContext(
-        group,
-        kernel,
-        _full_mask(config, kernel, inputs["attention_mask"], inputs["position_ids"], dtype, device),
-        inputs["position_ids"],
-    )
-    span = inputs["input_ids"].shape[1] // group.size
+    mask = _full_mask(config, kernel, input_ids, attention_mask, position_ids, dtype)
+    context = UlyssesContext(group, kernel, mask, position_ids)
+    span = input_ids.shape[1] // group.size
     local = slice(group.rank * span, (group.rank + 1) * span)
     logits = model(
-        input_ids=inputs["input_ids"][:, local],
-        position_ids=inputs["position_ids"][:, local],
+        input_ids=input_ids[:, local],
+        position_ids=position_ids[:, local],
         attention_mask=None,
         use_cache=False,
         **{CONTEXT_KWARG: context},
     ).logits
-    logits = _GatherSequence.apply(logits, group)[:, :used]
-    if used == width:
+    return _GatherSequence.apply(logits, group)[:, :used]
+
+
+def ulysses_logits(model, micro: DataProto, device, group: UlyssesGroup, kernel: str, dtype, packing: bool):
+    """hf_logits under Ulysses: the same (rows, T, V) logits (zeros in cut columns / at padding positions) on
+    every rank of the group, from the micro-batch's real columns or, with `packing`, its one packed row.
+    Differentiable."""
+    if packing:
+        input_ids, position_ids = pack(micro)
+        packed = _split_forward(model, input_ids.to(device), None, position_ids.to(device), group, kernel, dtype)
+        return unpack(packed, micro)
+    width, cols = micro.batch["attention_mask"].shape[1], real_columns(micro.batch["attention_mask"])
+    inputs = {key: micro.batch[key][:, cols].to(device) for key in FORWARD_KEYS}
+    logits = _split_forward(
+        model, inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"], group, kernel, dtype
+    )
+    if cols.stop - cols.start == width:
         return logits
     return torch.nn.functional.pad(logits, (0, 0, cols.start, width - cols.stop))

@@ -32,7 +32,6 @@ def test_ulysses_groups_divide_the_data_parallel_size(size, dp):
         (3, {}, "model_args.ulysses_size=3 does not divide the role's 4 ranks"),
         (0, {}, "ulysses_size"),
         (2, {"strategy": "deepspeed_train"}, "'actor_train.model_args.ulysses_size' = 2: strategy 'deepspeed_train'"),
-        (2, {"use_sequence_packing": True}, "'actor_train.model_args.ulysses_size' = 2 with 'actor_train.use_seq"),
     ],
 )
 def test_ulysses_config_errors_name_the_key(size, extra, message):

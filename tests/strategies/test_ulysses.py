@@ -2,10 +2,11 @@
 Ulysses group of 2 ranks = one data-parallel rank, each rank running half of every row's sequence.
 
 - fsdp2_infer scores like the plain HF model (log-probs within 1e-5): the tiny Qwen2 (2 heads, 2 KV heads,
-  sdpa) and a GQA Qwen2 with 4 heads and 1 KV head (repeated to each rank) on the eager kernel;
+  sdpa; padded and packed) and a GQA Qwen2 with 4 heads and 1 KV head (repeated to each rank) on the eager kernel;
 - fsdp2_train (activation checkpointing on: its recompute runs the all-to-alls again) trains like the plain
   single-process loop on the same global batch (per-step losses and final parameters, the tolerances of
-  test_train_strategies.py), also with token-budget micro-batches, and so do the critic's value model and LoRA;
+  test_train_strategies.py), also with token-budget micro-batches, packed or not, and so do the critic's
+  value model and LoRA;
 - token-mean (the loss normalised by the step's global token count) with Ulysses equals FSDP2 without it on
   the same global batch (2 data-parallel ranks).
 
@@ -32,6 +33,13 @@ ROWS = h.WORLD_SIZE * h.ROWS_PER_RANK  # one data-parallel group gets the whole 
 GQA_MODEL = "gqa_model"
 LORA_TARGET = r".*\.(q_proj|v_proj|up_proj|down_proj)"
 DYNAMIC = {"use_dynamic_batching_in_train": True, "max_tokens_per_microbatch_in_train": 48}
+# packed rows of odd token counts: the packed row is padded to a multiple of 2 before it is split
+PACKED = {**DYNAMIC, "use_sequence_packing": True}
+PACKED_INFER = {
+    "use_dynamic_batching_in_infer": True,
+    "max_tokens_per_microbatch_in_infer": 20,
+    "use_sequence_packing": True,
+}
 
 
 def scenarios() -> list[dict]:
@@ -66,6 +74,8 @@ def scenarios() -> list[dict]:
             **train,
         ),  # fmt: skip
         dict(name="token_mean_dp", micro=4, accumulation=ROWS // 8, loss_agg_mode="token-mean", steps=2, **train),
+        dict(name="train_packed", micro=4, accumulation=ROWS // 4, model_args=ULYSSES, worker=PACKED, **train),
+        dict(name="infer_packed", strategy="fsdp2_infer", config=None, model_args=ULYSSES, worker=PACKED_INFER),
         dict(name="critic", micro=4, accumulation=ROWS // 4, model_args=ULYSSES, critic=True, **train),
         dict(
             name="lora",
@@ -119,7 +129,8 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "name,model_key,kernel", [("infer", "model_dir", None), ("infer_gqa_eager", "gqa_dir", "eager")]
+    "name,model_key,kernel",
+    [("infer", "model_dir", None), ("infer_gqa_eager", "gqa_dir", "eager"), ("infer_packed", "model_dir", None)],
 )
 def test_log_probs_equal_the_unsplit_model(runs, name, model_key, kernel):
     from transformers import AutoModelForCausalLM
@@ -134,14 +145,15 @@ def test_log_probs_equal_the_unsplit_model(runs, name, model_key, kernel):
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
 
 
-@pytest.mark.parametrize("name", ["train", "train_dynamic"])
+@pytest.mark.parametrize("name", ["train", "train_dynamic", "train_packed"])
 def test_training_equals_the_plain_loop_on_the_same_global_batch(runs, name):
     result, reference = runs["results"][name], runs["reference"]
     assert result["layout"].dp_size == 1 and result["layout"].dp_ranks == (0, 0)
     assert torch.equal(result["received"][0], result["received"][1])  # both ranks of the group got every row
     keys = LOSS_KEYS + ("actor/pg_clipfrac",)
-    if name == "train_dynamic":  # token-budget groups of the whole batch; per-micro-batch means differ
+    if name == "train_dynamic":  # token-budget groups of the whole batch
         assert result["micro_rows"] and all(sum(step) == ROWS for step in result["micro_rows"])
+    if name != "train":  # per-micro-batch means differ with other micro-batches
         keys = DYNAMIC_KEYS
     _assert_steps_close(result["steps"], reference["steps"], keys)
     assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
