@@ -92,8 +92,11 @@ def data_parallel_size(worker) -> int:
     strategy = _strategy_of(worker)
     if strategy is None:
         return worker.world_size
+    from roll.strategies.ulysses import check_world, ulysses_size_of
+
     try:
-        return strategy.data_parallel_size(worker.world_size, worker.strategy_args.strategy_config)
+        size = strategy.data_parallel_size(worker.world_size, worker.strategy_args.strategy_config)
+        return check_world(ulysses_size_of(worker.model_args), size) if worker.model_args else size
     except ValueError as error:
         raise ConfigError(f"{worker.name}: {error}") from None
 
@@ -219,6 +222,7 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
             )
         check_lora(name, worker)
         check_freeze(name, worker)
+        check_ulysses(name, worker)
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
@@ -273,6 +277,24 @@ def check_freeze(name: str, worker) -> None:
             f"'{name}.model_args.freeze_module_prefix' is set but strategy {worker.strategy_args.strategy_name!r} "
             f"does not freeze parameters by name; use one of {strategies_with('freeze_module_prefix', role=name)} "
             "or remove it"
+        )
+
+
+def check_ulysses(name: str, worker) -> None:
+    """model_args.ulysses_size > 1: a strategy that builds it (class attribute `ulysses`)."""
+    from roll.strategies.ulysses import ulysses_size_of
+
+    try:
+        size = ulysses_size_of(worker.model_args)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}") from None
+    strategy_cls = _strategy_of(worker)
+    if size == 1 or strategy_cls is None:
+        return
+    if not strategy_cls.ulysses:
+        raise ConfigError(
+            f"'{name}.model_args.ulysses_size' = {size}: strategy {worker.strategy_args.strategy_name!r} has no "
+            f"Ulysses sequence parallelism; use one of {strategies_with('ulysses', role=name)} or set it to 1"
         )
 
 

@@ -366,7 +366,6 @@ _ALIASES = {
     ("", "checkpoint_config"): _checkpoint_config,
     ("", "max_grad_norm"): _max_grad_norm,
     ("", "global_template"): _global_template,
-    ("model_args", "ulysses_size"): _inert((1, None), "model_args"),
     **{
         ("<role>", key): _positive_int_no_effect
         for key in ("sequence_length_round_in_train", "sequence_length_round_in_infer")

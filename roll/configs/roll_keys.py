@@ -279,13 +279,6 @@ ROLL_KEYS: list[RollKey] = [
     RollKey("model_args", "dtype", ALIAS, "fp32 | bf16 | fp16 = float32 | bfloat16 | float16 (both spellings taken)"),
     RollKey(
         "model_args",
-        "ulysses_size",
-        ALIAS,
-        "1 or null only: Ulysses sequence parallelism is not built in roll; long sequences are split by "
-        "megatron_train's tensor/pipeline parallelism instead",
-    ),
-    RollKey(
-        "model_args",
         "flash_attn",
         ALIAS,
         _IGNORED + "not a field of ROLL's ModelArguments (ROLL drops it; attention is chosen by attn_implementation)",

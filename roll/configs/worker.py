@@ -36,6 +36,14 @@ class ModelArgs:
         "attention kernel of HF-module strategies (transformers' attn_implementation; fa2 = flash_attention_2, "
         "which needs the flash-attn package and a GPU); null = transformers' default. vLLM/SGLang pick their own",
     )
+    ulysses_size: int | None = field_help(
+        1,
+        "Ulysses sequence parallelism (ROLL's key): groups of this many consecutive ranks share each row, every rank "
+        "runs 1/ulysses_size of the sequence and attention all-to-alls heads across the group; the role's data-"
+        "parallel size becomes world_size / ulysses_size. 1 or null = off. fsdp2_train / fsdp2_infer only; the "
+        "model's attention heads must divide by it (KV heads divide it or by it)",
+        bounds="[1, inf)",
+    )
     disable_gradient_checkpointing: bool = field_help(
         False, "train without activation checkpointing (faster, more memory); only read by training strategies"
     )

@@ -74,6 +74,7 @@ class InferenceStrategy:
     dynamic_batching_infer = False  # the scoring forwards honour use_dynamic_batching_in_infer
     sequence_packing = False  # training and scoring forwards honour use_sequence_packing
     freeze_module_prefix = False  # training honours model_args.freeze_module_prefix (frozen parameters by name)
+    ulysses = False  # model_args.ulysses_size > 1: Ulysses sequence parallelism (roll/strategies/ulysses.py)
     lora = False  # model_args.lora_* (peft LoRA adapters): only adapters train, the weight sync sends merged weights
     stop_strings = False  # generating_args.stop_strings end a sample
     lora_adapters = False  # load_adapter(named_tensors, adapter_config): serves a LoRA adapter (adapter-only sync)

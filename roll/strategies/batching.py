@@ -147,7 +147,12 @@ def hf_logits(model, micro: DataProto, device, packing: bool) -> torch.Tensor:
     packed = model(
         input_ids=input_ids.to(device), position_ids=position_ids.to(device), attention_mask=None, use_cache=False
     ).logits
-    mask = micro.batch["attention_mask"].bool().to(device)
+    return unpack(packed, micro)
+
+
+def unpack(packed: torch.Tensor, micro: DataProto) -> torch.Tensor:
+    """(1, N, V) outputs of a packed row back at the micro-batch's real positions of a zero (rows, T, V) tensor."""
+    mask = micro.batch["attention_mask"].bool().to(packed.device)
     out = packed.new_zeros(*mask.shape, packed.shape[-1])
     out[mask] = packed[0]
     return out

@@ -3,8 +3,10 @@ the role (gloo on CPU, NCCL on GPU).
 
 Every rank loads the HF folder, then each module class in `wrap_modules` (default: the model's
 `_no_split_modules`, i.e. its decoder layers) and finally the root are sharded over a 1-D device mesh
-of `world_size` ranks. Parameters become DTensors sharded on dim 0; the optimizer (AdamW from
-training_args) holds only this rank's shards.
+of `world_size` ranks (ROLL's `fsdp_size` dividing the world: a 2-D mesh, sharded within groups of that many
+ranks and replicated across them). Parameters become DTensors sharded on dim 0; the optimizer (AdamW from
+training_args) holds only this rank's shards. `model_args.ulysses_size` splits each row's sequence over groups
+of ranks (roll/strategies/ulysses.py).
 
 `strategy_config` keys (all optional; an unknown key is an error naming the valid ones):
     reshard_after_forward  true (default): free gathered weights after each forward (ZeRO-3-like);
@@ -59,6 +61,7 @@ from roll.strategies.train_common import (
     save_tokenizer,
     split_train_batch,
 )
+from roll.strategies.ulysses import enable_ulysses, layout, ulysses_logits, ulysses_size_of
 from roll.utils.checkpoint import load_state
 from roll.utils.logging import get_logger
 
@@ -71,7 +74,7 @@ FSDP2_DEFAULTS = {
     "reduce_dtype": "float32",
     "wrap_modules": None,
 }
-# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (roll shards over all the role's ranks);
+# ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (hybrid sharding when it divides the world);
 # wrap_policy.transformer_layer_cls_to_wrap = wrap_modules
 ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size", "wrap_policy")
 # keys of ROLL's example YAMLs that ROLL's own FSDP2 strategy never reads: accepted with a logged note
@@ -128,13 +131,8 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
     if policy is not None:
         if given.setdefault("cpu_offload", policy) != policy:
             raise ValueError(f"fsdp2 strategy_config.offload_policy={policy!r} conflicts with cpu_offload: set one")
-    size = given.pop("fsdp_size", None)
-    if size is not None and size != -1 and (not isinstance(size, int) or size < 1 or size < (world_size or 1)):
-        raise ValueError(
-            f"fsdp2 strategy_config.fsdp_size={size!r}: roll shards each role over all its {world_size or '?'} "
-            "ranks (no hybrid sharding groups); set null, -1, or at least the role's world size"
-        )
-    config = {**FSDP2_DEFAULTS, **given}
+    shard_group = _shard_group(given.pop("fsdp_size", None), world_size)
+    config = {**FSDP2_DEFAULTS, **given, "shard_group": shard_group}
     for key in ("reshard_after_forward", "cpu_offload"):
         if not isinstance(config[key], bool):
             raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}: expected true or false")
@@ -152,6 +150,21 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
     if wrap is not None and (isinstance(wrap, str) or not all(isinstance(name, str) for name in wrap)):
         raise ValueError(f"fsdp2 strategy_config.wrap_modules={wrap!r}: expected a list of module class names")
     return config
+
+
+def _shard_group(size, world_size: int | None) -> int | None:
+    """ROLL's fsdp_size: null, -1, ≤ 1 or ≥ the world = shard over all ranks (None); otherwise hybrid sharding,
+    each parameter sharded over groups of `size` consecutive ranks and replicated across the groups."""
+    if size is None or (
+        isinstance(size, int) and not isinstance(size, bool) and (size <= 1 or size >= (world_size or size))
+    ):
+        return None
+    if isinstance(size, bool) or not isinstance(size, int) or (world_size and world_size % size):
+        raise ValueError(
+            f"fsdp2 strategy_config.fsdp_size={size!r}: expected an integer that divides the role's "
+            f"{world_size or '?'} ranks (hybrid sharding groups), or null / -1 / ≥ the world size (all ranks)"
+        )
+    return size
 
 
 def init_process_group() -> None:
@@ -180,7 +193,11 @@ def shard_model(
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (world_size,))
+    group = fsdp_config.get("shard_group")
+    if group is None:
+        mesh = init_device_mesh(device.type, (world_size,))
+    else:  # HSDP: fully_shard shards over the inner dimension and replicates (all-reduces) over the outer one
+        mesh = init_device_mesh(device.type, (world_size // group, group), mesh_dim_names=("replicate", "shard"))
     param_dtype, reduce_dtype = DTYPES[fsdp_config["param_dtype"]], DTYPES[fsdp_config["reduce_dtype"]]
     stored_dtype = next(model.parameters()).dtype
     mp_policy = MixedPrecisionPolicy(
@@ -216,10 +233,10 @@ def shard_model(
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     logger.info(
-        "fsdp2: %d %s units + root sharded over %d ranks (%s)",
+        "fsdp2: %d %s units + root sharded over %s ranks (%s)",
         len(units),
         "/".join(unit_names) or "no",
-        world_size,
+        world_size if group is None else f"groups of {group} (replicated {world_size // group}×) of {world_size}",
         ", ".join(
             f"{k}={fsdp_config[k]}" for k in ("reshard_after_forward", "param_dtype", "reduce_dtype", "cpu_offload")
         ),
@@ -241,7 +258,9 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    ulysses = True  # model_args.ulysses_size: groups of ranks split each row's sequence (roll/strategies/ulysses.py)
     log_prob_kernels = "transformers"  # hf_logits through the fully_shard-ed HF module
+    ulysses_group = None  # this rank's Ulysses group (None: off)
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):
@@ -254,10 +273,35 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
         # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
-        self.model = shard_model(
-            self.load_model(dtype=self._stored_dtype()), self.world_size, self.fsdp_config, self.device, self.logger
-        )
+        model = self._with_ulysses(self.load_model(dtype=self._stored_dtype()))
+        self.model = shard_model(model, self.world_size, self.fsdp_config, self.device, self.logger)
         self.model.eval()
+
+    def _with_ulysses(self, model: torch.nn.Module) -> torch.nn.Module:
+        """model_args.ulysses_size > 1: this rank's group, and the model's attention switched to the Ulysses
+        wrapper around its own kernel (before sharding and LoRA)."""
+        size = ulysses_size_of(self.config.model_args)
+        if size > 1:
+            self.ulysses_group, self._ulysses_kernel = enable_ulysses(model, size)
+            self.logger.info(
+                "ulysses: sequence split over %d ranks (group rank %d) around %s attention",
+                size,
+                self.ulysses_group.rank,
+                self._ulysses_kernel,
+            )
+        return model
+
+    def data_parallel_info(self) -> dict:
+        """With Ulysses the ranks of a group share a data-parallel rank (the same rows); the first reports."""
+        return layout(self.rank, self.world_size, ulysses_size_of(self.config.model_args))
+
+    def _logits(self, micro: DataProto) -> torch.Tensor:
+        """hf_logits, or its Ulysses twin: the same (rows, T, V) logits on every rank of the group."""
+        if self.ulysses_group is None:
+            return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
+        dtype = DTYPES[self.fsdp_config["param_dtype"]]
+        group, packing = self.ulysses_group, self.config.use_sequence_packing
+        return ulysses_logits(self.model, micro, self.device, group, self._ulysses_kernel, dtype, packing)
 
     def _stored_dtype(self) -> torch.dtype:
         """Forward only: keep the weights in the compute dtype (no master copy needed)."""
@@ -267,7 +311,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         return align_forward_counts(micros, batch)
 
     def forward_logits(self, micro: DataProto) -> torch.Tensor:
-        return hf_logits(self.model, micro, self.device, self.config.use_sequence_packing).float().cpu()
+        return self._logits(micro).float().cpu()
 
     # --- weights --------------------------------------------------------------------------------------
     def named_full_parameters(self, only=None):
@@ -336,7 +380,7 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         self.fsdp_config = resolve_fsdp2_config(
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
-        model = self.load_model(dtype=self._stored_dtype())
+        model = self._with_ulysses(self.load_model(dtype=self._stored_dtype()))
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         freeze_by_prefix(model, self.config.model_args.frozen_prefixes, self.logger)
@@ -358,9 +402,9 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         history: dict[str, list] = {}
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micros:
-            logits = hf_logits(self.model, micro, self.device, self.config.use_sequence_packing)
-            loss, metrics = loss_fn(micro.to(self.device), logits)
-            (loss / len(micros)).backward()  # FSDP2 averages the gradients over ranks in its reduce-scatter
+            loss, metrics = loss_fn(micro.to(self.device), self._logits(micro))
+            # FSDP2 averages the gradients over ranks in its reduce-scatter (with Ulysses: see ulysses.py)
+            (loss / len(micros)).backward()
             for key, value in metrics.items():
                 history.setdefault(key, []).append(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(

@@ -1,6 +1,6 @@
 """`megatron_train` / `megatron_infer`: megatron-core GPTModel (local, non-TransformerEngine spec) with
-tensor, pipeline and data parallelism, loaded from an HF checkpoint by roll's own converter
-(roll/strategies/megatron/convert.py) and exported back to HF names for weight sync.
+tensor, pipeline, expert and data parallelism for Qwen2, Llama, Qwen3 and Qwen3-MoE, loaded from an HF checkpoint
+by roll's own converter (roll/strategies/megatron/convert.py) and exported back to HF names for weight sync.
 
 On a machine without CUDA, roll.platforms.megatron_cpu (pinned to megatron-core 0.16.1) redirects
 megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo.
@@ -10,7 +10,7 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     pipeline_model_parallel_size     1   PP: layers split evenly over stages (1F1B schedule)
     virtual_pipeline_model_parallel_size  null  interleaved PP — not supported here (error if set)
     context_parallel_size            1   CP — needs TransformerEngine attention: error if > 1
-    expert_model_parallel_size       1   EP — dense Qwen2/Llama only: error if > 1
+    expert_model_parallel_size       1   EP: experts split over ranks (MoE models; dense ones: error if > 1)
     sequence_parallel                false  megatron's sequence parallelism at TP > 1 (roll's RMSNorm tagged for the TP
                                      gradient sum; inputs padded to a multiple of TP); at TP 1 turned off with a
                                      warning, as in ROLL
@@ -19,9 +19,14 @@ megatron-core's hard-coded CUDA calls to the CPU and the process groups use gloo
     overlap_grad_reduce              false  overlap DP gradient reduce with backward (bucketed; async collectives,
                                      run on CPU/gloo too)
     overlap_param_gather             false  with the distributed optimizer; refused on a CPU-only machine
-    moe_router_topk, moe_grouped_gemm, moe_token_dispatcher_type, moe_aux_loss_coeff,
-    moe_router_load_balancing_type   accepted for config compatibility; only their defaults (MoE off) are
-                                     allowed, since the supported model families are dense
+    moe_router_topk                  null  must equal the model's num_experts_per_tok (null: take it)
+    moe_aux_loss_coeff               null  load-balancing loss weight (null: the model's router_aux_loss_coef)
+    moe_token_dispatcher_type        "allgather" | "alltoall"
+    moe_router_load_balancing_type   "aux_loss" (also seq_aux_loss, global_aux_loss, sinkhorn, none)
+    moe_grouped_gemm                 false  true needs megatron-core's grouped GEMM kernels (error without them)
+    moe_layer_recompute              false  ROLL's: recompute the MoE layers (megatron's selective "moe")
+                                     The MoE keys need an MoE model (qwen3_moe); with a dense one a non-default
+                                     value is an error when the model is built (roll/strategies/megatron/moe.py)
     seed                             1234  the model-parallel RNG seed (dropout is 0 in the converted model)
     bf16, fp16                       null  ROLL's precision flags: must agree with model_args.dtype
     bias_activation_fusion, bias_dropout_fusion  false  megatron-core's plain-torch fusions (SwiGLU,
@@ -50,11 +55,12 @@ import torch.distributed as dist
 
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
-from roll.strategies.batching import pack, restore_order, scoring_micro_batches
+from roll.strategies.batching import max_over_ranks, pack, restore_order, scoring_micro_batches
 from roll.strategies.megatron import convert
 from roll.strategies.megatron import lora as megatron_lora
 from roll.strategies.megatron.config import MODEL_PARALLEL_KEYS, resolve_megatron_config
 from roll.strategies.megatron.model import init_megatron
+from roll.strategies.megatron.moe import check_moe_training
 from roll.strategies.offload import ParkedOffload
 from roll.strategies.train_common import (
     checksum,
@@ -131,6 +137,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         self.pp_size, self.pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
         self.hf_config = AutoConfig.from_pretrained(self.config.model_args.model_name_or_path)
         convert.check_supported(self.hf_config)
+        if self.training:
+            check_moe_training(self.hf_config, self.parallel, lora=self.config.model_args.lora)
         # model_args.dtype is the dtype of the model's parameters; training in bf16/fp16 keeps fp32 main
         # (master) weights in megatron's optimizer (_wrap_for_training)
         self.tf_config = mm.transformer_config(
@@ -195,6 +203,7 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         iterator = iter(micros)
         device = self.device
         packing = self.config.use_sequence_packing
+        moe = convert.is_moe(self.hf_config)
         # sequence parallelism splits the sequence over the TP ranks: inputs padded to a multiple of TP, the
         # logits (gathered whole on every TP rank by the output layer) cut back to the real columns
         multiple = self.tp_size if self.parallel["sequence_parallel"] else 1
@@ -205,14 +214,18 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
             if packing:  # PP 1 only (check_micro_batching): the output is the last stage's, unpacked here
                 ids, positions = (mm.pad_sequence(t.to(device), multiple) for t in pack(micro))
                 tokens = int(mask.sum())
-                output = model(ids, positions, mm.packed_attention_mask(positions))
+                # MoE: the tokens added for sequence parallelism stay out of the load-balancing loss
+                extra = {"padding_mask": (torch.arange(ids.shape[1], device=device) >= tokens)[None]} if moe else {}
+                output = model(ids, positions, mm.packed_attention_mask(positions), **extra)
                 return output, lambda out, *args, **kwargs: step_fn(micro, mm.unpack(out[:, :tokens], mask))
             length = mask.shape[1]
             ids, positions, padded = (
                 mm.pad_sequence(t, multiple)
                 for t in (micro.batch["input_ids"].to(device), micro.batch["position_ids"].to(device), mask)
             )
-            output = model(ids, positions, mm.attention_mask(padded))
+            # MoE: padding tokens stay out of the load-balancing loss (HF's aux loss masks them too)
+            extra = {"padding_mask": ~padded.bool()} if moe else {}
+            output = model(ids, positions, mm.attention_mask(padded), **extra)
             return output, lambda out, *args, **kwargs: step_fn(micro, out[:, :length])
 
         get_forward_backward_func()(
@@ -250,6 +263,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         if self.pp_size > 1 and keep_rows != size:  # the pipeline's p2p shapes are fixed per schedule
             last = micros[-1]
             micros[-1] = DataProto.concat([last] + [last[slice(keep_rows - 1, keep_rows)]] * (size - keep_rows))
+        real = len(micros)
+        micros += [micros[-1]] * (self._micro_count_of_ep_group(real) - real)  # scored, then dropped
         parts = []
 
         def step_fn(micro, output):
@@ -264,10 +279,18 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
             self._schedule(micros, step_fn, forward_only=True)
         finally:
             self.model.train(was_training)
+        parts = parts[:real]
         if parts:
             parts[-1] = parts[-1][:keep_rows]
         # the last stage's scores (small: rows × response length), so every rank returns its group's result
         return self._broadcast_from_last_stage(restore_order(torch.cat(parts), order) if parts else None)
+
+    def _micro_count_of_ep_group(self, count: int) -> int:
+        """With expert parallelism every forward exchanges tokens between the data-parallel ranks of an expert
+        group, so they must run the same number of micro-batches: the largest count of any rank (shards may be
+        uneven: the Cluster's dispatch, token-budget micro-batches). Training's count is already equal
+        (split_train_batch)."""
+        return max_over_ranks(count) if self._ep_size() > 1 else count
 
     def compute_log_probs(self, batch: DataProto) -> torch.Tensor:
         temperature = batch.meta_info.get("temperature", 1.0)
@@ -315,6 +338,8 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         stage = convert.select_pp(
             full, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank, convert.tied(self.hf_config)
         )
+        experts = convert.num_experts(self.hf_config)
+        stage = convert.select_ep(stage, experts, self._ep_size(), self._ep_rank())
         base = convert.shard_tp(stage, self.tp_size, self.tp_rank)
         mm.load_into(self.module, base, only=lambda name: not megatron_lora.is_adapter_key(name))
 
@@ -329,13 +354,22 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
         local = megatron_lora.merged_state(local, getattr(self, "adapters", {}))
         if self.tp_size > 1:
             gathered = [{} for _ in range(self.tp_size)]
-            group = ps.get_tensor_model_parallel_group()
-            for name in sorted(local):
+            for name in sorted(local):  # experts are split over the expert-TP group (of the same size as TP)
+                expert = convert.is_expert_parameter(name)
+                group = ps.get_expert_tensor_parallel_group() if expert else ps.get_tensor_model_parallel_group()
                 parts = [torch.empty_like(local[name]) for _ in range(self.tp_size)]
                 dist.all_gather(parts, local[name].contiguous(), group=group)
                 for rank, part in enumerate(parts):
                     gathered[rank][name] = part
             local = convert.merge_tp(gathered)
+        ep_size, experts = self._ep_size(), convert.num_experts(self.hf_config)
+        local = convert.globalize_ep(local, experts, ep_size, self._ep_rank())
+        if ep_size > 1:  # each expert-parallel rank holds its experts: exchanged through host memory
+            mine = {k: v.cpu() for k, v in local.items() if convert.is_expert_parameter(k)}
+            everyone = [None] * ep_size
+            dist.all_gather_object(everyone, mine, group=ps.get_expert_model_parallel_group())
+            for part in everyone:
+                local.update(part)
         stage = convert.globalize_pp(local, self.hf_config.num_hidden_layers, self.pp_size, self.pp_rank)
         if self.pp_size > 1:
             stage = {k: v.cpu() for k, v in stage.items()}  # all_gather_object pickles: through host memory
@@ -347,6 +381,16 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
             if convert.tied(self.hf_config):
                 stage.pop("output_layer.weight", None)
         yield from convert.mcore_to_hf(stage, self.hf_config).items()
+
+    def _ep_rank(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_expert_model_parallel_rank()
+
+    def _ep_size(self) -> int:
+        from megatron.core import parallel_state as ps
+
+        return ps.get_expert_model_parallel_world_size()
 
     def state_checksum(self) -> float:
         """Collective: every rank must call it."""
@@ -500,6 +544,7 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
                 "main_params": self._main_params(),
                 "steps_done": self.steps_done,
                 "layout": (self.tp_size, self.pp_size, self.world_size),
+                "expert_parallel": self._ep_size(),
             },
             target,
         )
@@ -540,10 +585,11 @@ class MegatronTrainStrategy(MegatronInferStrategy, TrainStrategy):
         if not source.is_file():
             raise FileNotFoundError(f"{self.config.name}: {path} has no megatron checkpoint for this rank ({source})")
         saved = load_state(source)
-        if tuple(saved["layout"]) != (self.tp_size, self.pp_size, self.world_size):
+        layout = (*saved["layout"], saved.get("expert_parallel", 1))  # EP: each rank holds its experts only
+        if layout != (self.tp_size, self.pp_size, self.world_size, self._ep_size()):
             raise ValueError(
-                f"{self.config.name}: checkpoint layout TP/PP/world {saved['layout']} ≠ "
-                f"{(self.tp_size, self.pp_size, self.world_size)}; load its HF copy instead"
+                f"{self.config.name}: checkpoint layout TP/PP/world/EP {layout} ≠ "
+                f"{(self.tp_size, self.pp_size, self.world_size, self._ep_size())}; load its HF copy instead"
             )
         only = megatron_lora.is_adapter_key if self.adapters else None
         mm.load_into(self.module, saved["model"], only=only)

@@ -109,7 +109,7 @@ def test_roll_agentic_recipe_passes_dry_run_unedited(capsys):
     [
         (["+actor_train.sequence_packing_args={algorithm:greedy}"], "sequence_packing_args.algorithm' = 'greedy'"),
         (["batch_adjust_mode=shuffle"], "'batch_adjust_mode' = 'shuffle' is not allowed"),
-        (["+actor_train.model_args.ulysses_size=2"], "ulysses_size' = 2 is refused"),
+        (["+actor_train.model_args.ulysses_size=2"], "ulysses_size' = 2: strategy 'megatron_train' has no Ulysses"),
         (["val_batch_size=96"], "'val_batch_size' = 96, but validation plays whole rounds of one episode per"),
         (
             ["reward_normalization.method=mean", "+reward_normalization.norm_std_type=group"],

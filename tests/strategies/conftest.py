@@ -39,20 +39,22 @@ def vllm_results(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def megatron_runs(tmp_path_factory) -> dict:
-    """One 2-rank launch (megatron_scenarios.launch) of test_megatron_train.py's scenarios and
-    test_megatron_convert.py's logits scenarios: spawning the ranks and importing megatron-core is most of a
-    launch's time. {"results": {scenario name: result}, "model_dir", "data_file"} (harness.prepare)."""
+    """One 2-rank launch (megatron_scenarios.launch) of test_megatron_train.py's scenarios,
+    test_megatron_convert.py's logits scenarios and test_megatron_moe.py's (Qwen3 / Qwen3-MoE): spawning the
+    ranks and importing megatron-core is most of a launch's time. {"results": {scenario name: result},
+    "model_dir", "data_file"} (harness.prepare)."""
     from tests.strategies import harness as h
     from tests.strategies import megatron_scenarios as ms
 
     ms.require_megatron()
     from tests.strategies.test_megatron_convert import logits_scenarios
     from tests.strategies.test_megatron_lora import scenarios as lora_scenarios
+    from tests.strategies.test_megatron_moe import scenarios as moe_scenarios
     from tests.strategies.test_megatron_train import scenarios
 
     workdir = tmp_path_factory.mktemp("megatron")
     model_dir, data_file = h.prepare(workdir)
-    train, logits = scenarios() + lora_scenarios(), logits_scenarios(workdir)
+    train, logits = scenarios() + lora_scenarios(), logits_scenarios(workdir) + moe_scenarios(workdir)
     assert not {s["name"] for s in train} & {s["name"] for s in logits}
     results = ms.launch(train + logits, model_dir, data_file, workdir)
     return {"results": results, "model_dir": model_dir, "data_file": data_file, "workdir": workdir}

@@ -259,15 +259,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Path, timeout: float = 600) -> dict:
-    """Runs `scenarios` in WORLD_SIZE spawned ranks; returns {scenario name: result} written by rank 0."""
+def launch(
+    scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Path, timeout: float = 600, world_size: int = 0
+) -> dict:
+    """Runs `scenarios` in `world_size` (default WORLD_SIZE) spawned ranks; returns {scenario name: result}
+    written by rank 0."""
     import torch.multiprocessing as mp
 
     port = _free_port()
+    world_size = world_size or WORLD_SIZE
     context = mp.start_processes(
         _rank_main,
-        args=(port, scenarios, str(model_dir), str(data_file), str(workdir)),
-        nprocs=WORLD_SIZE,
+        args=(port, scenarios, str(model_dir), str(data_file), str(workdir), world_size),
+        nprocs=world_size,
         join=False,
         start_method="spawn",
     )
@@ -283,18 +287,18 @@ def launch(scenarios: list[dict], model_dir: Path, data_file: Path, workdir: Pat
             rank: (workdir / f"progress-{rank}.txt").read_text().splitlines()[-3:]
             if (workdir / f"progress-{rank}.txt").exists()
             else []
-            for rank in range(WORLD_SIZE)
+            for rank in range(world_size)
         }
         raise RuntimeError(f"{error}\nlast progress per rank: {progress}") from error
     return torch.load(workdir / "results.pt", weights_only=False)
 
 
-def _rank_main(rank: int, port: int, scenarios, model_dir, data_file, workdir) -> None:
+def _rank_main(rank: int, port: int, scenarios, model_dir, data_file, workdir, world_size=WORLD_SIZE) -> None:
     os.environ.update(
         RANK=str(rank),
-        WORLD_SIZE=str(WORLD_SIZE),
+        WORLD_SIZE=str(world_size),
         LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE=str(WORLD_SIZE),
+        LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
         OMP_NUM_THREADS="1",
@@ -400,7 +404,9 @@ def run_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: P
     from tests.strategies import offload_probe
 
     if scenario["strategy"].endswith("_infer"):
-        return run_infer_scenario(scenario, rank, model_dir, batches)
+        return run_infer_scenario(
+            scenario, rank, workdir / scenario["model"] if scenario.get("model") else model_dir, batches
+        )
     world = torch.distributed.get_world_size()  # WORLD_SIZE, or a launch's own (megatron_scenarios)
     config = make_worker_config(
         workdir / scenario["model"] if scenario.get("model") else model_dir,
@@ -471,13 +477,14 @@ def _uneven_rows(rank: int) -> slice:
 def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> dict:
     """Forward-only strategies: [offload] (an offload/reload round trip watched by offload_probe first),
     log-probs of the saved model, checksum, then a weight load (as a weight sync would send) and the
-    state it leaves."""
+    state it leaves. [model] and [model_args] as in run_scenario."""
     from roll.strategies import create_strategy
     from tests.strategies import offload_probe
 
     world = torch.distributed.get_world_size()
     config = make_worker_config(model_dir, scenario["strategy"], scenario["config"], 1, 1, world)
     config = dataclasses.replace(config, **scenario.get("worker", {}))
+    config.model_args = dataclasses.replace(config.model_args, **scenario.get("model_args", {}))
     strategy = create_strategy(scenario["strategy"], StandInWorker(config, rank, world))
     strategy.initialize()
     round_trips = [offload_probe.round_trip(strategy)] if scenario.get("offload") else []  # before scoring

@@ -74,7 +74,7 @@ def plain_lora_reference(model_dir: Path, data_file: Path, target: str, micro: i
 
 def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir: Path) -> dict:
     """scenario keys: name, strategy, config, micro, accumulation, target (model_args.lora_target),
-    [gradient_checkpointing], [save_after], [resume_from], [offload] (as in harness.run_scenario)."""
+    [gradient_checkpointing], [save_after], [resume_from], [offload], [model_args] (as in harness.run_scenario)."""
     from roll.strategies import create_strategy
     from tests.strategies import offload_probe
 
@@ -87,7 +87,9 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
         h.WORLD_SIZE,
         scenario.get("gradient_checkpointing", False),
     )
-    config.model_args = dataclasses.replace(config.model_args, lora_target=scenario["target"], **LORA)
+    config.model_args = dataclasses.replace(
+        config.model_args, lora_target=scenario["target"], **LORA, **scenario.get("model_args", {})
+    )
     strategy = create_strategy(scenario["strategy"], h.StandInWorker(config, rank, h.WORLD_SIZE))
     torch.manual_seed(LORA_SEED + rank)
     strategy.initialize(total_steps=h.STEPS)
@@ -98,20 +100,22 @@ def run_lora_scenario(scenario: dict, rank: int, model_dir: Path, batches, workd
         source = workdir / scenario["resume_from"]
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
-    own_rows = slice(rank * h.ROWS_PER_RANK, (rank + 1) * h.ROWS_PER_RANK)
+    layout = h.dp_layout(strategy, h.WORLD_SIZE)  # ranks sharing rows (Ulysses) get the same ones
     steps, saved_log_probs, round_trips = [], None, []
     for step in range(first_step, h.STEPS):
-        batch = h.as_proto(batches[step], own_rows)
+        batch = h.dispatched(h.as_proto(batches[step]), layout, rank)
         if scenario.get("offload"):  # colocated roles: offload + reload (watched) + a scoring forward between phases
             round_trips.append(offload_probe.round_trip(strategy))
             strategy.compute_log_probs(batch)
         steps.append(h._gathered_metrics(strategy.train_step(batch, h.loss_fn)))
         if scenario.get("save_after") == step + 1:
             h.save_scenario_checkpoint(strategy, workdir / scenario["name"], step + 1, rank)
-            saved_log_probs = _gathered(rank, strategy.compute_log_probs(h.as_proto(batches[0], h._uneven_rows(rank))))
+            saved_log_probs = _gathered(
+                rank, strategy.compute_log_probs(h.uneven_scoring_batch(batches[0], layout, rank))
+            )
     after = {name: t.detach().cpu().clone() for name, t in strategy.named_full_parameters()}
     merged = {name: t.detach().cpu().clone() for name, t in strategy.named_hf_parameters()}
-    scoring_rows = h.as_proto(batches[0], h._uneven_rows(rank))
+    scoring_rows = h.uneven_scoring_batch(batches[0], layout, rank)
     result = {
         "first_step": first_step,
         "steps": steps,

@@ -145,9 +145,10 @@ def run_counting_fused_calls(scenario: dict, rank: int, model_dir: Path, batches
 
 
 def run_logits(scenario: dict, rank: int) -> dict:
-    """HF checkpoint → roll's converter → GPTModel at TP = scenario['tp'] (TP shards of this rank) →
-    full-vocab logits of a left-padded batch; rank 0 returns them with HF's. With scenario['sp'], sequence
-    parallelism on a batch of 13 columns, right-padded to a multiple of TP as megatron_train does."""
+    """HF checkpoint → roll's converter → GPTModel at TP = scenario['tp'] and EP = scenario.get('ep', 1) (this
+    rank's shards and experts) → full-vocab logits of a left-padded batch; rank 0 returns them with HF's. With
+    scenario['sp'], sequence parallelism on a batch of 13 columns, right-padded to a multiple of TP as megatron_train
+    does."""
     from megatron.core import parallel_state as ps
     from transformers import AutoModelForCausalLM
 
@@ -156,15 +157,22 @@ def run_logits(scenario: dict, rank: int) -> dict:
     from roll.strategies.megatron.model import init_megatron
 
     sp = scenario.get("sp", False)
-    parallel = {"tensor_model_parallel_size": scenario["tp"], "pipeline_model_parallel_size": 1, "seed": 1234}
-    parallel["sequence_parallel"] = sp
+    parallel = {
+        "tensor_model_parallel_size": scenario["tp"],
+        "pipeline_model_parallel_size": 1,
+        "expert_model_parallel_size": scenario.get("ep", 1),
+        "sequence_parallel": sp,
+        "seed": 1234,
+    }
     init_megatron(parallel)
     hf = AutoModelForCausalLM.from_pretrained(scenario["model_dir"], dtype=torch.float32).eval()
     config = hf.config
     tp = ps.get_tensor_model_parallel_world_size()
     model = mm.build_gpt_model(config, mm.transformer_config(config, parallel), tp).eval()
     full = convert.hf_to_mcore(dict(hf.named_parameters()), config, tp)
-    mm.load_into(model, convert.shard_tp(full, tp, ps.get_tensor_model_parallel_rank()))
+    ep, ep_rank = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank()
+    local = convert.select_ep(full, convert.num_experts(config), ep, ep_rank)
+    mm.load_into(model, convert.shard_tp(local, tp, ps.get_tensor_model_parallel_rank()))
     generator = torch.Generator().manual_seed(0)
     length = 13 if sp else 12
     ids = torch.randint(4, config.vocab_size, (3, length), generator=generator)

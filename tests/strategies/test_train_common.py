@@ -13,7 +13,7 @@ from tests.strategies.harness import StandInWorker, ds_config, make_worker_confi
 
 
 def test_fsdp2_defaults_and_auto_param_dtype():
-    assert resolve_fsdp2_config(None, "float32") == {**FSDP2_DEFAULTS, "param_dtype": "float32"}
+    assert resolve_fsdp2_config(None, "float32") == {**FSDP2_DEFAULTS, "param_dtype": "float32", "shard_group": None}
     assert resolve_fsdp2_config({}, "bfloat16")["param_dtype"] == "bfloat16"
     config = resolve_fsdp2_config(
         {"reshard_after_forward": False, "param_dtype": "bfloat16", "wrap_modules": ["Qwen2DecoderLayer"]}, "float32"

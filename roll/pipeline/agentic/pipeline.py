@@ -19,7 +19,7 @@ from roll.agentic.envs.registry import resolve_env_class
 from roll.algorithms import get_adv_estimator_spec, gigpo_rewards
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
-from roll.configs.checks import tokenizer_role
+from roll.configs.checks import data_parallel_size, tokenizer_role
 from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
@@ -207,8 +207,9 @@ class AgenticPipeline(BasePipeline):
             worker = getattr(self.config, name)
             if worker is not None:
                 args = worker.training_args
+                # data-parallel ranks, not workers: ranks of one model-parallel / Ulysses group share rows
                 sizes.append(
-                    args.per_device_train_batch_size * args.gradient_accumulation_steps * self.clusters[name].world_size
+                    args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel_size(worker)
                 )
         return math.lcm(*sizes)
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from roll.strategies.megatron import convert, fusions
+from roll.strategies.megatron import fusions
 from roll.strategies.megatron.roll_keys import take_roll_keys
 from roll.utils.logging import get_logger
 
@@ -20,11 +20,14 @@ MEGATRON_DEFAULTS = {
     "overlap_grad_reduce": False,
     "overlap_param_gather": False,
     "seed": 1234,
-    "moe_router_topk": 2,
+    # MoE keys (checked against the model when it is built: roll/strategies/megatron/moe.py); null = the HF
+    # config's value (num_experts_per_tok, router_aux_loss_coef), as ROLL's mcore_adapter takes them
+    "moe_router_topk": None,
     "moe_grouped_gemm": False,
     "moe_token_dispatcher_type": "allgather",
-    "moe_aux_loss_coeff": 0.0,
+    "moe_aux_loss_coeff": None,
     "moe_router_load_balancing_type": "aux_loss",
+    "moe_layer_recompute": False,
     # ROLL's precision flags: checked against model_args.dtype (which sets the precision here)
     "bf16": None,
     "fp16": None,
@@ -33,7 +36,9 @@ MEGATRON_DEFAULTS = {
     **dict.fromkeys(fusions.FUSION_KEYS, False),
 }
 PRECISION_FLAGS = {"bf16": "bfloat16", "fp16": "float16"}
-_MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_"))
+MOE_KEYS = tuple(key for key in MEGATRON_DEFAULTS if key.startswith("moe_")) + ("expert_model_parallel_size",)
+DISPATCHERS = ("allgather", "alltoall")
+LOAD_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none")
 # Model-parallel degrees that divide a role's workers before data parallelism.
 MODEL_PARALLEL_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
 
@@ -51,15 +56,6 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         if given.get(key, False) is not False:
             raise ValueError(f"megatron strategy_config.{key}={given[key]!r} is refused: {reason}; set it to false")
     take_roll_keys(given)
-    # before the unknown keys: an MoE config (ROLL's MoE examples) is refused for what it is, whatever else it sets
-    experts = given.get("expert_model_parallel_size", 1)
-    if (isinstance(experts, int) and experts > 1) or any(
-        key in given and given[key] != MEGATRON_DEFAULTS[key] for key in _MOE_KEYS
-    ):
-        raise ValueError(
-            f"megatron strategy_config: expert_model_parallel_size > 1 and non-default {list(_MOE_KEYS)} "
-            f"need an MoE model; the supported families {convert.SUPPORTED_MODEL_TYPES} are dense"
-        )
     unknown = sorted(set(given) - set(MEGATRON_DEFAULTS))
     if unknown:
         raise ValueError(f"megatron strategy_config has unknown keys {unknown}; valid: {sorted(MEGATRON_DEFAULTS)}")
@@ -79,6 +75,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
         "overlap_param_gather",
         "moe_grouped_gemm",
         *fusions.FUSION_KEYS,
+        "moe_layer_recompute",
     ):
         if not isinstance(config[key], bool):
             raise ValueError(f"megatron strategy_config.{key}={config[key]!r}: expected true or false")
@@ -97,6 +94,7 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "megatron strategy_config.context_parallel_size > 1 needs TransformerEngine attention, "
             "which roll's megatron strategy does not use (local spec); set it to 1"
         )
+    _check_moe_values(config)
     if config["sequence_parallel"] and config["tensor_model_parallel_size"] == 1:
         # ROLL's meaning (mcore_adapter's model config turns it off with a warning; megatron-core would refuse it):
         # ROLL's TP1 examples set it
@@ -120,3 +118,28 @@ def resolve_megatron_config(strategy_config, world_size: int, dtype: str | None 
             "CUDA; not run on a CPU-only machine — set it to false"
         )
     return config
+
+
+def _check_moe_values(config: dict) -> None:
+    """The MoE keys' own values; whether the model has experts (and agrees) is checked when it is built."""
+    topk = config["moe_router_topk"]
+    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int) or topk < 1):
+        raise ValueError(f"megatron strategy_config.moe_router_topk={topk!r}: expected null or an integer ≥ 1")
+    coeff = config["moe_aux_loss_coeff"]
+    if coeff is not None and (isinstance(coeff, bool) or not isinstance(coeff, (int, float)) or coeff < 0):
+        raise ValueError(f"megatron strategy_config.moe_aux_loss_coeff={coeff!r}: expected null or a number ≥ 0")
+    if config["moe_token_dispatcher_type"] not in DISPATCHERS:
+        raise ValueError(
+            f"megatron strategy_config.moe_token_dispatcher_type={config['moe_token_dispatcher_type']!r}; "
+            f"valid: {list(DISPATCHERS)} (megatron-core's 'flex' needs DeepEP, which roll does not use)"
+        )
+    if config["moe_router_load_balancing_type"] not in LOAD_BALANCING:
+        raise ValueError(
+            f"megatron strategy_config.moe_router_load_balancing_type={config['moe_router_load_balancing_type']!r}; "
+            f"valid: {list(LOAD_BALANCING)}"
+        )
+    if config["moe_layer_recompute"] and config["recompute_granularity"] == "full":
+        raise ValueError(
+            "megatron strategy_config.moe_layer_recompute=true with recompute_granularity='full': full recomputation "
+            "already recomputes the MoE layers (megatron-core refuses both); drop one"
+        )

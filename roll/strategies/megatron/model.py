@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll.strategies.megatron import convert, fusions
+from roll.strategies.megatron.moe import moe_config
 
 
 def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32, where: str = "megatron strategy_config"):
@@ -35,6 +36,7 @@ def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32, wh
         activation_func=F.silu,
         add_bias_linear=False,
         add_qkv_bias=convert.has_qkv_bias(hf_config),
+        qk_layernorm=convert.has_qk_norm(hf_config),
         hidden_dropout=0.0,
         attention_dropout=0.0,
         init_method_std=getattr(hf_config, "initializer_range", 0.02),
@@ -55,6 +57,7 @@ def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32, wh
         recompute_method="uniform" if recompute == "full" else None,
         recompute_num_layers=1 if recompute == "full" else None,
     )
+    kwargs.update(moe_config(hf_config, parallel))  # experts, router, dispatcher; moe_layer_recompute
     return TransformerConfig(**kwargs)
 
 
@@ -209,17 +212,22 @@ def init_megatron(parallel: dict) -> None:
     megatron_cpu.apply()
     from megatron.core import parallel_state, tensor_parallel
 
-    shape = (parallel["tensor_model_parallel_size"], parallel["pipeline_model_parallel_size"])
+    shape = (
+        parallel["tensor_model_parallel_size"],
+        parallel["pipeline_model_parallel_size"],
+        parallel.get("expert_model_parallel_size", 1),
+    )
     if parallel_state.model_parallel_is_initialized():
         current = (
             parallel_state.get_tensor_model_parallel_world_size(),
             parallel_state.get_pipeline_model_parallel_world_size(),
+            parallel_state.get_expert_model_parallel_world_size(),
         )
         if current != shape:
             raise RuntimeError(
-                f"megatron parallel state already initialised as TP×PP={current}, asked for {shape}: "
+                f"megatron parallel state already initialised as TP×PP×EP={current}, asked for {shape}: "
                 f"one parallel layout per process"
             )
     else:
-        parallel_state.initialize_model_parallel(*shape)
+        parallel_state.initialize_model_parallel(shape[0], shape[1], expert_model_parallel_size=shape[2])
     tensor_parallel.model_parallel_cuda_manual_seed(parallel["seed"])

@@ -1,6 +1,6 @@
 """Keys of ROLL's megatron strategy_config (its mcore_adapter TrainingArguments) that roll's megatron strategy
-does not take: dropped with a note where ROLL does not use them either, refused where they need an MoE model or a
-kernel of ROLL's that roll does not build."""
+does not take: dropped with a note where ROLL does not use them either, refused where they need a kernel of
+ROLL's that roll does not build."""
 
 from roll.utils.logging import get_logger
 
@@ -20,9 +20,4 @@ def take_roll_keys(given: dict) -> None:
             "megatron strategy_config.cross_entropy_loss_fusion (ROLL's) is refused: it selects ROLL's own fused "
             "log-prob/entropy kernel (mcore_adapter's fused_logprobs), which roll does not build (roll computes "
             "log-probs and entropy in torch); set it to false"
-        )
-    if given.pop("moe_layer_recompute", False):
-        raise ValueError(
-            "megatron strategy_config.moe_layer_recompute (ROLL's) is refused: it recomputes MoE layers, and roll "
-            "builds dense families only (qwen2, llama)"
         )
