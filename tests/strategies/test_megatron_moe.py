@@ -218,6 +218,10 @@ TRAIN = {  # name: (strategy_config, micro, accumulation); every one trains like
         2,
     ),
     "moe/aux_tp1_dp2": ({"moe_aux_loss_coeff": AUX}, 4, 2),
+    # TP2 needs sequence parallelism for MoE (megatron-core): the experts route each rank's part of the sequence,
+    # and Qwen3's q/k norms run under it
+    "moe/tp2_sp": ({"moe_aux_loss_coeff": 0.0, "tensor_model_parallel_size": 2, "sequence_parallel": True}, 4, 4),
+    "moe/aux_tp2_sp": ({"moe_aux_loss_coeff": AUX, "tensor_model_parallel_size": 2, "sequence_parallel": True}, 4, 4),
 }
 
 
@@ -308,7 +312,8 @@ def references(megatron_runs):
 
 @pytest.mark.parametrize("name", list(TRAIN))
 def test_moe_training_equals_plain_hf(megatron_runs, references, name):
-    """TP1×DP2 and EP2 (alltoall dispatcher, MoE-layer recomputation) train like the plain HF loop; with
+    """TP1×DP2, EP2 (alltoall dispatcher, MoE-layer recomputation) and TP2 with sequence parallelism (each TP rank
+    routes its part of the sequence; the padding mask is split with it) train like the plain HF loop; with
     moe_aux_loss_coeff the aux loss enters exactly as megatron-core's Switch term per layer and micro-batch."""
     result = megatron_runs["results"][name]
     aux = "aux" in name
