@@ -62,7 +62,7 @@ def transformer_config(hf_config, parallel: dict, params_dtype=torch.float32, wh
 
 
 class RMSNorm(torch.nn.Module):
-    """The norm in every norm slot of roll's model: HF's Qwen2/Llama RMSNorm maths (statistics in float32, the
+    """The norm in every norm slot of roll's model: HF's Qwen2/Llama/Qwen3 RMSNorm maths (statistics in float32, the
     weight applied in the input dtype: bit-identical to HF in float32 and bf16; megatron-core's WrappedTorchNorm,
     torch.nn.RMSNorm, differs from HF in bf16). Under sequence parallelism each TP rank normalises its own part of
     the sequence, so its weight gradient is partial: the weight carries megatron's `sequence_parallel` tag (as
