@@ -3,10 +3,10 @@ through roll.platforms.megatron_cpu (megatron-core 0.16.1, the `megatron` extra)
 Qwen2 checkpoint and data as tests/strategies/test_train_strategies.py, 3 optimizer steps of the
 production PPO loss (AdamW + weight decay, linear LR with warm-up, clipping that binds).
 
-Layouts on 2 ranks: TP1 × DP2 (plain and with the distributed optimizer), TP2 (plain, with full
-recomputation, with sequence parallelism — padded and packed), PP2, and TP1×DP2 with megatron-core's plain-torch
-kernel fusions on. The model-parallel ranks
-of one data-parallel rank get the same shard (the Cluster's dispatch by data-parallel rank, harness.dispatched),
+Layouts on 2 ranks: TP1 × DP2 (plain, with the distributed optimizer, and with it plus overlap_grad_reduce),
+TP2 (plain, with full recomputation, with sequence parallelism — padded and packed), PP2, and TP1×DP2 with
+megatron-core's plain-torch kernel fusions on. The model-parallel ranks of one data-parallel rank get the same
+shard (the Cluster's dispatch by data-parallel rank, harness.dispatched),
 so TP2/PP2 take micro 4 × accumulation 4 over the 16 rows of a step and TP1×DP2 micro 4 × accumulation 2 per
 rank — the same global batch as the reference (micro 4 × accumulation 4).
 
