@@ -80,13 +80,16 @@ ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size", "wrap_policy")
 # keys of ROLL's example YAMLs that ROLL's own FSDP2 strategy never reads: accepted with a logged note
 ROLL_IGNORED_FSDP2_KEYS = {
     "use_batched_model_update": "ROLL's FSDP2 strategy never reads it (roll's weight sync is bucketed by "
-    "model_update_buffer_size_mb)"
+    "model_update_buffer_size_mb)",
+    # ROLL's apply_fsdp2 turns it off itself (with a warning) for transformers >= 5.2.0, whose MoE experts are
+    # fused; roll requires transformers 5.x, so ROLL ignores it here too
+    "apply_expert_patch": "ROLL's apply_fsdp2 sets it to false itself with transformers >= 5.2.0 (fused MoE "
+    "experts), the transformers roll runs on, so ROLL ignores it here too",
 }
 # ROLL FSDP2 keys for features roll does not build: refused with the reason
 ROLL_UNBUILT_FSDP2_KEYS = {
     "apply_tiled_mlp": "ROLL's tiled MLP (the MLP computed in shards to save activation memory) is not built",
     "tiled_num_shards": "it sets the shards of ROLL's tiled MLP, which is not built",
-    "apply_expert_patch": "it patches MoE expert layers; roll builds dense families only (qwen2, llama)",
 }
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
 

@@ -29,6 +29,30 @@ def test_fsdp2_unknown_key_lists_the_valid_ones():
     assert all(key in message for key in FSDP2_DEFAULTS)
 
 
+def test_fsdp2_accepts_rolls_apply_expert_patch_with_a_note():
+    """ROLL's apply_fsdp2 turns apply_expert_patch off itself on transformers >= 5.2.0 (fused experts): roll,
+    on transformers 5.x, takes it (either value) with a logged note and changes nothing."""
+    import logging
+
+    import transformers
+    from packaging import version
+
+    assert version.parse(transformers.__version__) >= version.parse("5.2.0")
+    notes = []
+    handler = logging.Handler()  # roll's loggers do not propagate, so caplog would miss the note
+    handler.emit = lambda record: notes.append(record.getMessage())
+    logger = logging.getLogger("roll.strategies.fsdp2_train")
+    logger.addHandler(handler)
+    try:
+        for value in (True, False):
+            assert resolve_fsdp2_config({"apply_expert_patch": value}, "float32") == resolve_fsdp2_config(
+                None, "float32"
+            )
+    finally:
+        logger.removeHandler(handler)
+    assert len(notes) == 2 and all("apply_expert_patch is ignored" in n and "5.2.0" in n for n in notes)
+
+
 def test_fsdp2_refuses_a_deepspeed_block_with_a_hint():
     with pytest.raises(ValueError, match="strategy_config to null"):
         resolve_fsdp2_config(ds_config(2), "float32")
