@@ -53,7 +53,7 @@ from roll.strategies.lora import (
     save_merged_hf,
 )
 from roll.strategies.offload import ParkedOffload
-from roll.strategies.tiled_mlp import enable_tiled_mlp
+from roll.strategies.tiled_mlp import TILED_MLP_CLASSES, enable_tiled_mlp
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -329,7 +329,15 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         patched, before sharding and LoRA)."""
         if self.fsdp_config["apply_tiled_mlp"]:
             shards = self.fsdp_config["tiled_num_shards"]
-            self.logger.info("fsdp2: tiled MLP in %d MLPs, %d chunks each", enable_tiled_mlp(model, shards), shards)
+            tiled = enable_tiled_mlp(model, shards)
+            if tiled:
+                self.logger.info("fsdp2: tiled MLP in %d MLPs, %d chunks each", len(tiled), shards)
+            else:  # ROLL patches these classes only and runs such a model untiled too
+                self.logger.warning(
+                    "fsdp2 strategy_config.apply_tiled_mlp: %s has no %s module, nothing is tiled (as in ROLL)",
+                    type(model).__name__,
+                    "/".join(TILED_MLP_CLASSES),
+                )
         return model
 
     def data_parallel_info(self) -> dict:

@@ -67,17 +67,14 @@ def _tiled_forward(self, x: torch.Tensor) -> torch.Tensor:
     return _TiledMLP.apply(x, forward, self.tiled_num_shards, *params)
 
 
-def enable_tiled_mlp(model: torch.nn.Module, shards: int) -> int:
-    """Tile every TILED_MLP_CLASSES instance of `model` in `shards` chunks; the number tiled. No such module is
-    an error naming the key (ROLL refuses other model types too)."""
-    mlps = [m for m in model.modules() if type(m).__name__ in TILED_MLP_CLASSES]
-    if not mlps:
-        found = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.endswith("MLP")})
-        raise ValueError(
-            f"fsdp2 strategy_config.apply_tiled_mlp: {type(model).__name__} has no tiled MLP class "
-            f"(supported: {list(TILED_MLP_CLASSES)}; its MLPs: {found or 'none'}); set apply_tiled_mlp to false"
-        )
-    for mlp in mlps:
-        mlp.tiled_num_shards = shards
-        mlp.forward = types.MethodType(_tiled_forward, mlp)
-    return len(mlps)
+def enable_tiled_mlp(model: torch.nn.Module, shards: int) -> list[str]:
+    """Tile every TILED_MLP_CLASSES instance of `model` in `shards` chunks; the names of those tiled. None can
+    be found (as in ROLL, which patches these classes only: e.g. Qwen3-MoE whose layers are all sparse — fused
+    experts in transformers 5); the caller says so."""
+    tiled = []
+    for name, mlp in model.named_modules():
+        if type(mlp).__name__ in TILED_MLP_CLASSES:
+            mlp.tiled_num_shards = shards
+            mlp.forward = types.MethodType(_tiled_forward, mlp)
+            tiled.append(name)
+    return tiled

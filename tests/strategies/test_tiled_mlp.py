@@ -39,7 +39,7 @@ def test_tiled_mlp_equals_the_untiled_model(tiny, checkpointing):
     model_dir, tensors = tiny
     batch = h.as_proto(tensors, slice(0, 6))
     models = [AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) for _ in range(2)]
-    assert enable_tiled_mlp(models[1], 3) == models[1].config.num_hidden_layers
+    assert enable_tiled_mlp(models[1], 3) == [f"model.layers.{i}.mlp" for i in range(2)]
     for model in models:
         model.train()
         if checkpointing:
@@ -57,10 +57,17 @@ def test_tiled_mlp_equals_the_untiled_model(tiny, checkpointing):
     assert len(calls) == 2 * 3 * (3 if checkpointing else 2)
 
 
-def test_tiled_mlp_without_a_supported_mlp_names_the_key():
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
-    with pytest.raises(ValueError, match="apply_tiled_mlp"):
-        enable_tiled_mlp(model, 4)
+def test_tiled_mlp_tiles_only_rolls_classes():
+    """ROLL patches the dense SwiGLU classes only; a Qwen3-MoE's sparse layers (fused experts) stay untiled."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
+        mlp_only_layers=[0],
+    )  # fmt: skip
+    assert enable_tiled_mlp(Qwen3MoeForCausalLM(config), 2) == ["model.layers.0.mlp"]
+    assert enable_tiled_mlp(torch.nn.Sequential(torch.nn.Linear(4, 4)), 4) == []
 
 
 @pytest.mark.parametrize("bad", (0, -1, 2.5, True, "4"))
