@@ -181,6 +181,7 @@ def micro_batching_scenarios() -> list[dict]:
             )
     infer_keys = {k: v for k, v in PACKED.items() if "train" not in k}
     out.append(dict(name="fsdp2_infer/dynamic_packed", strategy="fsdp2_infer", config=None, worker=infer_keys))
+    out.append(dict(name="fsdp2_infer/tiled_dynamic_packed", strategy="fsdp2_infer", config=TILED, worker=infer_keys))
     # ROLL's tiled MLP under FSDP2, activation checkpointing and packing: the twin of fsdp2/dynamic_packed
     out.append(
         dict(
@@ -428,10 +429,12 @@ def test_sequence_packing_equals_padding(runs, name):
     assert torch.allclose(torch.cat(packed["log_probs"]), torch.cat(padded["log_probs"]), atol=1e-5)
 
 
-def test_forward_only_strategy_packed_dynamic_scores_like_hf(runs):
+@pytest.mark.parametrize("name", ("fsdp2_infer/dynamic_packed", "fsdp2_infer/tiled_dynamic_packed"))
+def test_forward_only_strategy_packed_dynamic_scores_like_hf(runs, name):
+    """Also with ROLL's tiled MLP (fsdp2_infer takes apply_tiled_mlp: the scoring forward in chunks)."""
     from transformers import AutoModelForCausalLM
 
-    result = runs["results"]["fsdp2_infer/dynamic_packed"]
+    result = runs["results"][name]
     model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
     batch0 = torch.load(runs["data_file"])[0]
     assert torch.allclose(torch.cat(result["log_probs"]), _log_probs(model, batch0), atol=1e-5)
