@@ -19,6 +19,10 @@ of ranks (roll/strategies/ulysses.py).
     reduce_dtype           "float32" (default): the dtype gradients are reduce-scattered in
     wrap_modules           null (default) = model._no_split_modules; or a list of module class names
                            sharded as their own units
+    apply_tiled_mlp        false (default); true: ROLL's tiled MLP (roll/strategies/tiled_mlp.py)
+    tiled_num_shards       4 (default): its chunks along the sequence, an integer >= 1
+ROLL's wrap_policy (transformer_layer_cls_to_wrap = wrap_modules; wrap_embeddings / wrap_lm_output /
+moe_experts: extra units, roll/strategies/fsdp2_units.py), offload_policy and fsdp_size are taken too.
 
 Gradient accumulation: each micro-batch's loss is divided by gradient_accumulation_steps before
 backward; FSDP2 reduce-scatters (averages over ranks) after every backward and accumulates the sharded
@@ -36,6 +40,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
+from roll.strategies.fsdp2_units import extra_units
 from roll.strategies.lora import (
     ADAPTER_DIR,
     LoraExport,
@@ -48,6 +53,7 @@ from roll.strategies.lora import (
     save_merged_hf,
 )
 from roll.strategies.offload import ParkedOffload
+from roll.strategies.tiled_mlp import TILED_MLP_CLASSES, enable_tiled_mlp
 from roll.strategies.train_common import (
     EvalModeScoring,
     align_forward_counts,
@@ -73,6 +79,8 @@ FSDP2_DEFAULTS = {
     "param_dtype": "auto",
     "reduce_dtype": "float32",
     "wrap_modules": None,
+    "apply_tiled_mlp": False,  # ROLL's tiled MLP (roll/strategies/tiled_mlp.py)
+    "tiled_num_shards": 4,  # its chunks along the sequence (ROLL's default)
 }
 # ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (hybrid sharding when it divides the world);
 # wrap_policy.transformer_layer_cls_to_wrap = wrap_modules
@@ -80,33 +88,52 @@ ROLL_FSDP2_KEYS = ("offload_policy", "fsdp_size", "wrap_policy")
 # keys of ROLL's example YAMLs that ROLL's own FSDP2 strategy never reads: accepted with a logged note
 ROLL_IGNORED_FSDP2_KEYS = {
     "use_batched_model_update": "ROLL's FSDP2 strategy never reads it (roll's weight sync is bucketed by "
-    "model_update_buffer_size_mb)"
+    "model_update_buffer_size_mb)",
+    # ROLL's apply_fsdp2 turns it off itself (with a warning) for transformers >= 5.2.0, whose MoE experts are
+    # fused; roll requires transformers 5.x, so ROLL ignores it here too
+    "apply_expert_patch": "ROLL's apply_fsdp2 sets it to false itself with transformers >= 5.2.0 (fused MoE "
+    "experts), the transformers roll runs on, so ROLL ignores it here too (its value still gates "
+    "wrap_policy.moe_experts, as in ROLL)",
 }
 # ROLL FSDP2 keys for features roll does not build: refused with the reason
-ROLL_UNBUILT_FSDP2_KEYS = {
-    "apply_tiled_mlp": "ROLL's tiled MLP (the MLP computed in shards to save activation memory) is not built",
-    "tiled_num_shards": "it sets the shards of ROLL's tiled MLP, which is not built",
-    "apply_expert_patch": "it patches MoE expert layers; roll builds dense families only (qwen2, llama)",
-}
+ROLL_UNBUILT_FSDP2_KEYS: dict[str, str] = {}
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
 
 
-def _roll_wrap_policy(policy):
-    """ROLL's wrap_policy: transformer_layer_cls_to_wrap = wrap_modules; its embedding, LM-head and MoE-expert
-    wrapping has no counterpart here (roll wraps the listed classes and the root)."""
+# ROLL's wrap_policy: transformer_layer_cls_to_wrap = wrap_modules; the others set extra fully_shard units
+WRAP_POLICY_KEYS = ("transformer_layer_cls_to_wrap", "wrap_embeddings", "wrap_lm_output", "moe_experts")
+WRAP_EXTRA_DEFAULTS = {"wrap_embeddings": False, "wrap_lm_output": False, "moe_experts": None, "expert_patch": False}
+
+
+def _class_names(value, key: str) -> list[str] | None:
+    """A class name or a list of them (ROLL takes either); None/empty = none."""
+    names = [value] if isinstance(value, str) else value
+    if names is not None and (not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names)):
+        raise ValueError(f"fsdp2 strategy_config.wrap_policy.{key}={value!r}: expected a list of module class names")
+    return list(names or []) or None
+
+
+def _roll_wrap_policy(policy) -> tuple[list[str] | None, dict]:
+    """ROLL's wrap_policy: (the layer classes = wrap_modules, the extra units: wrap_embeddings, wrap_lm_output,
+    moe_experts)."""
     if policy is None:
-        return None
-    if not isinstance(policy, dict) or set(policy) - {"transformer_layer_cls_to_wrap"}:
-        raise ValueError(
-            f"fsdp2 strategy_config.wrap_policy={policy!r}: only transformer_layer_cls_to_wrap (= wrap_modules) is "
-            "built; ROLL's wrap_embeddings / wrap_lm_output / moe_experts wrapping is not"
-        )
-    return list(policy.get("transformer_layer_cls_to_wrap") or []) or None
+        return None, {}
+    if not isinstance(policy, dict) or set(policy) - set(WRAP_POLICY_KEYS):
+        raise ValueError(f"fsdp2 strategy_config.wrap_policy={policy!r}: valid keys are {list(WRAP_POLICY_KEYS)}")
+    extra = {}
+    for key in ("wrap_embeddings", "wrap_lm_output"):
+        if not isinstance(policy.get(key, False), bool):
+            raise ValueError(f"fsdp2 strategy_config.wrap_policy.{key}={policy[key]!r}: expected true or false")
+        extra[key] = policy.get(key, False)
+    extra["moe_experts"] = _class_names(policy.get("moe_experts"), "moe_experts")
+    return _class_names(policy.get("transformer_layer_cls_to_wrap"), "transformer_layer_cls_to_wrap"), extra
 
 
 def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | None = None) -> dict:
     """strategy_config with defaults filled in; unknown keys and bad values are errors."""
     given = dict(strategy_config or {})
+    # ROLL wraps moe_experts only when apply_expert_patch is set (its raw value, though the patch itself is off)
+    expert_patch = given.get("apply_expert_patch") is True
     for key in sorted(set(given) & set(ROLL_IGNORED_FSDP2_KEYS)):
         config_logger.warning("fsdp2 strategy_config.%s is ignored: %s", key, ROLL_IGNORED_FSDP2_KEYS[key])
         del given[key]
@@ -124,7 +151,7 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
             f"(ROLL's {list(ROLL_FSDP2_KEYS)} too; a DeepSpeed config such as ${{deepspeed_zero2}} does not apply "
             f"to fsdp2: set strategy_config to null or to these keys)"
         )
-    layers = _roll_wrap_policy(given.pop("wrap_policy", None))
+    layers, wrap_extra = _roll_wrap_policy(given.pop("wrap_policy", None))
     if layers is not None and given.setdefault("wrap_modules", layers) != layers:
         raise ValueError(f"fsdp2 strategy_config.wrap_policy={layers!r} conflicts with wrap_modules: set one")
     policy = given.pop("offload_policy", None)
@@ -132,10 +159,14 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
         if given.setdefault("cpu_offload", policy) != policy:
             raise ValueError(f"fsdp2 strategy_config.offload_policy={policy!r} conflicts with cpu_offload: set one")
     shard_group = _shard_group(given.pop("fsdp_size", None), world_size)
-    config = {**FSDP2_DEFAULTS, **given, "shard_group": shard_group}
-    for key in ("reshard_after_forward", "cpu_offload"):
+    config = {**FSDP2_DEFAULTS, **given, "shard_group": shard_group, **WRAP_EXTRA_DEFAULTS, **wrap_extra}
+    config["expert_patch"] = expert_patch
+    for key in ("reshard_after_forward", "cpu_offload", "apply_tiled_mlp"):
         if not isinstance(config[key], bool):
             raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}: expected true or false")
+    shards = config["tiled_num_shards"]
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"fsdp2 strategy_config.tiled_num_shards={shards!r}: expected an integer >= 1")
     if config["param_dtype"] == "auto":
         config["param_dtype"] = model_dtype
     for key in ("param_dtype", "reduce_dtype"):  # ROLL's spellings (bf16, fp16, fp32) too
@@ -191,7 +222,7 @@ def shard_model(
     """fully_shard each `wrap_modules` unit, then the root (which takes the remaining parameters:
     embeddings, final norm, output layer). Module and parameter names stay the HF ones."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     group = fsdp_config.get("shard_group")
     if group is None:
@@ -229,8 +260,10 @@ def shard_model(
         "mp_policy": mp_policy,
         "offload_policy": offload_policy,
     }
-    for unit in units:
-        fully_shard(unit, **kwargs)
+    first, last = extra_units(model, fsdp_config, logger)
+    for unit in first + units + last:  # inner units before the modules holding them (MoE experts in layers)
+        if not isinstance(unit, FSDPModule):
+            fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     logger.info(
         "fsdp2: %d %s units + root sharded over %s ranks (%s)",
@@ -273,7 +306,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
         # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
-        model = self._with_ulysses(self.load_model(dtype=self._stored_dtype()))
+        model = self._with_tiled_mlp(self._with_ulysses(self.load_model(dtype=self._stored_dtype())))
         self.model = shard_model(model, self.world_size, self.fsdp_config, self.device, self.logger)
         self.model.eval()
 
@@ -289,6 +322,22 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
                 self.ulysses_group.rank,
                 self._ulysses_kernel,
             )
+        return model
+
+    def _with_tiled_mlp(self, model: torch.nn.Module) -> torch.nn.Module:
+        """apply_tiled_mlp: every decoder layer's MLP computed in tiled_num_shards sequence chunks (instances
+        patched, before sharding and LoRA)."""
+        if self.fsdp_config["apply_tiled_mlp"]:
+            shards = self.fsdp_config["tiled_num_shards"]
+            tiled = enable_tiled_mlp(model, shards)
+            if tiled:
+                self.logger.info("fsdp2: tiled MLP in %d MLPs, %d chunks each", len(tiled), shards)
+            else:  # ROLL patches these classes only and runs such a model untiled too
+                self.logger.warning(
+                    "fsdp2 strategy_config.apply_tiled_mlp: %s has no %s module, nothing is tiled (as in ROLL)",
+                    type(model).__name__,
+                    "/".join(TILED_MLP_CLASSES),
+                )
         return model
 
     def data_parallel_info(self) -> dict:
@@ -380,7 +429,7 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         self.fsdp_config = resolve_fsdp2_config(
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
-        model = self._with_ulysses(self.load_model(dtype=self._stored_dtype()))
+        model = self._with_tiled_mlp(self._with_ulysses(self.load_model(dtype=self._stored_dtype())))
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         freeze_by_prefix(model, self.config.model_args.frozen_prefixes, self.logger)

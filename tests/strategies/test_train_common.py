@@ -7,13 +7,14 @@ from roll.configs.worker import TrainingArgs
 from roll.distributed.data_proto import DataProto
 from roll.strategies import create_strategy
 from roll.strategies.deepspeed_train import resolve_ds_config, resolve_ds_infer_config
-from roll.strategies.fsdp2_train import FSDP2_DEFAULTS, resolve_fsdp2_config
+from roll.strategies.fsdp2_train import FSDP2_DEFAULTS, WRAP_EXTRA_DEFAULTS, resolve_fsdp2_config
 from roll.strategies.train_common import aligned_micro_batches, gradient_clip_value, lr_lambda, split_train_batch
 from tests.strategies.harness import StandInWorker, ds_config, make_worker_config
 
 
 def test_fsdp2_defaults_and_auto_param_dtype():
-    assert resolve_fsdp2_config(None, "float32") == {**FSDP2_DEFAULTS, "param_dtype": "float32", "shard_group": None}
+    defaults = {**FSDP2_DEFAULTS, **WRAP_EXTRA_DEFAULTS, "param_dtype": "float32", "shard_group": None}
+    assert resolve_fsdp2_config(None, "float32") == defaults
     assert resolve_fsdp2_config({}, "bfloat16")["param_dtype"] == "bfloat16"
     config = resolve_fsdp2_config(
         {"reshard_after_forward": False, "param_dtype": "bfloat16", "wrap_modules": ["Qwen2DecoderLayer"]}, "float32"
@@ -27,6 +28,33 @@ def test_fsdp2_unknown_key_lists_the_valid_ones():
     message = str(error.value)
     assert "reshard_after_foward" in message
     assert all(key in message for key in FSDP2_DEFAULTS)
+
+
+def test_fsdp2_accepts_rolls_apply_expert_patch_with_a_note():
+    """ROLL's apply_fsdp2 turns apply_expert_patch off itself on transformers >= 5.2.0 (fused experts): roll,
+    on transformers 5.x, takes it (either value) with a logged note and changes nothing."""
+    import logging
+
+    import transformers
+    from packaging import version
+
+    assert version.parse(transformers.__version__) >= version.parse("5.2.0")
+    notes = []
+    handler = logging.Handler()  # roll's loggers do not propagate, so caplog would miss the note
+    handler.emit = lambda record: notes.append(record.getMessage())
+    logger = logging.getLogger("roll.strategies.fsdp2_train")
+    logger.addHandler(handler)
+    try:
+        for value in (True, False):
+            config = resolve_fsdp2_config({"apply_expert_patch": value}, "float32")
+            # only ROLL's moe_experts guard reads it (tests/strategies/test_fsdp2_units.py)
+            assert config.pop("expert_patch") is value
+            default = resolve_fsdp2_config(None, "float32")
+            default.pop("expert_patch")
+            assert config == default
+    finally:
+        logger.removeHandler(handler)
+    assert len(notes) == 2 and all("apply_expert_patch is ignored" in n and "5.2.0" in n for n in notes)
 
 
 def test_fsdp2_refuses_a_deepspeed_block_with_a_hint():

@@ -33,6 +33,12 @@ EQUIVALENCE = {  # name: (strategy, strategy_config, gradient checkpointing)
     "ds_zero3": ("deepspeed_train", h.ds_config(3), True),
     "fsdp2": ("fsdp2_train", FSDP2, True),
     "fsdp2_no_reshard": ("fsdp2_train", {"reshard_after_forward": False}, False),
+    # ROLL's wrap_policy: embeddings and output layer as their own units (test_fsdp2_units.py checks the units)
+    "fsdp2_wrap_units": (
+        "fsdp2_train",
+        {**FSDP2, "wrap_policy": {"wrap_embeddings": True, "wrap_lm_output": True}},
+        True,
+    ),
 }
 RESUMED = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
 INVARIANCE = ("ds_zero0", "ds_zero2", "ds_zero3", "fsdp2")
@@ -56,6 +62,7 @@ DYNAMIC = {
 }
 PACKED = {**DYNAMIC, "use_sequence_packing": True}
 DYNAMIC_BATCHING = ("ds_zero2", "fsdp2")
+TILED = {"apply_tiled_mlp": True, "tiled_num_shards": 3}
 PACKED_ONLY = ("ds_zero3",)  # ZeRO-3 + activation checkpointing, packed (its padded twin is ds_zero3 itself)
 
 
@@ -174,6 +181,19 @@ def micro_batching_scenarios() -> list[dict]:
             )
     infer_keys = {k: v for k, v in PACKED.items() if "train" not in k}
     out.append(dict(name="fsdp2_infer/dynamic_packed", strategy="fsdp2_infer", config=None, worker=infer_keys))
+    out.append(dict(name="fsdp2_infer/tiled_dynamic_packed", strategy="fsdp2_infer", config=TILED, worker=infer_keys))
+    # ROLL's tiled MLP under FSDP2, activation checkpointing and packing: the twin of fsdp2/dynamic_packed
+    out.append(
+        dict(
+            name="fsdp2/tiled_mlp_packed",
+            strategy="fsdp2_train",
+            config={**FSDP2, **TILED},
+            micro=4,
+            accumulation=2,
+            gradient_checkpointing=True,
+            worker=PACKED,
+        )
+    )
     return out
 
 
@@ -409,10 +429,12 @@ def test_sequence_packing_equals_padding(runs, name):
     assert torch.allclose(torch.cat(packed["log_probs"]), torch.cat(padded["log_probs"]), atol=1e-5)
 
 
-def test_forward_only_strategy_packed_dynamic_scores_like_hf(runs):
+@pytest.mark.parametrize("name", ("fsdp2_infer/dynamic_packed", "fsdp2_infer/tiled_dynamic_packed"))
+def test_forward_only_strategy_packed_dynamic_scores_like_hf(runs, name):
+    """Also with ROLL's tiled MLP (fsdp2_infer takes apply_tiled_mlp: the scoring forward in chunks)."""
     from transformers import AutoModelForCausalLM
 
-    result = runs["results"]["fsdp2_infer/dynamic_packed"]
+    result = runs["results"][name]
     model = AutoModelForCausalLM.from_pretrained(runs["model_dir"], dtype=torch.float32).eval()
     batch0 = torch.load(runs["data_file"])[0]
     assert torch.allclose(torch.cat(result["log_probs"]), _log_probs(model, batch0), atol=1e-5)
@@ -429,3 +451,12 @@ def test_freeze_module_prefix_keeps_those_weights_and_trains_the_rest(runs, name
     assert frozen and all(torch.equal(params[n], initial[n]) for n in frozen), name
     trained = [n for n in params if not n.startswith(FROZEN) and n in initial]
     assert trained and all(not torch.equal(params[n], initial[n]) for n in trained), name
+
+
+def test_fsdp2_tiled_mlp_trains_and_scores_as_the_untiled_model(runs):
+    """apply_tiled_mlp (3 chunks per MLP) with FSDP2, activation checkpointing and packed rows: the same steps,
+    parameters and log-probs as fsdp2/dynamic_packed (the same micro-batches, untiled)."""
+    tiled, plain = runs["results"]["fsdp2/tiled_mlp_packed"], runs["results"]["fsdp2/dynamic_packed"]
+    _assert_steps_close(tiled["steps"], plain["steps"], DYNAMIC_KEYS + ("actor/ppo_kl", "actor/pg_clipfrac"))
+    assert _max_param_diff(tiled["params"], plain["params"]) < PARAM_ATOL
+    assert torch.allclose(torch.cat(tiled["log_probs"]), torch.cat(plain["log_probs"]), atol=1e-5)

@@ -75,6 +75,15 @@ def scenarios() -> list[dict]:
         ),  # fmt: skip
         dict(name="token_mean_dp", micro=4, accumulation=ROWS // 8, loss_agg_mode="token-mean", steps=2, **train),
         dict(name="train_packed", micro=4, accumulation=ROWS // 4, model_args=ULYSSES, worker=PACKED, **train),
+        # ROLL's tiled MLP on the sequence shards Ulysses leaves each rank
+        dict(
+            name="train_packed_tiled",
+            micro=4,
+            accumulation=ROWS // 4,
+            model_args=ULYSSES,
+            worker=PACKED,
+            **{**train, "config": {**FSDP2, "apply_tiled_mlp": True, "tiled_num_shards": 3}},
+        ),  # fmt: skip
         dict(name="infer_packed", strategy="fsdp2_infer", config=None, model_args=ULYSSES, worker=PACKED_INFER),
         dict(name="critic", micro=4, accumulation=ROWS // 4, model_args=ULYSSES, critic=True, **train),
         dict(
@@ -145,7 +154,7 @@ def test_log_probs_equal_the_unsplit_model(runs, name, model_key, kernel):
     assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
 
 
-@pytest.mark.parametrize("name", ["train", "train_dynamic", "train_packed"])
+@pytest.mark.parametrize("name", ["train", "train_dynamic", "train_packed", "train_packed_tiled"])
 def test_training_equals_the_plain_loop_on_the_same_global_batch(runs, name):
     result, reference = runs["results"][name], runs["reference"]
     assert result["layout"].dp_size == 1 and result["layout"].dp_ranks == (0, 0)
