@@ -503,3 +503,16 @@ def run_infer_scenario(scenario: dict, rank: int, model_dir: Path, batches) -> d
             params={name: t.detach().cpu().clone() for name, t in strategy.named_hf_parameters()},
         )
     return result
+
+
+def tiny_qwen3_moe():
+    """A random 2-layer Qwen3-MoE (layer 0 dense, layer 1 sparse with 4 experts), built in memory."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
+        mlp_only_layers=[0],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return Qwen3MoeForCausalLM(config)

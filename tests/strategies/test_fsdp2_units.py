@@ -97,27 +97,15 @@ def test_tied_embeddings_stay_one_parameter_in_one_unit(world_of_one, tmp_path, 
     assert plain.lm_head.weight is plain.model.embed_tokens.weight
 
 
-def _tiny_moe():
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    config = Qwen3MoeConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
-        mlp_only_layers=[0],
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return Qwen3MoeForCausalLM(config)
-
-
 def test_moe_experts_wrapped_only_with_rolls_guard(world_of_one):
     """ROLL wraps moe_experts classes on an MoE model with apply_expert_patch: true; with transformers 5's fused
     experts, Qwen3MoeMLP (ROLL's examples' choice) is the dense layer 0's MLP."""
     policy = {"wrap_policy": {"moe_experts": ["Qwen3MoeMLP"]}}
-    guarded = _sharded(_tiny_moe(), {**policy, "apply_expert_patch": True})
+    guarded = _sharded(h.tiny_qwen3_moe(), {**policy, "apply_expert_patch": True})
     assert _units(guarded) == {"model.layers.0.mlp", "model.layers.0", "model.layers.1", ""}
-    assert _units(_sharded(_tiny_moe(), policy)) == {"model.layers.0", "model.layers.1", ""}
+    assert _units(_sharded(h.tiny_qwen3_moe(), policy)) == {"model.layers.0", "model.layers.1", ""}
     ids = torch.arange(8)[None]
-    assert torch.equal(guarded(input_ids=ids).logits, _tiny_moe()(input_ids=ids).logits)
+    assert torch.equal(guarded(input_ids=ids).logits, h.tiny_qwen3_moe()(input_ids=ids).logits)
 
 
 @pytest.mark.parametrize(

@@ -59,14 +59,7 @@ def test_tiled_mlp_equals_the_untiled_model(tiny, checkpointing):
 
 def test_tiled_mlp_tiles_only_rolls_classes():
     """ROLL patches the dense SwiGLU classes only; a Qwen3-MoE's sparse layers (fused experts) stay untiled."""
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    config = Qwen3MoeConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2,
-        mlp_only_layers=[0],
-    )  # fmt: skip
-    assert enable_tiled_mlp(Qwen3MoeForCausalLM(config), 2) == ["model.layers.0.mlp"]
+    assert enable_tiled_mlp(h.tiny_qwen3_moe(), 2) == ["model.layers.0.mlp"]
     assert enable_tiled_mlp(torch.nn.Sequential(torch.nn.Linear(4, 4)), 4) == []
 
 

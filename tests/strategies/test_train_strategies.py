@@ -330,7 +330,12 @@ def test_offload_moves_every_parameter_and_optimizer_tensor(runs, name):
 def test_critic_equivalent_to_plain_pytorch(runs, name):
     """Value model: the head is not in the checkpoint and each rank initialises it differently; every
     engine must train rank 0's (= the reference's) head, and compute_values must match."""
-    result, reference = runs["results"][f"{name}/critic"], runs["critic_reference"]
+    assert_critic_like_plain(runs["results"][f"{name}/critic"], runs)
+
+
+def assert_critic_like_plain(result: dict, runs: dict) -> None:
+    """A critic scenario's steps, parameters and compute_values against the plain single-process loop."""
+    reference = runs["critic_reference"]
     _assert_steps_close(result["steps"], reference["steps"], ("critic/vf_loss", "grad_norm", "lr"))
     assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
     model = h.load_value_model(runs["model_dir"]).eval()

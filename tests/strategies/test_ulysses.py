@@ -25,6 +25,7 @@ from tests.strategies.test_train_strategies import (
     _assert_steps_close,
     _log_probs,
     _max_param_diff,
+    assert_critic_like_plain,
 )
 
 ULYSSES = {"ulysses_size": 2}
@@ -177,17 +178,7 @@ def test_training_equals_the_plain_loop_on_the_same_global_batch(runs, name):
 
 def test_critic_value_model_trains_and_scores_like_the_plain_loop(runs):
     """The value model (token-classification head, one output per token) through the same split forward."""
-    result, reference = runs["results"]["critic"], runs["critic_reference"]
-    _assert_steps_close(result["steps"], reference["steps"], ("critic/vf_loss", "grad_norm", "lr"))
-    assert _max_param_diff(result["params"], reference["params"]) < PARAM_ATOL
-    model = h.load_value_model(runs["model_dir"]).eval()
-    model.load_state_dict(reference["params"])
-    batch = h.as_proto(torch.load(runs["data_file"])[0], slice(0, 10))
-    with torch.no_grad():
-        logits = model(**{k: batch.batch[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
-    expected = logits[:, -h.RESPONSE_LENGTH - 1 : -1].squeeze(-1)
-    real = batch.batch["response_mask"].bool()
-    assert torch.allclose(torch.cat(result["log_probs"])[real], expected[real], atol=1e-5)
+    assert_critic_like_plain(runs["results"]["critic"], runs)
 
 
 def test_lora_adapters_train_like_the_plain_peft_loop(runs):
