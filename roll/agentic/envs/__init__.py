@@ -1,6 +1,7 @@
 """Environments for agentic RL and their registry; importing this registers the shipped envs."""
 
 from roll.agentic.envs import (  # noqa: F401  (registration)
+    arithmetic,
     calculator,
     dataset_questions,
     frozen_lake,

@@ -6,6 +6,8 @@ import numpy as np
 import torch
 
 EPS = 1e-6
+EPISODE_KEYS = ("success", "score", "num_turns", "invalid_actions", "truncated")
+EPISODE_IDS = ("tag", "env_id", "traj_group_id", "seed")  # what an episode record names, not measures
 
 
 def normalize_scores(
@@ -39,7 +41,9 @@ def episode_metrics(episodes: list[dict], prefix: str) -> dict:
     for episode in episodes:
         by_tag[episode["tag"]].append(episode)
     for tag, items in sorted(by_tag.items()):
-        for key in ("success", "score", "num_turns", "invalid_actions", "truncated"):
-            metrics[f"{prefix}/{tag}/{key}"] = float(np.mean([e[key] for e in items]))
+        # every env manager's five, and whatever numbers a manager adds (tool calls, stop reasons: 0 where absent)
+        extra = sorted({key for e in items for key in e} - set(EPISODE_KEYS) - set(EPISODE_IDS))
+        for key in (*EPISODE_KEYS, *extra):
+            metrics[f"{prefix}/{tag}/{key}"] = float(np.mean([e.get(key, 0.0) for e in items]))
     metrics[f"{prefix}/success"] = float(np.mean([e["success"] for e in episodes])) if episodes else 0.0
     return metrics
