@@ -281,6 +281,7 @@ ROLL_ENV_MANAGERS = {
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
     "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
+    "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": "agent_native",
 }
 
 
@@ -292,11 +293,6 @@ REFUSED_ENV_MANAGERS = {
         "(agent_runner_cls) play the episode through it, re-rendering the whole conversation each turn and training "
         "on the requests it proxied; roll's env managers call the engine directly, token in and token out, and no "
         "HTTP proxy is built"
-    ),
-    "agent_native_env_manager.AgentNativeStepEnvManager": (
-        "ROLL's AgentNativeStepEnvManager plays tool-calling agent environments (sokoban_native_env, SWE and "
-        "terminal sandboxes) whose reset/step exchange chat message lists and tool schemas rendered by the "
-        "tokenizer's tools template; roll's environments exchange text, and no tool-calling env manager is built"
     ),
     "vl_traj_env_manager.VLTrajEnvManager": (
         "ROLL's VLTrajEnvManager feeds image observations to a vision-language policy; roll builds text-only models"

@@ -198,6 +198,7 @@ def aliases() -> dict:
         ("", "profiler_memory"): profiler_switch,
         ("", "profiler_output_dir"): profiler_output_dir,
         ("", "enable_old_logprobs_recompute"): boolean,
+        ("", "parse_tool_call_parameter_to_dict"): boolean,
         ("<role>", "offload_nccl"): boolean,
         ("<role>", "sequence_packing_args"): sequence_packing_args,
         ("generating_args", "include_stop_str_in_output"): include_stop_str_in_output,

@@ -8,6 +8,7 @@ from roll.agentic.envs import (  # noqa: F401  (registration)
     guess_the_number,
     letter_counting,
     sokoban,
+    sokoban_native,
 )
 from roll.agentic.envs.base import BaseEnv, EnvStep
 from roll.agentic.envs.registry import list_envs, make_env, register_env
