@@ -53,10 +53,10 @@ TOOL_CHAT_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
     "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
-    "{{- '# Tools\\n\\nYou can call the functions below. Each is described by a JSON schema on its own line:"
+    "{{- '# Tools\\n\\nFunctions you can call, one JSON schema per line:"
     "\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nTo call a function, write its name and arguments as one JSON object between the tags:"
+    "{{- '\\n</tools>\\n\\nCall one by writing its name and arguments between the tags:"
     '\\n<tool_call>\\n{"name": <function name>, "arguments": <object of arguments>}\\n</tool_call><|im_end|>\\n\' }}'
     "{%- elif messages[0].role == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"

@@ -32,31 +32,24 @@ def format_only_examples(
 
 def warm_start(
     model_dir: str,
-    conversations: list[list[dict]],
+    conversations: list,
     steps: int = 150,
     batch_size: int = 32,
     lr: float = 3e-3,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
+    assistant_only: bool = False,
 ) -> list[float]:
     """Trains in place on every token after the first prompt (AdamW, constant lr); returns the loss curve.
-    `log`, if given, gets a progress line every tenth of the run."""
+    A conversation is a list of messages, or {"messages": [...], "tools": [...]} (function schemas the template
+    renders). `assistant_only`: train only what the assistant turns write (from each generation prompt to the
+    end of the turn), not the user or tool turns between them. `log`, if given, gets a progress line every
+    tenth of the run."""
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    encoded = []
-    for conversation in conversations:
-        prompt = tokenizer.apply_chat_template(conversation[:1], add_generation_prompt=True, tokenize=False)
-        full = tokenizer.apply_chat_template(conversation, tokenize=False)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-        if full_ids[: len(prompt_ids)] != prompt_ids:
-            raise ValueError(
-                "warm start: the chat template's generation prompt is not a prefix of the full "
-                "conversation; the answer tokens cannot be located"
-            )
-        encoded.append((full_ids, len(prompt_ids)))
+    encoded = [_encode(tokenizer, c, assistant_only) for c in conversations]
     rng = random.Random(seed)
     losses = []
     model.train()
@@ -67,9 +60,9 @@ def warm_start(
         input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
         labels = torch.full((len(batch), width), -100)
         attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, (ids, prompt_len) in enumerate(batch):
+        for i, (ids, trained) in enumerate(batch):
             input_ids[i, : len(ids)] = torch.tensor(ids)
-            labels[i, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
+            labels[i, : len(ids)] = torch.tensor([t if keep else -100 for t, keep in zip(ids, trained)])
             attention[i, : len(ids)] = 1
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         loss.backward()
@@ -84,3 +77,33 @@ def warm_start(
             )
     model.save_pretrained(model_dir)
     return losses
+
+
+def _encode(tokenizer, conversation, assistant_only: bool) -> tuple[list[int], list[bool]]:
+    """(token ids, which are trained) of one conversation."""
+    if isinstance(conversation, dict):
+        messages, tools = conversation["messages"], conversation.get("tools")
+    else:
+        messages, tools = conversation, None
+    extra = {"tools": tools} if tools else {}
+
+    def ids(part: list[dict], generation_prompt: bool) -> list[int]:
+        text = tokenizer.apply_chat_template(part, add_generation_prompt=generation_prompt, tokenize=False, **extra)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    full = ids(messages, False)
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    trained = [False] * len(full)
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"] if assistant_only else [first]
+    for index in turns:
+        start = ids(messages[:index], True)
+        end = len(ids(messages[: index + 1], False)) if assistant_only else len(full)
+        if assistant_only and tokenizer.eos_token_id in full[len(start) : end]:  # up to the end-of-turn token only
+            end = len(start) + full[len(start) : end].index(tokenizer.eos_token_id) + 1
+        if full[: len(start)] != start:
+            raise ValueError(
+                "warm start: the chat template's generation prompt is not a prefix of the full "
+                "conversation; the answer tokens cannot be located"
+            )
+        trained[len(start) : end] = [True] * (end - len(start))
+    return full, trained
