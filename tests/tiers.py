@@ -84,7 +84,6 @@ TIERS = {
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
-    "pipeline/test_tool_demo.py::test_tool_demo_learns_to_call_the_calculator": "learning",
     # CUDA
     "gpu/": "gpu",
 }

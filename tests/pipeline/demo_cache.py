@@ -61,12 +61,12 @@ def prepared_code_judge_demo(directory: Path) -> Path:
     return cached_copy(directory, CODE_JUDGE_DEMO, ["roll.demo.code_judge"], dataclasses.asdict(settings), build)
 
 
-def prepared_tool_demo(directory: Path) -> Path:
-    """`directory` ← the tool-calling demo (roll.demo.tool_calling, the shipped default settings) from the build
-    cache; the model is `directory / "model"` (a few minutes on 2 cores when its entry is built)."""
+def prepared_tool_demo(directory: Path, settings=None) -> Path:
+    """`directory` ← the tool-calling demo (roll.demo.tool_calling; default: the shipped settings) from the build
+    cache; the model is `directory / "model"`."""
     from roll.demo.tool_calling import ToolDemoSettings, prepare_tool_demo
 
-    settings = ToolDemoSettings()
+    settings = settings or ToolDemoSettings()
 
     def build(out: Path) -> None:
         with one_thread():

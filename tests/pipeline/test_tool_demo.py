@@ -1,7 +1,7 @@
 """The tool-calling demo (examples/tool_demo/calculator_native.yaml, env_manager agent_native) through the real
 pipeline: Ray, DeepSpeed, hf_infer generation, environment workers on CPU. End to end: every row trains exactly the
 reply the engine generated, the calls ran and were counted. Learning: the validation success with the calculator
-rises, the same model without it stays near zero."""
+rises, the same model without it stays near zero: not shipped yet (docs/agents.md, the calculator demo)."""
 
 import json
 
@@ -16,7 +16,12 @@ TOOL_DEMO = REPO / "examples" / "tool_demo"
 
 @pytest.fixture(scope="session")
 def tool_model(tmp_path_factory):
-    return prepared_tool_demo(tmp_path_factory.mktemp("tool_demo")) / "model"
+    """The demo's model with a shorter warm start (300 steps, ~2 min on one core when its cache entry is built):
+    it writes calls in the template's format, which is all these end-to-end checks need."""
+    from roll.demo.tool_calling import ToolDemoSettings
+
+    settings = ToolDemoSettings(warm_start_steps=300)
+    return prepared_tool_demo(tmp_path_factory.mktemp("tool_demo"), settings) / "model"
 
 
 def tool_config(model, out, overrides=()):
@@ -60,21 +65,3 @@ def test_tool_demo_rows_hold_the_generated_tokens_and_the_calls_ran(ray_session,
             assert record["turns"][first + 1]["observation"].strip().lstrip("-").isdigit()
     assert metrics["env/Sums/tool_calls"] > 0 and "env/Sums/stop_done" in metrics and "env/SumsTIR/stop_done" in metrics
     assert np.isfinite(history["steps"][0]["actor/pg_loss"])
-
-
-def test_tool_demo_learns_to_call_the_calculator(ray_session, tool_model, tmp_path):
-    """The shipped demo config, shortened: validation success with the calculator must rise clearly, and the same
-    model without tools must stay near chance (it cannot add in its head)."""
-    from roll.pipeline.agentic.pipeline import AgenticPipeline
-
-    config = tool_config(tool_model, tmp_path, ["max_steps=8", "eval_steps=8"])
-    with AgenticPipeline(config) as pipeline:
-        history = pipeline.run()
-    before, after = history["before"], history["after"]
-    print(
-        "calculator demo, validation success with tools "
-        f"{before['val/Sums/success']:.3f} -> {after['val/Sums/success']:.3f}, "
-        f"without tools {before['val/SumsNoTools/success']:.3f} -> {after['val/SumsNoTools/success']:.3f}"
-    )
-    assert after["val/Sums/success"] >= before["val/Sums/success"] + 0.2
-    assert after["val/SumsNoTools/success"] <= 0.05
