@@ -1,6 +1,6 @@
 """Build the tool-calling demo's tiny model: Qwen2.5's tool-calling chat layout, a tokenizer from the demo's
-conversations, and a warm start on random play (when to call the calculator and whether to use its result are
-left to RL; see roll/demo/tool_calling.py).
+conversations, and a warm start on random play and format drills (when to call the calculator is left to RL; see
+roll/demo/tool_calling.py).
 
     python examples/tool_demo/prepare_demo.py --output_dir tool_demo_data   # a few minutes on 2 CPU cores
     python examples/start_agentic_pipeline.py --config_path tool_demo --config_name calculator_native

@@ -39,16 +39,25 @@ def warm_start(
     seed: int = 0,
     log: Callable[[str], None] | None = None,
     assistant_only: bool = False,
+    decay_fraction: float = 0.0,
 ) -> list[float]:
-    """Trains in place on every token after the first prompt (AdamW, constant lr); returns the loss curve.
-    A conversation is a list of messages, or {"messages": [...], "tools": [...]} (function schemas the template
-    renders). `assistant_only`: train only what the assistant turns write (from each generation prompt to the
-    end of the turn), not the user or tool turns between them. `log`, if given, gets a progress line every
-    tenth of the run."""
+    """Trains in place on every token after the first prompt (AdamW); returns the loss curve.
+    A conversation is a list of messages, or {"messages": [...], "tools": [...], "train_first_token": bool}
+    (function schemas the template renders; `train_first_token` False leaves the first token of the first
+    assistant turn untrained: a choice the data must not teach). `assistant_only`: train only what the assistant
+    turns write (from each generation prompt to the end of the turn), not the user or tool turns between them.
+    The learning rate is `lr`, decaying linearly to 0 over the last `decay_fraction` of the steps (0: constant).
+    `log`, if given, gets a progress line every tenth of the run."""
+    if not 0.0 <= decay_fraction <= 1.0:
+        raise ValueError(f"warm start: decay_fraction must be within [0, 1], got {decay_fraction}")
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    decay_steps = decay_fraction * steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (steps - step) / decay_steps) if decay_steps else 1.0
+    )
     encoded = [_encode(tokenizer, c, assistant_only) for c in conversations]
     rng = random.Random(seed)
     losses = []
@@ -68,6 +77,7 @@ def warm_start(
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        schedule.step()
         losses.append(loss.item())
         if log is not None and steps >= 10 and (step + 1) % (steps // 10) == 0:
             elapsed = time.perf_counter() - started
@@ -83,8 +93,9 @@ def _encode(tokenizer, conversation, assistant_only: bool) -> tuple[list[int], l
     """(token ids, which are trained) of one conversation."""
     if isinstance(conversation, dict):
         messages, tools = conversation["messages"], conversation.get("tools")
+        train_first_token = conversation.get("train_first_token", True)
     else:
-        messages, tools = conversation, None
+        messages, tools, train_first_token = conversation, None, True
     extra = {"tools": tools} if tools else {}
 
     def ids(part: list[dict], generation_prompt: bool) -> list[int]:
@@ -106,4 +117,6 @@ def _encode(tokenizer, conversation, assistant_only: bool) -> tuple[list[int], l
                 "conversation; the answer tokens cannot be located"
             )
         trained[len(start) : end] = [True] * (end - len(start))
+    if not train_first_token:
+        trained[len(ids(messages[:first], True))] = False
     return full, trained

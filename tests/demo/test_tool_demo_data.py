@@ -32,3 +32,28 @@ def test_the_choice_to_call_is_a_coin_flip_and_guesses_are_guesses():
             guessed_right += answer == value
     assert abs(called / len(offered) - 0.5) < 0.05  # nothing says calling is better
     assert guessed_right / guesses < 0.01  # made-up numbers: the data does not teach the sums
+
+
+def test_format_drills_call_and_copy_and_leave_the_choice_untrained():
+    """The drills teach how a call is written and how its result is used; the reply's first token (`<tool_call>`
+    here, `<answer` when guessing: the choice) is not trained, so they do not teach that calling is better."""
+    from roll.agentic.envs.tools.calculator import FUNCTION as CALCULATOR
+    from roll.demo.tiny_model import build_tool_tokenizer
+    from roll.demo.tool_calling import format_drills
+    from roll.demo.warm_start import _encode
+
+    drills = format_drills(ToolDemoSettings(format_drills=20))
+    assert all(d["train_first_token"] is False and d["tools"] == [CALCULATOR] for d in drills)
+    texts = [m["content"] for d in drills for m in d["messages"]]
+    tokenizer = build_tool_tokenizer(texts, [CALCULATOR])
+    for drill in drills[:3]:
+        messages = drill["messages"]
+        assert messages[3]["content"] == messages[4]["content"].removeprefix("<answer>").removesuffix("</answer>")
+        ids, trained = _encode(tokenizer, drill, assistant_only=True)
+        prompt = tokenizer.apply_chat_template(
+            messages[:2], tools=drill["tools"], add_generation_prompt=True, tokenize=False
+        )
+        first = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        _, trained_all = _encode(tokenizer, dict(drill, train_first_token=True), assistant_only=True)
+        assert trained_all[first] and not trained[first] and tokenizer.decode(ids[first]) == "<tool_call>"
+        assert [i for i, (a, b) in enumerate(zip(trained, trained_all)) if a != b] == [first]  # only that token
