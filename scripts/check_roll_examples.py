@@ -5,7 +5,7 @@
 --roll_repo is a ROLL git repository (bare or not). The examples are exported with `git archive` into a temporary
 directory (nothing of ROLL's is written into this repository) and each one goes through the launcher's own
 dry run (`roll.cli.launch`) from its own folder, so ROLL's `../config/...` defaults resolve to ROLL's own blocks
-as they would for a ROLL user. The scope rule is `roll.configs.roll_examples.scope`. --write-doc stores the
+as they would for a ROLL user. The scope rule is `scripts.roll_examples.scope`. --write-doc stores the
 results in docs/roll_examples.json and regenerates docs/roll_compatibility.md, whose last table they feed.
 """
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from roll.cli import launch  # noqa: E402
 from roll.configs import load_agentic_config, load_rlvr_config  # noqa: E402
-from roll.configs.roll_examples import RESULTS, scope, summary  # noqa: E402
+from scripts.roll_examples import RESULTS, scope, summary  # noqa: E402
 
 AGENTIC_KEYS = ("custom_envs", "train_env_manager", "val_env_manager")
 BROKEN = "broken in ROLL"
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     print(summary(rows))
     if args.write_doc:
         RESULTS.write_text(json.dumps({"roll_commit": commit, "examples": rows}, indent=1, ensure_ascii=False) + "\n")
-        from roll.configs.roll_compat_page import compatibility_page
+        from scripts.roll_compat_page import compatibility_page
 
         (ROOT / "docs" / "roll_compatibility.md").write_text(compatibility_page())
     return 0

@@ -184,7 +184,7 @@ def load_agentic_config(config) -> AgenticConfig:
 def _build_with_roll_keys(cls, data: dict):
     """ROLL spellings translated, then the strict build; every problem of the file raised together."""
     from roll.configs.roll_compat import check_roll_keys, note_roll_spellings, translate
-    from roll.configs.roll_lengths import derive_agentic_lengths
+    from roll.configs.roll_compat.lengths import derive_agentic_lengths
 
     problems = translate(data)
     extra = data.pop("__roll__", {})
@@ -250,7 +250,7 @@ def describe_config(config) -> str:
     """Resolved config, batch arithmetic and placement plan, as printed at start-up and by --dry_run."""
     from omegaconf import OmegaConf
 
-    from roll.configs.roll_lengths import length_lines
+    from roll.configs.roll_compat.lengths import length_lines
     from roll.distributed.resource_manager import format_plan, placement_plan
 
     arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()

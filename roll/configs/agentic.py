@@ -471,7 +471,7 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
     from roll.agentic.envs.registry import list_envs, make_env
 
     if env.env_type not in list_envs():
-        from roll.configs.roll_env_types import roll_env_refusal
+        from roll.configs.roll_compat.env_types import roll_env_refusal
 
         reason = roll_env_refusal(env.env_type)
         if reason is not None:

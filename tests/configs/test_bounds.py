@@ -11,7 +11,7 @@ import torch
 
 from roll.configs import ConfigError, compose_config, load_rlvr_config
 from roll.configs.loader import build
-from roll.configs.reference import SECTIONS
+from scripts.config_reference import SECTIONS
 from tests.configs.test_config import TINY
 
 

@@ -169,10 +169,10 @@ def test_qwen_recipe_dry_run_prints_the_16_gpu_plan(capsys):
 
 
 def test_configuration_reference_is_current():
-    from roll.configs.reference import render
+    from scripts.config_reference import render
 
     doc = (EXAMPLES.parent / "docs" / "configuration.md").read_text()
-    assert doc == render(), "docs/configuration.md is stale: python -m roll.configs.reference > docs/configuration.md"
+    assert doc == render(), "docs/configuration.md is stale: python scripts/config_reference.py > docs/configuration.md"
 
 
 def test_validation_samples_per_prompt():

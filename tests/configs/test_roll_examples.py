@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
-from roll.configs.roll_examples import RESULTS, examples_section, scope
+from scripts.roll_examples import RESULTS, examples_section, scope
 from tests.configs.test_roll_compat import CORPUS, ROOT, rlvr_dict
 
 TINY = ROOT / "examples" / "tiny_rlvr"
@@ -128,7 +128,7 @@ def test_sequence_packing_args_are_checked(packing, message):
 def test_load_balance_train_budget_is_read_only_by_training_roles():
     """ROLL's reference never trains, so its max_packed_sequence_length_train is unread (ROLL's megatron
     sequence-packing example sets it there): only the forward budget becomes the reference's."""
-    from roll.configs.roll_example_keys import sequence_packing_args
+    from roll.configs.roll_compat.example_keys import sequence_packing_args
 
     packing = {
         "algorithm": "load_balance",

@@ -1,5 +1,5 @@
 """ROLL's top-level sequence_length in agentic configs: roll's prompt_length / response_length derived from it
-(roll/configs/roll_lengths.py), never overwriting a length the config set."""
+(roll/configs/roll_compat/lengths.py), never overwriting a length the config set."""
 
 import re
 from pathlib import Path

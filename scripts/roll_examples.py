@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "roll_examples.json"
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "roll_examples.json"
 
 # The scope rule: a file under examples/ is checked unless it is one of ROLL's shared blocks (included by other
 # files, not run alone) or belongs to a pipeline roll does not build. First match wins.
@@ -63,7 +63,7 @@ def examples_section(results: dict | None) -> list[str]:
         "`python scripts/check_roll_examples.py --roll_repo PATH --write-doc` (from each file's own folder, so ROLL's",
         "`../config/...` blocks are ROLL's). In scope: RLVR and agentic pipeline configs; out of scope: ROLL's shared",
         "blocks and the SFT, DPO, distillation and vision/audio-language pipelines (the rule is",
-        "`roll.configs.roll_examples.OUT_OF_SCOPE`).",
+        "`scripts.roll_examples.OUT_OF_SCOPE`).",
         f"Result: {summary(checked)} of {len(checked)} in scope; {len(rows) - len(checked)} out of scope.",
         "",
         "| ROLL example | result | reason |",

@@ -6,7 +6,7 @@ Each entry here is one of:
   refused  a key or value roll will not take, with the reason
 `block` is where the key sits: "" = top level, "<role>" = any role block (actor_train, rewards.math, ...),
 or a sub-block name (model_args, data_args, generating_args, training_args) inside any role.
-docs/roll_compatibility.md is generated from this table (python -m roll.configs.roll_compat_page).
+docs/roll_compatibility.md is generated from this table (python scripts/roll_compat_page.py).
 """
 
 from dataclasses import dataclass

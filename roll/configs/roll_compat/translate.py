@@ -1,17 +1,17 @@
 """ROLL spellings → roll's, applied to the resolved plain dict before strict loading.
 
-`translate(data)` rewrites every alias of roll.configs.roll_keys in place and returns the problems
+`translate(data)` rewrites every alias of roll.configs.roll_compat.keys in place and returns the problems
 (refused keys, bad alias values) as (key path, message) pairs, so the loader reports them
 together with its own unknown keys and wrong types. The generated page docs/roll_compatibility.md is
-roll_compat_page.py's.
+scripts/roll_compat_page.py's.
 """
 
 import importlib.util
 import posixpath
 
-from roll.configs import roll_example_keys
-from roll.configs.roll_judge import judge_server
-from roll.configs.roll_keys import (
+from roll.configs.roll_compat import example_keys
+from roll.configs.roll_compat.judge import judge_server
+from roll.configs.roll_compat.keys import (
     DTYPES,
     ENV_YAML_VARIABLES,
     REFUSED,
@@ -37,7 +37,7 @@ def translate(data: dict) -> list:
         if isinstance(data.get(role), dict):
             _apply_block(data[role], "<role>", role, problems)
     _drop_lora_copies(data)
-    roll_example_keys.critic_value_head(data)
+    example_keys.critic_value_head(data)
     for tag, env in (data.get("custom_envs") or {}).items():
         if isinstance(env, dict):
             _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
@@ -372,7 +372,7 @@ _ALIASES = {
     },
     ("", "render_save_dir"): _drop,
     **{("", key): _drop for key in ENV_YAML_VARIABLES},
-    **roll_example_keys.aliases(),  # the keys of ROLL's current example YAMLs
+    **example_keys.aliases(),  # the keys of ROLL's current example YAMLs
     ("custom_envs", "max_steps"): _column("max_turns"),
     ("custom_envs", "env_manager_cls"): _env_manager_cls,
     ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),

@@ -1,10 +1,17 @@
+# ruff: noqa: E402  (this checkout goes on sys.path before roll is imported)
 """docs/configuration.md, generated from the field declarations (their types, defaults and help).
 
-python -m roll.configs.reference > docs/configuration.md
+python scripts/config_reference.py > docs/configuration.md
 """
 
 import dataclasses
+import sys
 import typing
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: this checkout's roll
+    sys.path.insert(0, str(ROOT))
 
 from roll.configs.agentic import (
     AgenticConfig,
@@ -34,7 +41,7 @@ from roll.configs.worker import (
 
 INTRO = """# Configuration reference
 
-Generated from the dataclasses in `roll/configs/` by `python -m roll.configs.reference`; a test fails
+Generated from the dataclasses in `roll/configs/` by `python scripts/config_reference.py`; a test fails
 when this file is out of date. Loading is strict: an unknown key fails with its full path and the
 closest valid name, a wrong type or value fails with what is allowed (every number has the range given in
 its type column, checked at load time; all problems of a file are reported together), and nothing is rewritten
