@@ -77,7 +77,8 @@ def read_rows(path):
 def roll_config(data_dir: str, seed: int, max_steps: int, eval_steps: int, output_dir: str, extra=(), start_ray=False):
     """The demo config for this run; `start_ray`: start the local Ray while it is checked, as the launcher does."""
     from roll.cli import load_while_ray_starts
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     overrides = [
         f"model_path={data_dir}/model",

@@ -12,22 +12,11 @@ plan, and exits without starting Ray.
 import sys
 from pathlib import Path
 
-from roll.cli import launch
+from roll.cli import launch_kind
 
 
 def main(argv=None) -> int:
-    from roll.configs import load_agentic_config
-    from roll.pipeline.agentic.first_prompts import check_first_prompts_on_disk
-
-    def load(composed):  # a first prompt longer than prompt_length is refused here, by --dry_run too
-        return check_first_prompts_on_disk(load_agentic_config(composed))
-
-    def run(config):
-        from roll.pipeline.agentic import run_pipeline
-
-        return run_pipeline(config)
-
-    return launch(argv, __doc__, Path(__file__).resolve().parent, "agentic_demo", "frozen_lake_traj", load, run)
+    return launch_kind("agentic", argv, __doc__, Path(__file__).resolve().parent)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The command line of the example launchers: compose a Hydra YAML, validate it, print the plan, run.
 
-    python examples/start_rlvr_pipeline.py    --config_path DIR --config_name NAME [key=value ...] [--dry_run]
-    python examples/start_agentic_pipeline.py --config_path DIR --config_name NAME [key=value ...] [--dry_run]
+    python examples/start_<kind>_pipeline.py --config_path DIR --config_name NAME [key=value ...] [--dry_run]
+
+Each launcher is `launch_kind(kind, ...)`: the kind's config class (roll/pipeline/kinds.py) loads, checks, describes
+and runs the config.
 
 --config_path is a directory (absolute, relative to the current directory, or relative to examples/).
 --dry_run composes and validates the config, prints it with the batch arithmetic and the placement
@@ -26,6 +28,22 @@ def config_dir(path: str, examples: Path) -> Path:
         if candidate.is_dir():
             return candidate.resolve()
     raise SystemExit(f"--config_path {path!r}: no such directory (looked in {Path.cwd()} and {examples})")
+
+
+def launch_kind(kind: str, argv, description: str, examples: Path) -> int:
+    """examples/start_<kind>_pipeline.py's main: the kind's default config (DEFAULT_CONFIG, under `examples`),
+    its loader plus its on-disk checks (`check_inputs`), and its pipeline (`run`)."""
+    from roll.pipeline.kinds import kind_config
+
+    cls = kind_config(kind)
+
+    def load(composed):
+        from roll.configs import load_config
+
+        return load_config(cls, composed).check_inputs()
+
+    default_path, default_name = cls.DEFAULT_CONFIG
+    return launch(argv, description, examples, default_path, default_name, load, lambda config: config.run())
 
 
 def launch(

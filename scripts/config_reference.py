@@ -13,41 +13,21 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: this checkout's roll
     sys.path.insert(0, str(ROOT))
 
-from roll.configs.agentic import (
-    AgenticConfig,
-    EnvConfig,
-    EnvManagerConfig,
-    RewardNormalization,
-    ToolConfig,
-    ToolWrapperArgs,
-    ToolWrapperConfig,
-)
-from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.loader import describe
 from roll.configs.profiler import ProfilerConfig, RoleProfilerConfig
-from roll.configs.rlvr import RLVRConfig
-from roll.configs.worker import (
-    DataArgs,
-    GeneratingArgs,
-    ModelArgs,
-    RewardConfig,
-    RewardFilterConfig,
-    ScorerConfig,
-    StrategyArgs,
-    TrainingArgs,
-    ValidationConfig,
-    WorkerConfig,
-)
+from roll.configs.worker import DataArgs, GeneratingArgs, ModelArgs, StrategyArgs, TrainingArgs, WorkerConfig
+from roll.pipeline.kinds import kind_configs
 
 INTRO = """# Configuration reference
 
-Generated from the dataclasses in `roll/configs/` by `python scripts/config_reference.py`; a test fails
-when this file is out of date. Loading is strict: an unknown key fails with its full path and the
-closest valid name, a wrong type or value fails with what is allowed (every number has the range given in
-its type column, checked at load time; all problems of a file are reported together), and nothing is rewritten
-silently — fields left `null` that have a derived value (world sizes, `max_new_tokens`, …) are
-filled and printed at start-up together with the batch arithmetic and the placement plan
-(`--dry_run` prints them and exits).
+Generated from the dataclasses in `roll/configs/` and the pipeline kinds' config classes (the table in
+`roll/pipeline/kinds.py`) by `python scripts/config_reference.py`; a test fails when this file is out of date.
+Loading is strict: an unknown key fails with its full path and the closest valid name, a wrong type or value
+fails with what is allowed (every number has the range given in its type column, checked at load time; all
+problems of a file are reported together), and nothing is rewritten silently — fields left `null` that have a
+derived value (world sizes, `max_new_tokens`, …) are filled and printed at start-up together with the batch
+arithmetic and the placement plan (`--dry_run` prints them and exits). Each pipeline kind has its own top-level
+section below; the roles' blocks are shared.
 
 Any field can be set from the command line (`key=value`, `actor_train.training_args.learning_rate=1e-5`).
 Top-level keys that are not fields are allowed only as shared blocks that another key interpolates
@@ -71,31 +51,49 @@ is true and infinity (a cap that never binds) when it is false; the clip_cov/kl_
 through under their own names.
 """
 
-SECTIONS = [
-    ("Pipeline (top level of an RLVR YAML)", RLVRConfig),
-    ("Roles: `actor_train`, `actor_infer`, `reference`, `critic`", WorkerConfig),
-    ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
-    ("Dynamic sampling: `rewards.<domain>.query_filter_config`, `response_filter_config`", RewardFilterConfig),
-    ("Several scorers: `rewards.<domain>.scorers[i]` (all role keys, plus)", ScorerConfig),
+# The blocks every kind's roles share; each kind's own sections follow (its config class's DOC_SECTIONS).
+SHARED_SECTIONS = [
     ("`model_args`", ModelArgs),
     ("`training_args`", TrainingArgs),
     ("`data_args`", DataArgs),
     ("`generating_args`", GeneratingArgs),
     ("`strategy_args`", StrategyArgs),
-    ("`validation`", ValidationConfig),
     ("`profiler` (pipeline level; docs/profiling.md)", ProfilerConfig),
     ("`<role>.profiler` (per role; unset keys take the pipeline's)", RoleProfilerConfig),
-    (
-        "Agentic pipeline (top level of an agentic YAML: the RLVR keys up to `rollout_is_veto_threshold`, then)",
-        AgenticConfig,
-    ),
-    ("Environments: `custom_envs.<tag>`", EnvConfig),
-    ("Tools: `custom_envs.<tag>.tool_wrapper` (docs/agentic_envs.md)", ToolWrapperConfig),
-    ("`custom_envs.<tag>.tool_wrapper.wrapper_args`", ToolWrapperArgs),
-    ("`custom_envs.<tag>.tool_wrapper.tool_configs[i]`", ToolConfig),
-    ("`train_env_manager`, `val_env_manager`", EnvManagerConfig),
-    ("`reward_normalization`", RewardNormalization),
 ]
+
+
+def sections() -> list:
+    """(title, class, fields to skip) of every section: the roles' block, the shared blocks, then each kind's top
+    level (without the keys an earlier kind's top level lists: the same declaration) and its own blocks."""
+    kinds = kind_configs()
+    role_names = list(dict.fromkeys(spec.name for cls in kinds.values() for spec in cls.ROLES))
+    out = [(f"Roles: {', '.join(f'`{name}`' for name in role_names)}", WorkerConfig, set())]
+    out += [(title, cls, set()) for title, cls in SHARED_SECTIONS]
+    documented = {cls for _, cls, _ in out}
+    listed = {}  # top-level key → (the kind whose section lists it, its field declaration)
+    for name, cls in kinds.items():
+        fields = {field.name: field for field in dataclasses.fields(cls)}
+        shared = {key for key, field in fields.items() if key in listed and listed[key][1] is field}
+        article = "an" if name[0] in "aeiou" else "a"
+        title = f"{name} pipeline (top level of {article} {name} YAML)"
+        if shared:
+            earlier = " and ".join(sorted({listed[key][0] for key in shared}))
+            title = f"{name} pipeline (top level of {article} {name} YAML: the {earlier} keys, then)"
+        out.append((title, cls, shared))
+        for key, field in fields.items():
+            listed.setdefault(key, (name, field))
+        for block_title, block in cls.DOC_SECTIONS:
+            if block in documented:
+                continue
+            documented.add(block)
+            # a role-like block lists only the keys beyond a role's (those it declares itself)
+            inherited = set()
+            if issubclass(block, WorkerConfig):
+                own = dataclasses.fields(block)
+                inherited = {f.name for f in dataclasses.fields(WorkerConfig) if any(f is o for o in own)}
+            out.append((block_title, block, inherited))
+    return out
 
 
 def _default(field) -> str:
@@ -128,13 +126,7 @@ def _rows(cls, skip=()) -> list[str]:
 
 def render() -> str:
     parts = [INTRO]
-    worker_fields = {f.name for f in dataclasses.fields(WorkerConfig)}
-    for title, cls in SECTIONS:
-        skip = worker_fields if cls is RewardConfig else ()
-        if cls is ScorerConfig:  # its own `name` (the scorer's), then the keys beyond a role's
-            skip = worker_fields - {"name"}
-        if cls is AgenticConfig:
-            skip = {f.name for f in dataclasses.fields(RLAlgorithmConfig)}
+    for title, cls, skip in sections():
         parts.append(f"## {title}\n\n" + "\n".join(_rows(cls, skip)) + "\n")
     return "\n".join(parts)
 

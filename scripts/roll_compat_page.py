@@ -212,9 +212,8 @@ DIFFERENCES = [
 
 def compatibility_page() -> str:
     """docs/roll_compatibility.md: the table, the reward mapping, and the keys shared under ROLL's names."""
-    from roll.configs.agentic import AgenticConfig
-    from roll.configs.rlvr import RLVRConfig
     from roll.configs.worker import DataArgs, GeneratingArgs, ModelArgs, RewardConfig, TrainingArgs
+    from roll.pipeline.kinds import kind_configs
 
     lines = [
         "# ROLL compatibility",
@@ -246,8 +245,7 @@ def compatibility_page() -> str:
         lines.append(f"| `{roll_path}` | `{ours}` | {'supported' if exists else 'pending (module not built yet)'} |")
     lines += ["", "## Keys with ROLL's name and meaning (supported)", ""]
     blocks = [
-        ("top level (RLVR)", RLVRConfig),
-        ("top level (agentic)", AgenticConfig),
+        *((f"top level ({name})", cls) for name, cls in kind_configs().items()),
         ("every role", RewardConfig),
         ("model_args", ModelArgs),
         ("training_args", TrainingArgs),

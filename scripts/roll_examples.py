@@ -11,22 +11,26 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "roll_examples.json"
 
 # The scope rule: a file under examples/ is checked unless it is one of ROLL's shared blocks (included by other
-# files, not run alone) or belongs to a pipeline roll does not build. First match wins.
+# files, not run alone) or belongs to a pipeline roll does not build: (pattern, reason, the kind that would take
+# it); an entry whose kind is in roll's table of kinds (roll/pipeline/kinds.py) no longer applies. First match wins.
 OUT_OF_SCOPE = [
-    (r"^examples/config/", "a block included by other examples (../config/...), not a pipeline config"),
-    (r"sft", "SFT pipeline (start_sft_pipeline.py)"),
-    (r"dpo", "DPO pipeline (start_dpo_pipeline.py)"),
-    (r"distill", "distillation pipeline (start_distill*_pipeline.py)"),
-    (r"(-vl-|_vl|vl_|omni|video)", "vision/audio-language pipeline (start_rlvr_vl_pipeline.py or a VL env)"),
-    (r"^examples/qwen3\.5-\d", "Qwen3.5 is multimodal: ROLL runs these with start_rlvr_vl_pipeline.py"),
-    (r"^examples/agentic_deepeyes/", "DeepEyes: a vision-language agent (Qwen2.5-VL, image tools)"),
+    (r"^examples/config/", "a block included by other examples (../config/...), not a pipeline config", None),
+    (r"sft", "SFT pipeline (start_sft_pipeline.py)", "sft"),
+    (r"dpo", "DPO pipeline (start_dpo_pipeline.py)", "dpo"),
+    (r"onpolicy[-_]distill", "distillation pipeline (start_distill*_pipeline.py)", "onpolicy_distill"),
+    (r"(?<!onpolicy-)(?<!onpolicy_)distill", "distillation pipeline (start_distill*_pipeline.py)", "distill"),
+    (r"(-vl-|_vl|vl_|omni|video)", "vision/audio-language pipeline (start_rlvr_vl_pipeline.py or a VL env)", "rlvr_vl"),
+    (r"^examples/qwen3\.5-\d", "Qwen3.5 is multimodal: ROLL runs these with start_rlvr_vl_pipeline.py", "rlvr_vl"),
+    (r"^examples/agentic_deepeyes/", "DeepEyes: a vision-language agent (Qwen2.5-VL, image tools)", "agentic_vl"),
 ]
 
 
 def scope(path: str) -> str | None:
     """None for an in-scope example; else why it is out of scope."""
-    for pattern, reason in OUT_OF_SCOPE:
-        if re.search(pattern, path):
+    from roll.pipeline.kinds import KINDS
+
+    for pattern, reason, kind in OUT_OF_SCOPE:
+        if (kind is None or kind not in KINDS) and re.search(pattern, path):
             return reason
     return None
 
@@ -63,7 +67,7 @@ def examples_section(results: dict | None) -> list[str]:
         "`python scripts/check_roll_examples.py --roll_repo PATH --write-doc` (from each file's own folder, so ROLL's",
         "`../config/...` blocks are ROLL's). In scope: RLVR and agentic pipeline configs; out of scope: ROLL's shared",
         "blocks and the SFT, DPO, distillation and vision/audio-language pipelines (the rule is",
-        "`scripts.roll_examples.OUT_OF_SCOPE`).",
+        "`scripts/roll_examples.py`'s OUT_OF_SCOPE).",
         f"Result: {summary(checked)} of {len(checked)} in scope; {len(rows) - len(checked)} out of scope.",
         "",
         "| ROLL example | result | reason |",

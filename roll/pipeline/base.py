@@ -11,8 +11,7 @@ import time
 from transformers import AutoTokenizer
 
 from roll.algorithms import get_adv_estimator_spec, get_kl_controller
-from roll.configs import describe_reference, optimizer_steps, reference_source
-from roll.configs.checks import tokenizer_role
+from roll.configs import describe_reference, reference_source
 from roll.configs.policy_loss import loss_settings
 from roll.configs.profiler import role_profile
 from roll.distributed.cluster import Cluster, RoleFailure
@@ -36,7 +35,6 @@ from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
 
 logger = get_logger("roll.pipeline")
-MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
 # The worker method behind each extra forward pass an estimator can declare (roll.algorithms.FORWARD_PASSES).
 FORWARD_PASS_METHODS = {"sum_pi_squared": "compute_sum_pi_squared"}
 
@@ -76,7 +74,7 @@ class BasePipeline:
 
     def _set_up(self, config) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(
-            getattr(config, tokenizer_role(config)).model_args.model_name_or_path
+            getattr(config, config.tokenizer_role()).model_args.model_name_or_path
         )
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -182,11 +180,11 @@ class BasePipeline:
             check_output_dir(checkpoint_base(config), self.clusters)
         self.actor_train, self.actor_infer = self.clusters.get("actor_train"), self.clusters["actor_infer"]
         self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
-        models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
+        models = {name: cluster for name, cluster in self.clusters.items() if name in config.role_specs()}
         self.profiler = StepProfiler(config, self.clusters)
         self.threads = ThreadPlan(self.clusters, self.placements, self._background_roles())
         self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
-        steps = optimizer_steps(config)  # per pipeline step, for LR schedules
+        steps = config.optimizer_steps()  # per pipeline step, for LR schedules
         pending = [
             cluster.initialize.submit(total_steps=config.max_steps * steps.get(name, 0))
             for name, cluster in self.clusters.items()

@@ -5,7 +5,8 @@ import re
 import typing
 from pathlib import Path
 
-from roll.configs import AgenticConfig, RLVRConfig
+from roll.pipeline.agentic.config import AgenticConfig
+from roll.pipeline.rlvr.config import RLVRConfig
 
 ROLL = Path(__file__).resolve().parents[2] / "roll"
 

@@ -7,7 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from roll.algorithms import ADV_ESTIMATOR_REGISTRY, register_adv_est
-from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 
 REPO = Path(__file__).resolve().parents[2]
 CRITIC = {

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from roll.configs import compose_config, load_rlvr_config
+from roll.configs import compose_config
 from roll.pipeline.core.weight_sync import choose_method
+from roll.pipeline.rlvr.config import load_rlvr_config
 from tests.gpu.conftest import ONE_GPU
 from tests.gpu.test_demo_gpu import TRAIN_STRATEGIES, dtype_overrides, strategy_overrides
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from roll.cli import launch
-from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
 from roll.configs.roll_compat.keys import ROLL_KEYS
+from roll.pipeline.agentic.config import load_agentic_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 from scripts.roll_compat_page import compatibility_page
 
 ROOT = Path(__file__).resolve().parents[2]

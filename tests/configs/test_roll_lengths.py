@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from roll.configs import ConfigError, compose_config, load_agentic_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
 
 CORPUS = Path(__file__).parent / "roll_corpus"
 

@@ -96,7 +96,8 @@ def test_config_refuses_a_full_check_interval_that_does_nothing():
     assert PipelineConfig().weight_sync_check == "checksum"
     with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = 5 has no effect with weight_sync_check"):
         PipelineConfig(weight_sync_check="full", weight_sync_full_check_steps=5)
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     tiny = str(Path(__file__).resolve().parents[2] / "examples" / "tiny_rlvr")
     with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = -2: must be ≥ 0"):  # the loader's range

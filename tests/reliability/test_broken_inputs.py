@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from roll.pipeline.core.checkpointing import STATE_FILE, config_fingerprint
+from roll.pipeline.core.checkpointing import STATE_FILE
 from roll.utils import checkpoint
 from tests.pipeline.helpers import make_config
 
@@ -63,7 +63,7 @@ def places(small_demo, tmp_path_factory):
     other = checkpoints / "other_config" / "checkpoints" / "step-1"  # complete, from another batch plan
     other.mkdir(parents=True)
     saved_by = make_config(small_demo, root / "other", ["rollout_batch_size=64"])
-    torch.save({"completed_steps": 1, "config": config_fingerprint(saved_by)}, other / STATE_FILE)
+    torch.save({"completed_steps": 1, "config": saved_by.fingerprint()}, other / STATE_FILE)
     checkpoint.write_manifest(other)
     earlier = checkpoints / "earlier_run"  # an earlier run's complete checkpoints
     for step in (1, 2):

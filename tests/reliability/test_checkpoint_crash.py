@@ -51,7 +51,8 @@ CHILD = textwrap.dedent(
 
     pipeline = SimpleNamespace(
         config=SimpleNamespace(
-            output_dir=out, checkpoint_dir=None, resume_from_checkpoint=False, max_steps=4, max_ckpt_to_keep=keep
+            output_dir=out, checkpoint_dir=None, resume_from_checkpoint=False, max_steps=4, max_ckpt_to_keep=keep,
+            fingerprint=lambda: {"seed": 1},
         ),
         actor_train=SimpleNamespace(save_checkpoint=worker_save), critic=None,
         memory=SimpleNamespace(use=lambda *names: None), data_state=lambda: {},

@@ -58,18 +58,21 @@ def unread(block: str, key: str):
     return note
 
 
-ROLES = ("actor_train", "actor_infer", "reference", "critic", "train_env_manager", "val_env_manager")
+def rpc_timeout(blocks: tuple, named_maps: tuple):
+    """ROLL's one timeout for its remote calls → the rpc_timeout left unset of every role (`blocks`: the kind's
+    roles and its other blocks with workers, e.g. env managers; `named_maps`: maps of named roles, e.g. rewards)."""
 
+    def spread(top, value, path):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            return f"'{path}' = {value!r}: expected a positive number of seconds"
+        found = [top[r] for r in blocks if isinstance(top.get(r), dict)]
+        for key in named_maps:
+            found += [b for b in (top.get(key) or {}).values() if isinstance(b, dict)]
+        for block in found:
+            block.setdefault("rpc_timeout", value)
+        return None
 
-def rpc_timeout(top, value, path):
-    """ROLL's one timeout for its remote calls → every role's and env manager's rpc_timeout left unset."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        return f"'{path}' = {value!r}: expected a positive number of seconds"
-    blocks = [top[r] for r in ROLES if isinstance(top.get(r), dict)]
-    blocks += [b for b in (top.get("rewards") or {}).values() if isinstance(b, dict)]
-    for block in blocks:
-        block.setdefault("rpc_timeout", value)
-    return None
+    return spread
 
 
 PROFILER_TOOLS = {"profiler_timeline": "torch", "profiler_memory": "torch_memory"}
@@ -127,7 +130,16 @@ PACKING_KEYS = {
 }
 
 
-def sequence_packing_args(block, value, path):
+def sequence_packing_args(specs: dict):
+    """`specs`: the kind's RoleSpecs (a role that never trains never reads the train budget)."""
+
+    def translate(block, value, path):
+        return _sequence_packing_args(block, value, path, specs)
+
+    return translate
+
+
+def _sequence_packing_args(block, value, path, specs: dict):
     """ROLL's packing settings onto roll's packing: 'none' packs each micro-batch as it is (roll's
     use_sequence_packing); 'load_balance' regroups rows into micro-batches of at most max_packed_sequence_length
     tokens, which is roll's dynamic batching with that token budget."""
@@ -145,7 +157,8 @@ def sequence_packing_args(block, value, path):
             problems.append(f"'{path}.{key}' = {number!r}: expected a positive integer or null")
     if problems or algorithm != "load_balance" or not block.get("use_sequence_packing"):
         return "; ".join(problems) or None  # ROLL reads the packing settings only with use_sequence_packing
-    trains = path.split(".")[0] in ("actor_train", "critic")
+    role = specs.get(path.split(".")[0])
+    trains = role is not None and role.trained
     for phase, ours in (("train", "train"), ("forward", "infer")):
         budget = value.get(f"max_packed_sequence_length_{phase}")
         if budget is None or (phase == "train" and not trains):  # a role that never trains never reads it
@@ -187,19 +200,20 @@ def boolean(block, value, path):
     return None if isinstance(value, bool) else f"'{path}' = {value!r}: expected true or false"
 
 
-def aliases() -> dict:
-    """(block, key) → alias function, for roll.configs.roll_compat's table."""
+def aliases(blocks: tuple, named_maps: tuple, specs: dict) -> dict:
+    """(block, key) → alias function, for roll.configs.roll_compat's table of a kind (its role blocks, maps of
+    named roles and RoleSpecs)."""
     return {
         **{key: ignored(*key) for key in IGNORED},
         **{key: unread(*key) for key in UNREAD},
-        ("", "rpc_timeout"): rpc_timeout,
+        ("", "rpc_timeout"): rpc_timeout(blocks, named_maps),
         ("", "skip_mock_system_prompt"): skip_mock_system_prompt,
         ("", "profiler_timeline"): profiler_switch,
         ("", "profiler_memory"): profiler_switch,
         ("", "profiler_output_dir"): profiler_output_dir,
         ("", "enable_old_logprobs_recompute"): boolean,
         ("<role>", "offload_nccl"): boolean,
-        ("<role>", "sequence_packing_args"): sequence_packing_args,
+        ("<role>", "sequence_packing_args"): sequence_packing_args(specs),
         ("generating_args", "include_stop_str_in_output"): include_stop_str_in_output,
         ("custom_envs", "max_env_step_concurrent"): max_env_step_concurrent,
     }

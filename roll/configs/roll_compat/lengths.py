@@ -16,12 +16,13 @@ def _defaults(cls) -> dict:
 
 
 def derive_agentic_lengths(cls, data: dict, extra: dict) -> list:
-    """Sets data's unset prompt_length / response_length from ROLL's sequence_length (agentic configs only);
-    the derivation is kept in extra["derived_lengths"] for --dry_run. Returns (key path, message) problems."""
-    from roll.configs.agentic import AgenticConfig, EnvConfig
+    """Sets data's unset prompt_length / response_length from ROLL's sequence_length (called by the agentic
+    kind's translation, `cls` its config class); the derivation is kept in extra["derived_lengths"] for --dry_run.
+    Returns (key path, message) problems."""
+    from roll.configs.agentic import EnvConfig
 
     seq = extra.get("sequence_length")
-    if not issubclass(cls, AgenticConfig) or seq is None:
+    if seq is None:
         return []
     if isinstance(seq, bool) or not isinstance(seq, int):
         return []  # check_roll_keys reports the wrong type

@@ -6,11 +6,12 @@ together with its own unknown keys and wrong types. The generated page docs/roll
 scripts/roll_compat_page.py's.
 """
 
+import dataclasses
+import functools
 import importlib.util
 import posixpath
 
 from roll.configs.roll_compat import example_keys
-from roll.configs.roll_compat.judge import judge_server
 from roll.configs.roll_compat.keys import (
     DTYPES,
     ENV_YAML_VARIABLES,
@@ -28,38 +29,30 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def translate(data: dict) -> list:
-    problems: list = judge_server(data)  # first: the server's blocks then get the aliases of their new place
-    _apply_block(data, "", "", problems)
-    if isinstance(data.get("actor_train"), dict):
-        _apply_block(data["actor_train"], "actor_train", "actor_train", problems, top=data)
-    for role in ("actor_train", "actor_infer", "reference", "critic"):
+def translate(data: dict, kind) -> list:
+    """ROLL's spellings in `data` (the resolved plain dict of a `kind` config: its config class) → roll's, in
+    place; returns the problems. The kind's roles (ROLES) get the role aliases, its `roll_blocks` the block
+    aliases, and its `roll_translate` hook adds its own translations before and after the shared ones."""
+    problems: list = []
+    kind.roll_translate(data, problems, first=True)  # e.g. RLVR's judge server: its blocks then get their aliases
+    table = alias_table(kind)
+    _apply_block(data, "", "", problems, table)
+    if isinstance(data.get("actor_train"), dict) and "actor_train" in kind.role_specs():
+        _apply_block(data["actor_train"], "actor_train", "actor_train", problems, table, top=data)
+    for role in kind.role_specs():
         if isinstance(data.get(role), dict):
-            _apply_block(data[role], "<role>", role, problems)
-    _drop_lora_copies(data)
-    example_keys.critic_value_head(data)
-    for tag, env in (data.get("custom_envs") or {}).items():
-        if isinstance(env, dict):
-            _apply_block(env, "custom_envs", f"custom_envs.{tag}", problems)
-            _lift_env_settings(env, f"custom_envs.{tag}", problems)
-    if isinstance(data.get("validation"), dict):
-        _apply_block(data["validation"], "validation", "validation", problems)
-    if isinstance(data.get("reward_normalization"), dict):
-        _apply_block(data["reward_normalization"], "reward_normalization", "reward_normalization", problems)
-    _walk(data, "", problems)
-    for domain, reward in (data.get("rewards") or {}).items():
-        if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
-            original = reward["worker_cls"]
-            _reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
-            if reward["worker_cls"] != original:  # ROLL's path was given: --dry_run shows the mapping
-                data.setdefault("__roll__", {}).setdefault("reward_worker_cls", {})[domain] = original
+            _apply_block(data[role], "<role>", role, problems, table)
+    for name, path, block in kind.roll_blocks(data):
+        _apply_block(block, name, path, problems, table)
+    kind.roll_translate(data, problems, first=False)
+    _walk(data, "", problems, table)
     return problems
 
 
 LORA_KEYS = ("lora_target", "lora_rank", "lora_alpha", "lora_dropout")
 
 
-def _drop_lora_copies(data: dict) -> None:
+def drop_lora_copies(data: dict) -> None:
     """ROLL repeats actor_train's lora keys on actor_infer / reference (${lora_rank}). ROLL reads a rollout
     role's lora_target only as "serve a LoRA" (vLLM enable_lora, its lora_rank as max_lora_rank), never as a
     target list, so with a LoRA actor_train it is dropped in any form (e.g. all-linear there, the module list
@@ -83,7 +76,7 @@ def _drop_lora_copies(data: dict) -> None:
 ENV_SETTINGS = ("action_pattern", "format_penalty", "env_instruction")
 
 
-def _lift_env_settings(env: dict, path: str, problems: list) -> None:
+def lift_env_settings(env: dict, path: str, problems: list) -> None:
     """ROLL's env_config.action_pattern / format_penalty / env_instruction: roll's env manager reads them, one
     level up."""
     settings = env.get("env_config")
@@ -97,26 +90,34 @@ def _lift_env_settings(env: dict, path: str, problems: list) -> None:
                                  f"with '{path}.{key}' = {env[key]!r}: set only one"))  # fmt: skip
 
 
-def _walk(node: dict, path: str, problems: list) -> None:
+def _walk(node: dict, path: str, problems: list, table: dict) -> None:
     for key, value in node.items():
         if not isinstance(value, dict):
             continue
         if key in SUB_BLOCKS:
-            _apply_block(value, key, _join(path, key), problems)
+            _apply_block(value, key, _join(path, key), problems, table)
         elif key not in ("strategy_args", "env_config", "reward_args", "system_envs", "custom_envs"):
-            _walk(value, _join(path, key), problems)
+            _walk(value, _join(path, key), problems, table)
 
 
-def _apply_block(block: dict, name: str, path: str, problems: list, top: dict | None = None) -> None:
+def apply_block(block: dict, name: str, path: str, problems: list, kind) -> None:
+    """The aliases of ROLL's block `name` (a ROLL_KEYS block) applied to `block` at key path `path`, for a
+    kind's own translation hook."""
+    _apply_block(block, name, path, problems, alias_table(kind))
+
+
+def _apply_block(block: dict, name: str, path: str, problems: list, table: dict, top: dict | None = None) -> None:
     for entry in ROLL_KEYS:
         if entry.block != name or entry.key not in block:
             continue
         key_path = _join(path, entry.key)
+        if (name, entry.key) not in table:  # a field of this kind under ROLL's name: not ROLL's alias here
+            continue
         if entry.status == REFUSED:
             del block[entry.key]
             problems.append((key_path, f"'{key_path}' is refused: {entry.note}"))
         else:
-            alias = _ALIASES[(name, entry.key)]
+            alias = table[(name, entry.key)]
             value = block.pop(entry.key)
             message = alias(block, value, key_path, top) if top is not None else alias(block, value, key_path)
             if message:
@@ -267,14 +268,20 @@ def _model_path(roles):
     return fill
 
 
-def _global_template(block, value, path):
-    return _set_in_roles(block, ("actor_train", "validation"), "data_args", "template", value, path)
+def _global_template(blocks):
+    def spread(block, value, path):
+        return _set_in_roles(block, blocks, "data_args", "template", value, path)
+
+    return spread
 
 
-def _max_grad_norm(block, value, path):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        return f"'{path}' = {value!r}: expected a positive number"
-    return _set_in_roles(block, ("actor_train", "critic"), "training_args", "max_grad_norm", value, path)
+def _max_grad_norm(trained):
+    def spread(block, value, path):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            return f"'{path}' = {value!r}: expected a positive number"
+        return _set_in_roles(block, trained, "training_args", "max_grad_norm", value, path)
+
+    return spread
 
 
 ROLL_ENV_MANAGERS = {
@@ -355,24 +362,19 @@ def _actor_worker_cls(block, value, path, top):
     return None
 
 
-_ALIASES = {
+_SHARED_ALIASES = {
     **{("actor_train", key): _to_top(key) for key in ("pg_variant", "topr_positive_weight", "topr_negative_weight")},
     ("actor_train", "worker_cls"): _actor_worker_cls,
     ("", "hydra"): _drop,
-    ("", "pretrain"): _model_path(("actor_train", "actor_infer", "reference")),
-    ("", "reward_pretrain"): _model_path(("critic",)),
     ("", "sequence_length"): _checked_later("sequence_length"),
     ("", "val_prompt_length"): _checked_later("val_prompt_length"),
     ("", "checkpoint_config"): _checkpoint_config,
-    ("", "max_grad_norm"): _max_grad_norm,
-    ("", "global_template"): _global_template,
     **{
         ("<role>", key): _positive_int_no_effect
         for key in ("sequence_length_round_in_train", "sequence_length_round_in_infer")
     },
     ("", "render_save_dir"): _drop,
     **{("", key): _drop for key in ENV_YAML_VARIABLES},
-    **example_keys.aliases(),  # the keys of ROLL's current example YAMLs
     ("custom_envs", "max_steps"): _column("max_turns"),
     ("custom_envs", "env_manager_cls"): _env_manager_cls,
     ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),
@@ -390,11 +392,30 @@ _ALIASES = {
 }
 
 
+@functools.cache
+def alias_table(kind) -> dict:
+    """(block, key) → alias function (None: a refused key) for a kind's configs: the shared aliases, the ones
+    that spread a ROLL run-level key over the kind's roles (RoleSpec), and no entry for a top-level key that is a
+    field of the kind (its own meaning wins, e.g. a kind with a `sequence_length` field)."""
+    specs = kind.role_specs()
+    model_keys = {spec.roll_model_key for spec in kind.ROLES if spec.roll_model_key}
+    table = {
+        **_SHARED_ALIASES,
+        **{("", key): _model_path(tuple(s.name for s in kind.ROLES if s.roll_model_key == key)) for key in model_keys},
+        ("", "max_grad_norm"): _max_grad_norm(tuple(s.name for s in kind.ROLES if s.trained)),
+        ("", "global_template"): _global_template(kind.ROLL_DATA_BLOCKS),
+        **example_keys.aliases((*specs, *kind.ROLL_TIMEOUT_BLOCKS), kind.NAMED_ROLE_MAPS, kind.role_specs()),
+    }
+    table.update({(entry.block, entry.key): None for entry in ROLL_KEYS if entry.status == REFUSED})
+    fields = {field.name for field in dataclasses.fields(kind)}
+    return {(block, key): alias for (block, key), alias in table.items() if not (block == "" and key in fields)}
+
+
 def _note(block: str, key: str) -> str:
     return next(e.note for e in ROLL_KEYS if (e.block, e.key) == (block, key))
 
 
-def _reward_worker(reward: dict, path: str, problems: list) -> None:
+def reward_worker(reward: dict, path: str, problems: list) -> None:
     name = reward["worker_cls"]
     if not name.startswith(ROLL_REWARD_PREFIX):
         return

@@ -19,7 +19,7 @@ from roll.agentic.envs.registry import resolve_env_class
 from roll.algorithms import get_adv_estimator_spec, gigpo_rewards
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
-from roll.configs.checks import data_parallel_size, tokenizer_role
+from roll.configs.checks import data_parallel_size
 from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
@@ -82,7 +82,7 @@ class AgenticPipeline(BasePipeline):
                 manager = getattr(config, f"{key}_manager")
                 self.clusters[key].setup(
                     {
-                        "tokenizer_path": getattr(config, tokenizer_role(config)).model_args.model_name_or_path,
+                        "tokenizer_path": getattr(config, config.tokenizer_role()).model_args.model_name_or_path,
                         "custom_envs": config.custom_envs,
                         "env_classes": self.env_classes,
                         "manager": manager,

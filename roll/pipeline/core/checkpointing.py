@@ -26,22 +26,6 @@ from roll.utils.seeding import get_rng_state, set_rng_state
 
 logger = get_logger("roll.checkpoint")
 STATE_FILE = "pipeline_state.pt"
-# What a checkpoint must agree on with the run that resumes it: the trainer's engine state is sharded per
-# strategy and world size, the sampler position counts prompts per step, and the rest changes what a step is.
-FINGERPRINT_KEYS = ("seed", "rollout_batch_size", "num_return_sequences_in_group", "adv_estimator")
-
-
-def config_fingerprint(config) -> dict:
-    """The settings a resumed run must share with the checkpoint (saved in pipeline_state.pt as "config")."""
-    out = {key: getattr(config, key) for key in FINGERPRINT_KEYS if hasattr(config, key)}
-    for role in ("actor_train", "critic"):
-        worker = getattr(config, role, None)
-        if worker is not None and getattr(worker, "strategy_args", None) is not None:
-            out[f"{role}.strategy_args.strategy_name"] = worker.strategy_args.strategy_name
-            out[f"{role}.world_size"] = worker.world_size
-    if hasattr(config, "critic"):
-        out["critic"] = "configured" if config.critic is not None else "none"
-    return out
 
 
 class PipelineCheckpointer:
@@ -89,7 +73,7 @@ class PipelineCheckpointer:
             "rng": get_rng_state(),
             "kl_coef": float(self.pipeline.kl_ctrl.value),
             "old_log_probs": self.pipeline.old_log_probs.state_dict(),
-            "config": config_fingerprint(self.pipeline.config),
+            "config": self.pipeline.config.fingerprint(),
         }
         torch.save(state, staged / STATE_FILE)
         final = checkpoint.commit(output_dir, completed_steps, max_to_keep=self.pipeline.config.max_ckpt_to_keep)
@@ -97,7 +81,7 @@ class PipelineCheckpointer:
 
     def check_resumable(self) -> None:
         """Start-up check, before any worker starts: the checkpoint a resume would load is complete and was
-        saved by a compatible configuration (config_fingerprint)."""
+        saved by a compatible configuration (the config's `fingerprint()`: what a resumed run must share)."""
         config = self.pipeline.config
         path = checkpoint.find_checkpoint(checkpoint_base(config), config.resume_from_checkpoint, checksums=True)
         self._checked = path  # verified in full: resume loads it without hashing it again
@@ -111,7 +95,7 @@ class PipelineCheckpointer:
         saved = checkpoint.load_state(path / STATE_FILE).get("config")
         if saved is None:  # written before fingerprints existed
             return
-        current = config_fingerprint(config)
+        current = config.fingerprint()
         differ = [
             f"{key} = {saved[key]!r} there, {current[key]!r} here"
             for key in current

@@ -7,21 +7,19 @@ Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a mach
 import os
 from pathlib import Path
 
-from roll.configs.checks import roles, tokenizer_role
 from roll.configs.loader import ConfigError, closest
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")
 
 
 def check_roles(config) -> None:
-    tokenizer = tokenizer_role(config)
-    for name, worker in roles(config).items():
-        if name in MODEL_ROLES and worker.model_args is not None:
+    tokenizer, models = config.tokenizer_role(), config.role_specs()
+    for name, worker in config.roles().items():
+        if name in models and worker.model_args is not None:
             key, path = f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path
             check_download_source(key, path, config.model_download_type)
             check_model_dir(key, path, name == tokenizer)
-        check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name.startswith("rewards."))
+        check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name not in models)
 
 
 def _looks_like_hub_id(value: str) -> bool:

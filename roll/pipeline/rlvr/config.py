@@ -7,26 +7,28 @@ the prompt batch shape, the reward domains and the held-out prompts.
 from dataclasses import dataclass
 
 from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.checks import (
-    batch_plan,
-    check_algorithm,
-    check_model_types,
-    check_roles,
-    check_run_length,
-    check_strategy_configs,
-    roles,
-)
-from roll.configs.generation_checks import check_async, check_generation
-from roll.configs.loader import field_help
+from roll.configs.checks import check_model_types, check_roles, check_run_length, check_strategy_configs, roles
+from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import check_profiler
-from roll.configs.worker import RewardConfig, ValidationConfig
+from roll.configs.rl_checks import check_actor_roles, check_algorithm, check_async, check_lora_weight_sync
+from roll.configs.worker import RewardConfig, RewardFilterConfig, ScorerConfig, ValidationConfig
+from roll.pipeline.rlvr.config_checks import batch_plan, check_async_rlvr, check_generation, check_request_rollout
 
 
 @dataclass
 class RLVRConfig(RLAlgorithmConfig):
-    # the loader: `<key>.<name>: null` drops an inherited entry of these maps; their entries are named roles
+    KIND = "rlvr"
+    PIPELINE = "roll.pipeline.rlvr.pipeline.run_pipeline"
+    DEFAULT_CONFIG = ("tiny_rlvr", "rlvr_tiny")
     DROPPABLE_MAPS = ("rewards",)
     NAMED_ROLE_MAPS = ("rewards",)
+    FINGERPRINT_KEYS = ("rollout_batch_size", "num_return_sequences_in_group", "adv_estimator")
+    DOC_SECTIONS = (
+        ("Reward domains: `rewards.<domain>` (all role keys, plus)", RewardConfig),
+        ("Dynamic sampling: `rewards.<domain>.query_filter_config`, `response_filter_config`", RewardFilterConfig),
+        ("Several scorers: `rewards.<domain>.scorers[i]` (all role keys, plus)", ScorerConfig),
+        ("`validation`", ValidationConfig),
+    )
 
     rewards: dict[str, RewardConfig] = field_help(
         default_factory=dict,
@@ -94,10 +96,77 @@ class RLVRConfig(RLAlgorithmConfig):
         ranges, keys); the first broken rule raises ConfigError naming its keys and the fix."""
         check_run_length(self)
         check_model_types(self)
+        check_actor_roles(self)
+        if not self.rewards:
+            raise ConfigError(
+                "'rewards' is empty: add at least one domain, e.g. rewards.math with worker_cls "
+                "roll.workers.rewards.math_rule.MathRuleRewardWorker"
+            )
         check_roles(self)
+        check_lora_weight_sync(self)
         check_generation(self)
-        check_async(self)
+        check_request_rollout(self)
+        check_async(self, kind_rules=lambda ratio: check_async_rlvr(self, ratio))
         check_algorithm(self)
         check_profiler(self, roles(self))
         batch_plan(self)  # raises on batch sizes that do not divide
         check_strategy_configs(self)  # each engine's own keys, all reported together
+
+    # ---- the kind interface (roll/configs/base.py) -------------------------------------------------------
+    def extra_roles(self) -> dict:
+        """The reward domains' scorers: one role per scorer (`rewards.<domain>` or `rewards.<domain>.<name>`)."""
+        out = {}
+        for reward in self.rewards.values():
+            out.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
+        return out
+
+    def optimizer_steps(self) -> dict:
+        return batch_plan(self).optimizer_steps
+
+    def describe_plan(self) -> str:
+        return batch_plan(self).describe()
+
+    def describe_notes(self) -> list[str]:
+        from roll.configs.roll_compat import reward_mapping
+
+        return [*reward_mapping(self), *super().describe_notes()]
+
+    def check_inputs(self) -> "RLVRConfig":
+        """A data tag no reward domain takes is refused here, by --dry_run too."""
+        from roll.pipeline.rlvr.routing import check_data_routes
+
+        return check_data_routes(self)
+
+    @classmethod
+    def roll_translate(cls, data: dict, problems: list, first: bool) -> None:
+        """ROLL's judge server (first: its blocks then get the aliases of their new place) and reward workers."""
+        from roll.configs.roll_compat.judge import judge_server
+        from roll.configs.roll_compat.translate import reward_worker
+
+        if first:
+            problems.extend(judge_server(data))
+            return
+        super().roll_translate(data, problems, first)
+        for domain, reward in (data.get("rewards") or {}).items():
+            if isinstance(reward, dict) and isinstance(reward.get("worker_cls"), str):
+                original = reward["worker_cls"]
+                reward_worker(reward, f"rewards.{domain}.worker_cls", problems)
+                if reward["worker_cls"] != original:  # ROLL's path was given: --dry_run shows the mapping
+                    data.setdefault("__roll__", {}).setdefault("reward_worker_cls", {})[domain] = original
+
+    @classmethod
+    def roll_blocks(cls, data: dict) -> list:
+        block = data.get("validation")
+        return [("validation", "validation", block)] if isinstance(block, dict) else []
+
+    def note_roll_keys(self, extra: dict) -> None:
+        from roll.configs.roll_compat import note_roll_spellings
+
+        note_roll_spellings(self, extra)
+
+
+def load_rlvr_config(composed) -> RLVRConfig:
+    """A composed DictConfig → a validated RLVRConfig (roll.configs.load_config)."""
+    from roll.configs import load_config
+
+    return load_config(RLVRConfig, composed)
