@@ -61,6 +61,7 @@ TIERS = {
     "pipeline/test_colocation.py": "quick",  # against a test double
     "pipeline/test_old_log_probs.py": "quick",  # one hf_infer strategy in-process, no Ray
     "pipeline/test_phase_concurrency.py": "quick",  # lanes and thread plans against test doubles, no Ray
+    "pipeline/test_thin_pipeline.py": "quick",  # the thin loop of a kind without generation, roles as test doubles
     "pipeline/test_ray_cluster.py::test_output_dir_probe_names_the_rank_that_cannot_see_or_write_it": "quick",
     "pipeline/test_ray_cluster.py::test_a_worker_whose_devices_span_two_nodes_is_a_config_error": "quick",
     "pipeline/test_reward_workers.py": "quick",

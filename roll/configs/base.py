@@ -169,6 +169,10 @@ class PipelineConfig:
                 f"{list(SUMMARY_WRITER_KEYS)}"
             )
 
+    def validate(self) -> None:
+        """The kind's cross-field rules, after the strict build checked each field (ConfigError naming the keys)."""
+        raise NotImplementedError(f"{type(self).__name__}.validate")
+
     # ---- roles -----------------------------------------------------------------------------------------------
     @classmethod
     def role_specs(cls) -> dict[str, RoleSpec]:

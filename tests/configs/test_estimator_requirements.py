@@ -159,7 +159,7 @@ def test_no_module_outside_roll_algorithms_compares_estimator_names():
 def test_every_declarable_forward_pass_has_a_worker_method():
     from roll.algorithms import FORWARD_PASSES
     from roll.distributed.decorator import DISPATCH_ATTR, Dispatch
-    from roll.pipeline.base import FORWARD_PASS_METHODS
+    from roll.pipeline.core.ppo_update import FORWARD_PASS_METHODS
     from roll.workers.actor_worker import ActorWorker
 
     assert set(FORWARD_PASS_METHODS) == set(FORWARD_PASSES)

@@ -2,9 +2,11 @@
 
 `<output_dir>/checkpoints/step-<N>/` holds the state after N completed steps (N as in the progress
 line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
-    actor_train/            DeepSpeed engine state (weights, optimizer, LR schedule) + hf/ (loadable copy)
-    critic/                 the same for the value model (GAE only)
-    pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient, old-log-prob choice
+    <role>/                 each trained role's engine state (weights, optimizer, LR schedule) + hf/ (loadable
+                            copy): actor_train, and critic (GAE only), for the policy-optimisation kinds
+    pipeline_state.pt       completed steps, the data position (e.g. the prompt sampler's), driver RNG, the
+                            components' state (the PPO update's KL coefficient and old-log-prob choice), and
+                            the config's fingerprint
     MANIFEST.json           written last: every file's size and sha256 (roll.utils.checkpoint)
 
 The driver and the trained roles' workers write into the same step directory, so on a cluster
@@ -29,15 +31,13 @@ STATE_FILE = "pipeline_state.pt"
 
 
 class PipelineCheckpointer:
+    """`pipeline`: its config (output_dir, checkpoint_dir, resume_from_checkpoint, max_steps, max_ckpt_to_keep,
+    fingerprint()), `trained_clusters()`, `memory.use(role)`, `data_state()` / `load_data_state(state)` and
+    `components_state()` / `load_components_state(state)`."""
+
     def __init__(self, pipeline):
         self.pipeline = pipeline
         self._checked = None  # the checkpoint check_resumable found and verified in full
-
-    def _trained_clusters(self) -> dict:
-        clusters = {"actor_train": self.pipeline.actor_train}
-        if self.pipeline.critic is not None:
-            clusters["critic"] = self.pipeline.critic
-        return clusters
 
     def save(self, completed_steps: int) -> None:
         output_dir = checkpoint_base(self.pipeline.config)
@@ -63,7 +63,7 @@ class PipelineCheckpointer:
             ) from error
 
     def _save_into(self, staged, output_dir: str, completed_steps: int) -> None:
-        for name, cluster in self._trained_clusters().items():
+        for name, cluster in self.pipeline.trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
         # plain data only: resume loads it with weights_only=True
@@ -71,8 +71,7 @@ class PipelineCheckpointer:
             "completed_steps": int(completed_steps),
             **self.pipeline.data_state(),
             "rng": get_rng_state(),
-            "kl_coef": float(self.pipeline.kl_ctrl.value),
-            "old_log_probs": self.pipeline.old_log_probs.state_dict(),
+            **self.pipeline.components_state(),
             "config": self.pipeline.config.fingerprint(),
         }
         torch.save(state, staged / STATE_FILE)
@@ -142,13 +141,12 @@ class PipelineCheckpointer:
                 completed,
                 config.max_steps,
             )
-        for name, cluster in self._trained_clusters().items():
+        for name, cluster in self.pipeline.trained_clusters().items():
             self.pipeline.memory.use(name)
             cluster.load_checkpoint(str(path / name))
         self.pipeline.load_data_state(state)
         set_rng_state(state["rng"])
-        self.pipeline.kl_ctrl.value = state["kl_coef"]
-        self.pipeline.old_log_probs.load_state_dict(state.get("old_log_probs"))  # absent: written before it existed
+        self.pipeline.load_components_state(state)
         logger.info("resumed from %s: continuing at step %d", path, completed + 1)
         return completed
 
