@@ -194,7 +194,8 @@ def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     referenced = set(_INTERPOLATION.findall(repr(raw)))
     fields = {f.name for f in dataclasses.fields(cls)}
     shared = [key for key in raw if key not in fields and (key in referenced or key in SHIPPED_BLOCKS)]
-    shared = [key for key in shared if key not in ("pretrain", "reward_pretrain")]  # roll_compat fills model paths
+    model_keys = {spec.roll_model_key for spec in cls.ROLES}  # ROLL's model-path keys: roll_compat fills the roles
+    shared = [key for key in shared if key not in model_keys]
     try:
         data = OmegaConf.to_container(config, resolve=True)
     except OmegaConfBaseException as error:

@@ -59,8 +59,8 @@ def check_run_length(config) -> None:
         if name != epochs_role and worker.training_args.num_train_epochs is not None:
             if epochs_role is None:
                 raise ConfigError(
-                    f"'{name}.training_args.num_train_epochs': a {config.KIND} run has no prompt dataset to count "
-                    "epochs over; set max_steps"
+                    f"'{name}.training_args.num_train_epochs': the {config.KIND} pipeline has no prompt dataset to "
+                    "count epochs over; set max_steps"
                 )
             raise ConfigError(f"'{name}.training_args.num_train_epochs': only {epochs_role}'s sets the run length")
     worker = getattr(config, epochs_role) if epochs_role is not None else None
