@@ -12,6 +12,7 @@ import torch
 
 from roll.algorithms.divergences import get_kd_objective
 from roll.algorithms.loss_tokens import IGNORE_INDEX, shift_labels_left
+from roll.algorithms.reductions import float32_or_wider
 from roll.algorithms.sft import token_ce_sum
 
 __all__ = [
@@ -52,7 +53,7 @@ def teacher_topk(logits, topk: int, target_vocab_size=None, kd_temperature=1.0, 
     indices = None
     if topk:
         logits, indices = torch.topk(logits, k=topk, dim=-1)
-    probs = torch.softmax(logits if logits.dtype == torch.float64 else logits.float(), dim=-1)
+    probs = torch.softmax(float32_or_wider(logits), dim=-1)
     return TeacherTopK(probs, torch.log_softmax(logits, dim=-1), indices, logits.isinf())
 
 

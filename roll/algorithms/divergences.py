@@ -10,6 +10,8 @@ its backward pass computes 0·∞ = NaN for reverse_kl, adaptive_kl and the skew
 
 import torch
 
+from roll.algorithms.reductions import float32_or_wider as _float
+
 __all__ = ["KD_OBJECTIVES", "register_kd_objective", "get_kd_objective"]
 
 KD_OBJECTIVES: dict = {}  # kd_objective name → fn(logits, teacher_probs, teacher_log_probs, teacher_inf_mask, …)
@@ -29,10 +31,6 @@ def get_kd_objective(name: str):
     if name not in KD_OBJECTIVES:
         raise ValueError(f"unknown kd_objective {name!r}; valid: {sorted(KD_OBJECTIVES)}")
     return KD_OBJECTIVES[name]
-
-
-def _float(x):
-    return x if x.dtype == torch.float64 else x.float()
 
 
 def _student(logits, teacher_inf_mask, kd_temperature):

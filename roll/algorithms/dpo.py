@@ -10,6 +10,8 @@ drops them and always trains sigmoid DPO with β = 0.1).
 import torch
 import torch.nn.functional as F
 
+from roll.algorithms.reductions import float32_or_wider
+
 __all__ = [
     "token_log_probs",
     "response_span_mask",
@@ -29,9 +31,8 @@ def token_log_probs(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.T
     mask[:, 1:]; 0 wherever mask[:, t + 1] = 0 (the target there is replaced by id 0 to stay valid)."""
     mask = mask[:, 1:]
     targets = torch.where(mask > 0, input_ids[:, 1:], torch.zeros_like(input_ids[:, 1:]))
-    logits = logits[:, :-1]
-    logits = logits if logits.dtype == torch.float64 else logits.float()
-    picked = torch.gather(logits.log_softmax(dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    log_probs = float32_or_wider(logits[:, :-1]).log_softmax(dim=-1)
+    picked = torch.gather(log_probs, -1, targets.unsqueeze(-1)).squeeze(-1)
     return picked * mask.to(picked.dtype)
 
 

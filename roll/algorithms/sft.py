@@ -13,15 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from roll.algorithms.loss_tokens import IGNORE_INDEX, shift_labels_left
+from roll.algorithms.reductions import float32_or_wider
 from roll.utils.errors import InputError
 from roll.utils.functional import compute_position_ids
 
 __all__ = ["mask_prompt_labels", "sft_collate", "token_ce_sum", "language_loss", "sft_loss"]
-
-
-def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
-    # ROLL computes the losses in float32; float64 (gradcheck) stays float64
-    return x if x.dtype == torch.float64 else x.float()
 
 
 def mask_prompt_labels(input_ids: Sequence[int], prompt_length: int) -> list:
@@ -73,7 +69,7 @@ def token_ce_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Σ_{b,t: labels[b,t] ≠ IGNORE_INDEX} −log softmax(logits[b,t])[labels[b,t]] with `labels` already aligned
     to `logits` (no shift here); float32 (float64 stays float64)."""
     return F.cross_entropy(
-        _at_least_float32(logits).reshape(-1, logits.shape[-1]),
+        float32_or_wider(logits).reshape(-1, logits.shape[-1]),
         labels.reshape(-1),
         ignore_index=IGNORE_INDEX,
         reduction="sum",
