@@ -295,6 +295,8 @@ def test_qwen2_5_vl_boxes_are_rescaled_from_pixels(monkeypatch, tmp_path):
     assert qwen25.score(batch_of([pixels], [dog], reward_model=[row], multi_modal_inputs=mm)) == [1.0]
     with pytest.raises(RewardDataError, match="image_grid_thw"):
         qwen25.score(batch_of([pixels], [dog], reward_model=[row]))
+    with pytest.raises(RewardDataError, match="model_name_or_path"):  # which convention is unknown: no guess
+        make_worker(monkeypatch).score(batch_of([pixels], [dog], reward_model=[row], multi_modal_inputs=mm))
     # Qwen2-VL already answers in 0–1000: nothing rescaled (ROLL turns det_verifier_normalized off for it)
     qwen2 = make_worker(monkeypatch, tmp_path / "2", "qwen2_vl")
     assert qwen2.score(batch_of([pixels], [dog], reward_model=[row], multi_modal_inputs=mm)) == pytest.approx(

@@ -248,6 +248,7 @@ class DetectionRewardWorker(RewardWorker):
     def _absolute_coordinates_patch(self) -> int | None:
         """The vision patch size when the policy (model_args) answers in absolute pixels (Qwen2.5-VL), else None."""
         path = getattr(getattr(self.worker_config, "model_args", None), "model_name_or_path", None)
+        self.knows_policy = bool(path)
         if not path:
             return None
         from transformers import AutoConfig
@@ -278,6 +279,12 @@ class DetectionRewardWorker(RewardWorker):
         for row, truth in enumerate(columns["ground_truth"]):
             where = f"{self.worker_name} row {row}"
             settings = row_settings(None if reward_models is None else reward_models[row], self.defaults, where)
+            if settings["normalized"] and not self.knows_policy:
+                raise RewardDataError(
+                    f"{where}: det_verifier_normalized is true, but {self.worker_name}.model_args.model_name_or_path "
+                    "is unset: set it to the policy's model directory (as ROLL's YAMLs do, ${pretrain}) so the "
+                    "reward knows whether the policy answers in pixels (Qwen2.5-VL) or in 0-1000"
+                )
             size = self._image_size(batch, row, where) if settings["normalized"] and self.patch_size else None
             truths.append((row, truth, settings, size))
         details = {}
