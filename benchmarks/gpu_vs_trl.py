@@ -65,8 +65,15 @@ import vs_trl  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {**gpu_scale.TINY, "steps": 2, "train_batch": 4, "dtype": "float32"}  # 2 optimizer steps per generation
 SIDES = ("roll", "trl")
-# --fast: roll's switches for a GPU with memory to spare, each exact where it claims to be (docs/gpu.md)
-FAST_OVERRIDES = ["actor_infer.strategy_args.strategy_config={cache_implementation: static}"]
+DIFF = "old_log_probs_max_abs_diff"
+# --fast: roll's switches for a GPU with memory for every role at once (docs/gpu.md): no role is offloaded around
+# the others' phases (keep_resident; the round trip is exact, so nothing else changes) and hf_infer generates with
+# a static KV cache, which transformers compiles on a GPU (the same samples up to float rounding)
+FAST_OVERRIDES = [
+    "actor_train.strategy_args.strategy_config={keep_resident: true}",  # fsdp2 only
+    "actor_infer.strategy_args.strategy_config={cache_implementation: static, keep_resident: true}",
+    "reference.strategy_args.strategy_config={keep_resident: true}",
+]
 
 
 def parse_args(argv=None):
@@ -86,7 +93,7 @@ def parse_args(argv=None):
     p.add_argument("--trl_weights", choices=["bfloat16", "float32"], default=None, help="default: --dtype")
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     p.add_argument("--roll_overrides", nargs="*", default=[], help="extra Hydra overrides for roll's config")
-    p.add_argument("--fast", action="store_true", help="roll with FAST_OVERRIDES: " + " ".join(FAST_OVERRIDES))
+    p.add_argument("--fast", action="store_true", help="roll (fsdp2) with FAST_OVERRIDES: " + " ".join(FAST_OVERRIDES))
     p.add_argument("--label", default="", help="a name for this run in the report")
     p.add_argument("--work_dir", default=None, help="keep the model and the data here (default: a temp dir)")
     p.add_argument("--timeout", type=float, default=900, help="seconds each side may take")
@@ -98,6 +105,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.trl_weights = args.trl_weights or args.dtype
     if args.fast:
+        if args.strategy != "fsdp2":
+            p.error("--fast sets fsdp2's strategy_config (keep_resident): use it with --strategy fsdp2")
         args.roll_overrides = [*FAST_OVERRIDES, *args.roll_overrides]
     return args
 
@@ -161,6 +170,10 @@ def run_roll(args, work: Path, model_dir: Path) -> dict:
                 "seconds": seconds,
                 "phases": {k.removeprefix("timing/"): v for k, v in phase_seconds(metrics).items()},
                 "old_log_probs_reused": metrics.get("old_log_probs/reused"),
+                # the measuring step's max |rollout - recomputed| (why the pass is or is not skipped), the
+                # colocation switches' seconds (inside the phases)
+                "old_log_probs_max_abs_diff": metrics.get("old_log_probs/max_abs_diff"),
+                "offload_reload": metrics.get("timing/offload_reload"),
             }
         )
     return {"startup": startup, "process_startup": process_startup, "steps": steps}
@@ -346,6 +359,10 @@ def summarise(side: str, result: dict, sampler, began: float) -> dict:
         "gpu_memory_peak_mib": peak,
         "torch_peak_mib": result.get("torch_peak_mib"),
         "old_log_probs_reused": [s.get("old_log_probs_reused") for s in steps if "old_log_probs_reused" in s],
+        "old_log_probs_max_abs_diff": next((s[DIFF] for s in steps if s.get(DIFF) is not None), None),
+        "offload_reload_per_step": (
+            statistics.median(s["offload_reload"] or 0.0 for s in timed) if "offload_reload" in steps[0] else None
+        ),
         "wall": result["wall"],
     }
 
@@ -436,9 +453,17 @@ def main(argv=None) -> dict:
             for side in args.sides:
                 sides[side] = run_side(args, side, work, model_dir, sampler)
                 s = sides[side]
+                extra = ""
+                if side == "roll":  # why the old-log-prob pass ran or not; what the colocation switches cost
+                    extra = (
+                        f"; old log-probs reused {s['old_log_probs_reused']} (measured max |diff| "
+                        f"{fmt(s['old_log_probs_max_abs_diff'], '.3g')}); offload/reload "
+                        f"{fmt(s['offload_reload_per_step'])} s per step"
+                    )
                 print(
                     f"{side}: {s['s_per_step']:.2f} s/step (median of steps 2..; all: "
-                    f"{', '.join(f'{x:.2f}' for x in s['step_seconds'])}), start-up {s['startup_process']:.1f} s",
+                    f"{', '.join(f'{x:.2f}' for x in s['step_seconds'])}), start-up {s['startup_process']:.1f} s"
+                    + extra,
                     flush=True,
                 )
         finally:

@@ -13,6 +13,9 @@ strategy_config (optional):
                            once per batch size. The same samples and log-probs as the dynamic cache up to float
                            rounding (tests/strategies/test_hf_infer_static_cache.py); request-level generation
                            (generate_request) keeps the dynamic cache.
+    keep_resident          false (default); true: the weights stay on the GPU while colocated roles run (no
+                           offload/reload around their phases: for a GPU with memory for every role at once;
+                           compiled decode steps keep their weights' addresses)
 """
 
 import torch
@@ -24,6 +27,7 @@ from roll.strategies.batching import real_columns
 from roll.utils.functional import rollout_tensors
 
 CACHE_IMPLEMENTATIONS = (None, "dynamic", "static")
+KEYS = ("cache_implementation", "keep_resident")
 
 
 def response_mask_from(responses: torch.Tensor, eos_token_id: int, generated_length: int) -> torch.Tensor:
@@ -45,14 +49,16 @@ class HFInferStrategy(InferenceStrategy):
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):
         config = dict(strategy_config or {})
-        unknown = sorted(set(config) - {"cache_implementation"})
+        unknown = sorted(set(config) - set(KEYS))
         if unknown:
-            raise ValueError(f"hf_infer: unknown strategy_config keys {unknown}; valid: ['cache_implementation']")
+            raise ValueError(f"hf_infer: unknown strategy_config keys {unknown}; valid: {list(KEYS)}")
         if config.get("cache_implementation") not in CACHE_IMPLEMENTATIONS:
             raise ValueError(
                 f"hf_infer: strategy_config.cache_implementation = {config['cache_implementation']!r}; valid: "
                 f"{list(CACHE_IMPLEMENTATIONS)} (null = dynamic)"
             )
+        if not isinstance(config.get("keep_resident", False), bool):
+            raise ValueError(f"hf_infer: strategy_config.keep_resident = {config['keep_resident']!r}: true or false")
 
     def initialize(self, total_steps: int = 0) -> None:
         super().initialize(total_steps)
@@ -61,6 +67,11 @@ class HFInferStrategy(InferenceStrategy):
         gen = self.model.generation_config
         self.eos_token_id = gen.eos_token_id if isinstance(gen.eos_token_id, int) else gen.eos_token_id[0]
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+
+    def offload_frees_memory(self) -> bool:
+        """strategy_config.keep_resident: the pipeline never offloads this role (see the module docstring)."""
+        keep = (self.config.strategy_args.strategy_config or {}).get("keep_resident", False)
+        return not keep and super().offload_frees_memory()
 
     @staticmethod
     def _generate_kwargs(settings: dict) -> dict:

@@ -107,9 +107,13 @@ def test_the_trl_comparison_config_validates_and_maps_onto_trls_settings(flags, 
     args = bench.parse_args(flags)
     config = bench.roll_config(args, tmp_path, tmp_path / "model", tmp_path / "run")
     _on_gpu_0(config, args.dtype)
-    static = {"cache_implementation": "static"} if "--fast" in flags else None
-    assert config.actor_infer.strategy_args.strategy_config == static
-    assert config.reference.strategy_args.strategy_config is None
+    fast = "--fast" in flags
+    resident = {"keep_resident": True} if fast else None
+    assert config.actor_infer.strategy_args.strategy_config == (
+        {**resident, "cache_implementation": "static"} if fast else None
+    )
+    assert config.reference.strategy_args.strategy_config == resident
+    assert config.actor_train.strategy_args.strategy_config == resident
     assert config.rollout_batch_size * config.num_return_sequences_in_group == 256
     assert config.actor_infer.generating_args.max_new_tokens == 128 and config.max_steps == args.steps
     settings, optimizer_steps = bench.vs_trl.matched_grpo_settings(config, args.seed, args.steps)
