@@ -325,9 +325,26 @@ def run_side(args, side: str, work: Path, model_dir: Path, sampler) -> dict:
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-6000:] + done.stderr[-6000:])
         raise SystemExit(f"gpu_vs_trl: the {side} side failed with exit code {done.returncode}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = last_json_line(done.stdout, side)
     result["wall"] = time.time() - began
     return summarise(side, result, sampler, began)
+
+
+def last_json_line(stdout: str, side: str) -> dict:
+    """The child's figures: its last line that is a JSON object (Ray may print worker lines around it)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    raise SystemExit(f"gpu_vs_trl: the {side} side printed no figures; its output ended:\n{stdout[-3000:]}")
+
+
+def gpu_name() -> str:
+    """The GPU's name from nvidia-smi (this process creates no CUDA context: the sides' memory is theirs alone)."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "GPU"
 
 
 def summarise(side: str, result: dict, sampler, began: float) -> dict:
@@ -435,7 +452,7 @@ def main(argv=None) -> dict:
 
     gpu = torch.cuda.is_available()
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    device = torch.cuda.get_device_name(0) if gpu else f"CPU ({os.cpu_count()} cores)"
+    device = gpu_name() if gpu else f"CPU ({os.cpu_count()} cores)"
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work_dir or tmp)
         model_dir = prepare(args, work)
