@@ -1,27 +1,112 @@
 """Start-up checks that need the file system or imports but no worker: run by the pipeline before it loads
-the tokenizer or starts Ray, so a wrong path or class fails in a second with a message naming its key.
+the tokenizer or starts Ray, and by `--dry_run` for what is on this machine, so a wrong path, class, model
+directory, template or size fails in a second with one message naming its key (every problem found at once).
 
-Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a machine without the model.
+Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a machine without the model, so there
+a path that does not exist here is listed as not checked (`check_roles(config, missing_ok=True)`) instead.
 """
 
 import os
+import sys
 from pathlib import Path
 
 from roll.configs.checks import roles, tokenizer_role
-from roll.configs.loader import ConfigError, closest
+from roll.configs.loader import ConfigError, closest, collected
+from roll.configs.sizes import check_rollout_memory
+from roll.pipeline.core import model_files, run_paths
+from roll.pipeline.core.reward_check import check_reward_worker, raised_at
+from roll.utils.errors import UserError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")
+FAILED = object()  # a check that raised (its problems are collected)
 
 
-def check_roles(config) -> None:
+def check_roles(config, missing_ok: bool = False) -> list[str]:
+    """Every start-up check, all problems in one ConfigError. `missing_ok` (--dry_run): a model directory or data
+    file that is not on this machine is skipped; returns a note per skipped path."""
+    problems, missing = [], []
+
+    def attempt(check, *args):  # the check's result, or FAILED with its problems collected
+        try:
+            return check(*args)
+        except UserError as error:
+            problems.extend(getattr(error, "problems", None) or [("", str(error))])
+            return FAILED
+
     tokenizer = tokenizer_role(config)
+    local_models: dict[str, object] = {}  # path → its transformers config (FAILED: refused), each checked once
     for name, worker in roles(config).items():
         if name in MODEL_ROLES and worker.model_args is not None:
             key, path = f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path
-            check_download_source(key, path, config.model_download_type)
-            check_model_dir(key, path, name == tokenizer)
-        check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name.startswith("rewards."))
+            attempt(check_download_source, key, path, config.model_download_type)
+            if missing_ok and not _looks_like_hub_id(path) and not Path(path).expanduser().exists():
+                missing.append((key, path))
+            elif attempt(check_model_dir, key, path, name == tokenizer) is not FAILED and path not in local_models:
+                if not _looks_like_hub_id(path):
+                    local_models[path] = attempt(_check_model_contents, key, path, config)
+        reward = name.startswith("rewards.")
+        cls = attempt(check_worker_cls, f"{name}.worker_cls", worker.worker_cls, reward)
+        if reward and cls is not FAILED:
+            attempt(check_reward_worker, f"{name}.worker_cls", cls, worker, config.system_envs)
+    tokenizer_dir = getattr(config, tokenizer).model_args.model_name_or_path
+    if not problems and local_models.get(tokenizer_dir, FAILED) is not FAILED:
+        attempt(check_prompt_template, config, tokenizer_dir)
+    attempt(run_paths.check_data_files, config, missing)
+    attempt(run_paths.check_tracker_dir, config)
+    attempt(check_cluster, config)
+    attempt(check_rollout_memory, config)
+    if problems:
+        raise collected(problems)
+    return [f"not on this machine, checked at start-up: {key} = {path!r}" for key, path in missing]
+
+
+def _check_model_contents(key: str, value: str, config):
+    """config.json, model type, architecture, weight shapes and the sequence length the run asks of the model;
+    returns the transformers config."""
+    path = Path(value).expanduser()
+    model = model_files.check_model_config(key, path)
+    model_files.check_weight_shapes(key, path, model)
+    model_files.check_sequence_length(key, value, model, config.prompt_length, config.response_length)
+    return model
+
+
+def check_prompt_template(config, model_dir: str) -> None:
+    """RLVR: the chat template rendered once around a one-character prompt, as every data row will be (a Jinja
+    syntax error or a template that raises fails here, naming the file), and that shortest prompt must fit
+    prompt_length, or every row would be dropped."""
+    data_args = getattr(getattr(config, "actor_train", None), "data_args", None)
+    if not hasattr(config, "rewards") or data_args is None or not data_args.apply_chat_template:
+        return
+    from transformers import AutoTokenizer
+
+    from roll.data.prompts import render_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if data_args.chat_template is None and not tokenizer.chat_template:
+        return  # the data loader refuses this with its own message (data_args.chat_template: chatml)
+    text = render_prompt("x", data_args, tokenizer)
+    shortest = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if shortest > config.prompt_length:
+        raise ConfigError(
+            f"'prompt_length' = {config.prompt_length}: a one-character prompt is already {shortest} tokens once "
+            f"the chat template wraps it ({text!r}), so every prompt would be longer; raise prompt_length"
+        )
+
+
+def check_cluster(config) -> None:
+    """num_nodes > 1 needs a Ray cluster to attach to: the local Ray roll starts otherwise has one node."""
+    ray = sys.modules.get("ray")
+    if config.num_nodes <= 1 or (ray is not None and ray.is_initialized()):
+        return
+    from roll.distributed.ray_utils import existing_cluster_address
+
+    if existing_cluster_address() is None:
+        raise ConfigError(
+            f"'num_nodes' = {config.num_nodes}, but no Ray cluster is given (RAY_ADDRESS is unset and no `ray start` "
+            f"cluster runs on this machine), and the local Ray roll would start has one node: set num_nodes: 1, or "
+            f"start a {config.num_nodes}-node cluster and set RAY_ADDRESS (docs/cluster.md)"
+        )
 
 
 def _looks_like_hub_id(value: str) -> bool:
@@ -94,7 +179,9 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
+def check_worker_cls(key: str, dotted: str, reward: bool):
+    """The class `dotted` names (imported), or a ConfigError naming the key: a module that is not there, one that
+    raises while it is imported (with where it raised), a missing name, or a class of the wrong base."""
     import importlib
 
     from roll.distributed.worker import Worker
@@ -103,11 +190,16 @@ def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
     module_name, _, class_name = dotted.rpartition(".")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(
-            f"'{key}' = {dotted!r}: cannot import the module {module_name!r} ({error}); is it installed or on "
-            f"PYTHONPATH?"
-        ) from None
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):  # not there at all
+            raise ConfigError(
+                f"'{key}' = {dotted!r}: cannot import the module {module_name!r} ({error}); is it installed or on "
+                f"PYTHONPATH?"
+            ) from None
+        raise _raised_on_import(key, dotted, module_name, error) from None
+    except Exception as error:  # the module is there and raised while it ran (a SyntaxError included)
+        raise _raised_on_import(key, dotted, module_name, error) from None
     cls = getattr(module, class_name, None)
     if cls is None:
         names = [n for n, v in vars(module).items() if isinstance(v, type)]
@@ -125,3 +217,14 @@ def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
                 else "a role's worker class subclasses roll.distributed.worker.Worker"
             )
         )
+    return cls
+
+
+def _raised_on_import(key: str, dotted: str, module_name: str, error: Exception) -> ConfigError:
+    where = raised_at(error)
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f" (at {error.filename} line {error.lineno})"
+    text = " ".join(str(error).split())
+    return ConfigError(
+        f"'{key}' = {dotted!r}: importing the module {module_name!r} raised {type(error).__name__}: {text}{where}"
+    )
