@@ -231,8 +231,10 @@ def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     shared = [key for key in shared if key not in ("pretrain", "reward_pretrain")]  # roll_compat fills model paths
     try:
         data = OmegaConf.to_container(config, resolve=True)
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"config interpolation failed: {error}") from None
+    except OmegaConfBaseException as error:  # OmegaConf's message: the reason, then "full_key: ..." lines
+        key = getattr(error, "full_key", None)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"config interpolation failed{f' at {key!r}' if key else ''}: {reason}") from None
     for key in shared:
         del data[key]
     return data

@@ -155,11 +155,8 @@ def read_column(name: str, column: str) -> list | None:
     return list(table[column]) if column in table.column_names else [None] * len(table)
 
 
-def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
-    """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
-    import datasets
-
-    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+def check_template_available(data_args, tokenizer, files) -> None:
+    """apply_chat_template needs a template: the tokenizer's own, or chatml (roll's)."""
     if data_args.apply_chat_template and data_args.chat_template != "chatml" and not tokenizer.chat_template:
         raise InputError(
             f"data_args.apply_chat_template is true but the tokenizer of {tokenizer.name_or_path} has no chat "
@@ -167,6 +164,14 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
             f"data_args.template) for the ChatML format, give the tokenizer a chat_template (tokenizer_config.json), "
             f"or set data_args.apply_chat_template: false to use the prompt text as it is"
         )
+
+
+def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
+    """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
+    import datasets
+
+    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+    check_template_available(data_args, tokenizer, files)
     kind = _builder_for(files)
     for name in files:
         _check_text_file(name, kind)

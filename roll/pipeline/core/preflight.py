@@ -35,16 +35,20 @@ def check_roles(config, missing_ok: bool = False) -> list[str]:
             return FAILED
 
     tokenizer = tokenizer_role(config)
-    local_models: dict[str, object] = {}  # path → its transformers config (FAILED: refused), each checked once
+    local_models: dict[str, object] = {}  # path → its transformers config (FAILED: refused or a hub id), checked once
     for name, worker in roles(config).items():
         if name in MODEL_ROLES and worker.model_args is not None:
             key, path = f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path
             attempt(check_download_source, key, path, config.model_download_type)
             if missing_ok and not _looks_like_hub_id(path) and not Path(path).expanduser().exists():
                 missing.append((key, path))
-            elif attempt(check_model_dir, key, path, name == tokenizer) is not FAILED and path not in local_models:
-                if not _looks_like_hub_id(path):
+            elif path not in local_models:  # another role's directory: checked once (with the tokenizer's needs)
+                needs_tokenizer = getattr(config, tokenizer).model_args.model_name_or_path == path
+                local_models[path] = attempt(check_model_dir, key, path, needs_tokenizer)
+                if local_models[path] is not FAILED and not _looks_like_hub_id(path):
                     local_models[path] = attempt(_check_model_contents, key, path, config)
+                elif local_models[path] is not FAILED:
+                    local_models[path] = FAILED  # a hub id: nothing on disk to read before transformers fetches it
         reward = name.startswith("rewards.")
         cls = attempt(check_worker_cls, f"{name}.worker_cls", worker.worker_cls, reward)
         if reward and cls is not FAILED:
@@ -54,11 +58,15 @@ def check_roles(config, missing_ok: bool = False) -> list[str]:
         attempt(check_prompt_template, config, tokenizer_dir)
     attempt(run_paths.check_data_files, config, missing)
     attempt(run_paths.check_tracker_dir, config)
-    attempt(check_cluster, config)
     attempt(check_rollout_memory, config)
+    cluster = cluster_problem(config)
+    if cluster and not missing_ok:
+        problems.append(("num_nodes", cluster))
     if problems:
         raise collected(problems)
-    return [f"not on this machine, checked at start-up: {key} = {path!r}" for key, path in missing]
+    notes = [f"not on this machine, checked at start-up: {key} = {path!r}" for key, path in missing]
+    # a dry run on a machine other than the cluster's (a multi-node recipe planned on a laptop) is not refused
+    return notes + ([f"note: a run started here would be refused: {cluster}"] if cluster else [])
 
 
 def _check_model_contents(key: str, value: str, config):
@@ -80,11 +88,10 @@ def check_prompt_template(config, model_dir: str) -> None:
         return
     from transformers import AutoTokenizer
 
-    from roll.data.prompts import render_prompt
+    from roll.data.prompts import check_template_available, render_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if data_args.chat_template is None and not tokenizer.chat_template:
-        return  # the data loader refuses this with its own message (data_args.chat_template: chatml)
+    check_template_available(data_args, tokenizer, data_args.file_name)
     text = render_prompt("x", data_args, tokenizer)
     shortest = len(tokenizer(text, add_special_tokens=False)["input_ids"])
     if shortest > config.prompt_length:
@@ -94,19 +101,31 @@ def check_prompt_template(config, model_dir: str) -> None:
         )
 
 
-def check_cluster(config) -> None:
-    """num_nodes > 1 needs a Ray cluster to attach to: the local Ray roll starts otherwise has one node."""
+def cluster_problem(config) -> str | None:
+    """num_nodes against the nodes there are: this process's Ray session's, else one for the local Ray roll would
+    start when no cluster is given; a cluster to attach to is counted by init_ray when it attaches."""
+    if config.num_nodes <= 1:
+        return None
     ray = sys.modules.get("ray")
-    if config.num_nodes <= 1 or (ray is not None and ray.is_initialized()):
-        return
-    from roll.distributed.ray_utils import existing_cluster_address
+    if ray is not None and ray.is_initialized():
+        nodes, where = sum(1 for node in ray.nodes() if node.get("Alive")), "the Ray session of this process has"
+    else:
+        from roll.distributed.ray_utils import existing_cluster_address
 
-    if existing_cluster_address() is None:
-        raise ConfigError(
-            f"'num_nodes' = {config.num_nodes}, but no Ray cluster is given (RAY_ADDRESS is unset and no `ray start` "
-            f"cluster runs on this machine), and the local Ray roll would start has one node: set num_nodes: 1, or "
-            f"start a {config.num_nodes}-node cluster and set RAY_ADDRESS (docs/cluster.md)"
+        if existing_cluster_address() is not None:
+            return None
+        nodes = 1
+        where = (
+            "no Ray cluster is given (RAY_ADDRESS is unset and no `ray start` cluster runs here), and the local "
+            "Ray roll would start has"
         )
+    if nodes >= config.num_nodes:
+        return None
+    return (
+        f"'num_nodes' = {config.num_nodes}, but {where} {nodes} node{'s' * (nodes != 1)}: set num_nodes: {nodes} "
+        f"(and num_gpus_per_node to the devices of each), or start a {config.num_nodes}-node cluster and set "
+        f"RAY_ADDRESS (docs/cluster.md)"
+    )
 
 
 def _looks_like_hub_id(value: str) -> bool:
