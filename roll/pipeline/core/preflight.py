@@ -106,18 +106,20 @@ def cluster_problem(config) -> str | None:
     start when no cluster is given; a cluster to attach to is counted by init_ray when it attaches."""
     if config.num_nodes <= 1:
         return None
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        nodes, where = sum(1 for node in ray.nodes() if node.get("Alive")), "the Ray session of this process has"
-    else:
-        from roll.distributed.ray_utils import existing_cluster_address
+    from roll.distributed.ray_utils import existing_cluster_address
 
-        if existing_cluster_address() is not None:
-            return None
-        nodes = 1
+    ray = sys.modules.get("ray")
+    connected = ray is not None and ray.is_initialized()  # the launcher's early local Ray, or a test's session
+    address = existing_cluster_address()
+    if address is not None and not connected:
+        return None  # init_ray counts the nodes when it attaches
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive")) if connected else 1
+    if address is not None:
+        where = f"the Ray cluster at {address} has"
+    else:
         where = (
             "no Ray cluster is given (RAY_ADDRESS is unset and no `ray start` cluster runs here), and the local "
-            "Ray roll would start has"
+            "Ray roll starts has"
         )
     if nodes >= config.num_nodes:
         return None
