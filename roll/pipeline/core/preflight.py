@@ -46,7 +46,10 @@ def check_roles(config, missing_ok: bool = False) -> list[str]:
                 needs_tokenizer = getattr(config, tokenizer).model_args.model_name_or_path == path
                 local_models[path] = attempt(check_model_dir, key, path, needs_tokenizer)
                 if local_models[path] is not FAILED and not _looks_like_hub_id(path):
-                    local_models[path] = attempt(_check_model_contents, key, path, config)
+                    local_models[path] = attempt(_check_model_contents, key, path)
+                    if local_models[path] is not FAILED:
+                        lengths = config.prompt_length, config.response_length
+                        attempt(model_files.check_sequence_length, key, path, local_models[path], *lengths)
                 elif local_models[path] is not FAILED:
                     local_models[path] = FAILED  # a hub id: nothing on disk to read before transformers fetches it
         reward = name.startswith("rewards.")
@@ -54,7 +57,7 @@ def check_roles(config, missing_ok: bool = False) -> list[str]:
         if reward and cls is not FAILED:
             attempt(check_reward_worker, f"{name}.worker_cls", cls, worker, config.system_envs)
     tokenizer_dir = getattr(config, tokenizer).model_args.model_name_or_path
-    if not problems and local_models.get(tokenizer_dir, FAILED) is not FAILED:
+    if local_models.get(tokenizer_dir, FAILED) is not FAILED:  # a readable local model directory
         attempt(check_prompt_template, config, tokenizer_dir)
     attempt(run_paths.check_data_files, config, missing)
     attempt(run_paths.check_tracker_dir, config)
@@ -69,13 +72,11 @@ def check_roles(config, missing_ok: bool = False) -> list[str]:
     return notes + ([f"note: a run started here would be refused: {cluster}"] if cluster else [])
 
 
-def _check_model_contents(key: str, value: str, config):
-    """config.json, model type, architecture, weight shapes and the sequence length the run asks of the model;
-    returns the transformers config."""
+def _check_model_contents(key: str, value: str):
+    """config.json, model type, architecture and weight shapes; returns the transformers config."""
     path = Path(value).expanduser()
     model = model_files.check_model_config(key, path)
     model_files.check_weight_shapes(key, path, model)
-    model_files.check_sequence_length(key, value, model, config.prompt_length, config.response_length)
     return model
 
 
