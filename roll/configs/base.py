@@ -34,8 +34,8 @@ class PipelineConfig:
     seed: int = field_help(
         42,
         "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
-        "(roll.utils.seeding.worker_seed)",
-        bounds="[0, inf)",
+        "(roll.utils.seeding.worker_seed); numpy's range, which np.random.seed takes",
+        bounds="[0, 4294967295]",
     )
     output_dir: str = field_help(
         "./output", "samples, learning curves and (without checkpoint_dir) checkpoints: <output_dir>/checkpoints/step-N"

@@ -7,7 +7,7 @@ never rewritten: only fields left null are filled, and the report says what they
 
 from dataclasses import dataclass
 
-from roll.configs.loader import ConfigError, closest, collected
+from roll.configs.loader import ConfigError, closest, collected, describe_ids
 from roll.configs.policy_loss import effective_policy_loss_mode
 from roll.utils.patterns import is_regex
 
@@ -151,8 +151,14 @@ def check_roles(config) -> None:
     if config.num_nodes is None:  # derived from the mappings, as ROLL does
         ids = [d for worker in roles(config).values() for d in worker.device_mapping or []]
         config.num_nodes = max(1, -(-(max(ids, default=0) + 1) // config.num_gpus_per_node))
+    problems = []  # every role's mistakes at once (a misspelled strategy in three roles names all three)
     for name, worker in roles(config).items():
-        _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
+        try:
+            _check_worker(name, worker, config.num_devices, config.num_gpus_per_node)
+        except ConfigError as error:
+            problems.extend((key or f"{name}.", message) for key, message in error.problems)
+    if problems:
+        raise collected(problems)
     check_lora_weight_sync(config)
 
 
@@ -226,11 +232,11 @@ def _check_worker(name: str, worker, num_devices: int, num_gpus_per_node: int) -
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
-            raise ConfigError(f"'{name}.device_mapping' = {mapping} repeats a device id")
+            raise ConfigError(f"'{name}.device_mapping' = {describe_ids(mapping)} repeats a device id")
         bad = [d for d in mapping if not 0 <= d < num_devices]
         if bad:
             raise ConfigError(
-                f"'{name}.device_mapping' uses device ids {bad}, but num_nodes × num_gpus_per_node = "
+                f"'{name}.device_mapping' uses device ids {describe_ids(bad)}, but num_nodes × num_gpus_per_node = "
                 f"{num_devices} devices (ids 0..{num_devices - 1}); shorten the mapping or raise "
                 f"num_gpus_per_node / num_nodes"
             )

@@ -19,6 +19,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
+from roll.utils.errors import PluginError
 from roll.utils.grading import GRADED, TIMEOUT, grade_each_with_time_limit
 
 LOGGED_FAILURES = 5  # per worker: the first failures are logged with their row, all are counted
@@ -109,15 +110,15 @@ class RewardWorker(Worker):
         finally:
             self._grading_status = self._row_metrics = None
         if len(scores) != len(batch):
-            raise ValueError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
+            raise PluginError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
         for row, value in enumerate(scores):  # Python or numpy numbers; not tensors, strings or None
             if not isinstance(value, Real) or not math.isfinite(value):
-                raise ValueError(
+                raise PluginError(
                     f"{type(self).__name__}.score: row {row} has score {value!r}; scores must be finite numbers"
                 )
         for name, values in row_metrics.items():
             if len(values) != len(batch):
-                raise ValueError(
+                raise PluginError(
                     f"{type(self).__name__}.record_metric: {name} has {len(values)} values for {len(batch)} rows"
                 )
         scores = torch.tensor([float(v) for v in scores], dtype=torch.float32)
