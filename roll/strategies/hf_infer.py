@@ -10,8 +10,10 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from roll.distributed.data_proto import DataProto
+from roll.models.vl import is_vl_config, vision_placeholder_ids
 from roll.strategies.base import InferenceStrategy, RequestResult
 from roll.strategies.batching import real_columns
+from roll.strategies.vl_forward import is_vl_batch, prompt_vision_inputs
 from roll.utils.functional import rollout_tensors
 
 
@@ -30,12 +32,17 @@ class HFInferStrategy(InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    vision_language = True  # pixel values into generate and the forwards (roll/strategies/vl_forward.py)
 
     def initialize(self, total_steps: int = 0) -> None:
         super().initialize(total_steps)
         gen = self.model.generation_config
         self.eos_token_id = gen.eos_token_id if isinstance(gen.eos_token_id, int) else gen.eos_token_id[0]
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+        # a VL model's image/video placeholders are never sampled: the training forward would look for vision
+        # features at them (roll/strategies/vl_forward.py)
+        config = self.model.config
+        self.banned_token_ids = vision_placeholder_ids(config) if is_vl_config(config) else []
 
     @staticmethod
     def _generate_kwargs(settings: dict) -> dict:
@@ -66,6 +73,13 @@ class HFInferStrategy(InferenceStrategy):
         # generate from the chunk's longest prompt: the left-padding columns every prompt has (prompt_length is a
         # maximum) would be attended to, masked, at every new token; positions come from the mask either way
         first = real_columns(prompt_mask).start
+        vision = {}
+        if is_vl_batch(chunk):  # pixel values, grids and token types: generate computes the prompt's M-RoPE ids
+            vision = prompt_vision_inputs(
+                self.model, prompts[:, first:], chunk.non_tensor_batch["multi_modal_inputs"], self.device
+            )
+        if self.banned_token_ids:
+            vision["suppress_tokens"] = self.banned_token_ids
         output = self.model.generate(
             input_ids=prompts[:, first:].to(self.device),
             attention_mask=prompt_mask[:, first:].to(self.device),
@@ -74,6 +88,7 @@ class HFInferStrategy(InferenceStrategy):
             output_scores=True,
             return_dict_in_generate=True,
             use_cache=True,
+            **vision,
             **kwargs,
         )
         generated = output.sequences[:, prompts.shape[1] - first :].cpu()
@@ -133,6 +148,7 @@ class HFInferStrategy(InferenceStrategy):
                 return_dict_in_generate=True,
                 use_cache=True,
                 stopping_criteria=StoppingCriteriaList([stop]),
+                **({"suppress_tokens": self.banned_token_ids} if self.banned_token_ids else {}),
                 **kwargs,
             )
         finally:

