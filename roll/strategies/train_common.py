@@ -157,8 +157,21 @@ def checksum(named_tensors) -> float:
     return total.value()
 
 
+# a VL model's processor besides the tokenizer: its image/video processor settings and chat template
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "processor_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
 def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
-    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training)."""
+    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training), and a
+    VL model's with its processor (the processor files of model_name_or_path, copied as they are)."""
+    import shutil
+
     from transformers import AutoTokenizer
 
     try:
@@ -167,6 +180,10 @@ def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
         logger.warning("checkpoint %s: no tokenizer copied (%s)", directory, error)
         return
     tokenizer.save_pretrained(str(directory))
+    for name in PROCESSOR_FILES:
+        source = Path(model_name_or_path) / name
+        if source.is_file():
+            shutil.copyfile(source, Path(directory) / name)
 
 
 def aligned_micro_batches(batch: DataProto, size: int) -> list[tuple[DataProto, bool]]:
