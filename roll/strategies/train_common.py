@@ -11,6 +11,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import max_over_ranks, train_micro_batches
 from roll.strategies.loss_settings import LOSS_KEY, LossSettings
+from roll.strategies.vl_forward import check_images_on_every_rank
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -78,6 +79,7 @@ def split_train_batch(config, batch: DataProto) -> list[DataProto]:
         settings = LossSettings.of(batch).with_global_batch_info(global_batch_info(batch, len(micros)))
         for micro in micros:
             settings.attach(micro)
+    check_images_on_every_rank(micros)
     return micros
 
 
@@ -202,6 +204,7 @@ def align_forward_counts(parts: list[DataProto], batch: DataProto) -> list[tuple
         if len(filler) == 0:
             raise ValueError("a rank received no rows at all; a sharded forward needs at least one row per rank")
         out += [(filler, False)] * (count - len(parts))
+    check_images_on_every_rank([part for part, _ in out])
     return out
 
 

@@ -79,3 +79,31 @@ def prompt_vision_inputs(model, prompts: torch.Tensor, rows, device) -> dict:
     tensors = vision_tensors(rows)
     types = mm_token_types(prompts, inner_vl_model(model).config)
     return {"mm_token_type_ids": types.to(device), **{key: value.to(device) for key, value in tensors.items()}}
+
+
+def check_images_on_every_rank(parts: list[DataProto]) -> None:
+    """Collective (every rank calls it with as many parts: a train_step's micro-batches, a sharded engine's aligned
+    forwards). A VL forward of some rows without any image skips the vision tower; if another rank's forward of
+    the same index runs it, sharded engines (FSDP2, ZeRO-3) gather vision weights on one rank only and gradient
+    reduction differs: the ranks would hang or mix up collectives. Refused with the forward's index instead (ROLL
+    runs a dummy image through the tower there; roll does not yet)."""
+    import torch.distributed as dist
+
+    if not parts or not is_vl_batch(parts[0]) or not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_world_size() == 1:
+        return
+    flags = torch.tensor([bool(vision_tensors(part.non_tensor_batch[MM_INPUTS])) for part in parts], dtype=torch.long)
+    if dist.get_backend() == "nccl":
+        flags = flags.cuda()
+    high, low = flags.clone(), flags.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    mixed = (high != low).nonzero().flatten().tolist()
+    if mixed:
+        raise ValueError(
+            f"VL forward {mixed[0]} of {len(parts)}: rank {dist.get_rank()} has "
+            f"{'images' if flags[mixed[0]] else 'no image'} in it while another rank has "
+            f"{'none' if flags[mixed[0]] else 'some'}; a multi-rank VL role needs images in every rank's forward of "
+            f"the same index (text-only micro-batches next to image ones are not supported yet)"
+        )

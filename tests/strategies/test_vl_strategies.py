@@ -39,6 +39,7 @@ def scenarios() -> list[dict]:
             "ds_zero2/frozen_vision", "deepspeed_train", h.ds_config(2), model_args={"freeze_module_prefix": vs.VISION}
         ),  # fmt: skip
         vs.vl_scenario("fsdp2/lora", "fsdp2_train", FSDP2, model_args=LORA),
+        vs.vl_scenario("fsdp2/text_only_shard", "fsdp2_train", FSDP2, text_only_rank=1),
     ]
 
 
@@ -127,6 +128,14 @@ def test_weight_sync_of_the_whole_vl_model(runs, name):
     assert run["receiver_checksum"] == pytest.approx(run["checksum"], rel=1e-12)
     trainer = torch.cat(run["log_probs"])
     assert (run["receiver_log_probs"] - trainer).abs().max() < 1e-5
+
+
+def test_a_rank_without_images_is_refused_instead_of_hanging(runs):
+    """One rank's micro-batches without images next to another's with: FSDP2 would gather the vision tower's
+    weights on one rank only. Every rank raises, naming the forward."""
+    errors = runs["results"]["fsdp2/text_only_shard"]["errors"]
+    assert errors[0].startswith("VL forward 0 of 2: rank 0 has images in it while another rank has none")
+    assert errors[1].startswith("VL forward 0 of 2: rank 1 has no image in it while another rank has some")
 
 
 _INITIAL = {}

@@ -149,6 +149,8 @@ def run_vl_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir
         first_step = int((source / "steps").read_text())
         strategy.load_checkpoint(str(source))
     layout = h.dp_layout(strategy, world)
+    if scenario.get("text_only_rank") is not None:
+        return _text_only_shard(strategy, scenario["text_only_rank"], batches[0], layout, rank)
     steps, micro_counts = [], []
     for step in range(first_step, h.STEPS):
         batch = h.dispatched(as_vl_proto(batches[step], None, scenario.get("loss_agg_mode")), layout, rank)
@@ -182,3 +184,17 @@ def run_vl_scenario(scenario: dict, rank: int, model_dir: Path, batches, workdir
         result["receiver_log_probs"] = receiver.compute_log_probs(as_vl_proto(batches[0], slice(0, 10)))
     del strategy
     return result
+
+
+def _text_only_shard(strategy, text_only_rank: int, batch: dict, layout, rank: int) -> dict:
+    """One train_step where `text_only_rank`'s rows carry no images: every rank records the error it raised."""
+    shard = h.dispatched(as_vl_proto(batch), layout, rank)
+    if rank == text_only_rank:
+        empty = np.empty(len(shard), dtype=object)
+        empty[:] = [{} for _ in range(len(shard))]
+        shard.non_tensor_batch["multi_modal_inputs"] = empty
+    try:
+        strategy.train_step(shard, h.loss_fn)
+    except ValueError as error:
+        return {"errors": h.collected(str(error), layout)}
+    return {"errors": h.collected(None, layout)}
