@@ -28,6 +28,7 @@ TIERS = {
     "configs/": "quick",
     "data/": "quick",
     "demo/": "quick",
+    "models/": "quick",
     "sandbox/": "quick",
     "utils/": "quick",
     "workers/": "quick",

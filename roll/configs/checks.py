@@ -599,5 +599,39 @@ def check_strategy_configs(config) -> None:
             )
         except ValueError as error:
             problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
+    problems += vision_language_problems(config)
     if problems:
         raise collected(problems)
+
+
+def vision_language_problems(config) -> list[tuple[str, str]]:
+    """(key, message) for each role whose model folder holds a vision-language model (roll/models/vl.py) its
+    strategy cannot run (the class's `vision_language`, with its `vision_language_limit`), or in a way not built
+    (a critic, Ulysses). Folders that are not on disk yet (a hub name) are not read."""
+    from roll.models.vl import ULYSSES_VL_LIMIT, vl_model_type
+    from roll.strategies import strategy_class
+    from roll.utils.errors import InputError
+
+    problems = []
+    for name, worker in roles(config).items():
+        if worker.model_args is None or worker.strategy_args is None:
+            continue
+        key = f"{name}.model_args.model_name_or_path"
+        try:
+            family = vl_model_type(worker.model_args.model_name_or_path)
+        except InputError as error:  # a VL family roll does not build
+            problems.append((key, f"{name}: {error}"))
+            continue
+        if family is None:
+            continue
+        strategy = worker.strategy_args.strategy_name
+        cls = strategy_class(strategy)
+        if not cls.vision_language:
+            reason = cls.vision_language_limit or "not built for this engine"
+            message = f"{name}: {strategy} cannot run {family}: {reason}"
+            problems.append((f"{name}.strategy_args.strategy_name", message))
+        if name == "critic":
+            problems.append((key, f"critic: a value model of the vision-language {family} is not built"))
+        if (worker.model_args.ulysses_size or 1) > 1:
+            problems.append((f"{name}.model_args.ulysses_size", f"{name}: {ULYSSES_VL_LIMIT}"))
+    return problems

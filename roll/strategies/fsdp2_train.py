@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from roll.distributed.data_proto import DataProto
+from roll.models.vl import ULYSSES_VL_LIMIT, is_vl_config
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
 from roll.strategies.fsdp2_units import extra_units
@@ -296,6 +297,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     dynamic_batching_infer = True
     sequence_packing = True
     ulysses = True  # model_args.ulysses_size: groups of ranks split each row's sequence (roll/strategies/ulysses.py)
+    vision_language = True  # VL models without Ulysses (the config checks refuse the pair)
     log_prob_kernels = "transformers"  # hf_logits through the fully_shard-ed HF module
     ulysses_group = None  # this rank's Ulysses group (None: off)
 
@@ -318,6 +320,8 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         """model_args.ulysses_size > 1: this rank's group, and the model's attention switched to the Ulysses
         wrapper around its own kernel (before sharding and LoRA)."""
         size = ulysses_size_of(self.config.model_args)
+        if size > 1 and is_vl_config(model.config):
+            raise ValueError(f"{self.config.name}: {ULYSSES_VL_LIMIT}")
         if size > 1:
             self.ulysses_group, self._ulysses_kernel = enable_ulysses(model, size)
             self.logger.info(

@@ -22,8 +22,10 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from roll.distributed.data_proto import DataProto
+from roll.models.vl import is_vl_config, vision_placeholder_ids
 from roll.strategies.base import InferenceStrategy, RequestResult
 from roll.strategies.batching import real_columns
+from roll.strategies.vl_forward import is_vl_batch, prompt_vision_inputs
 from roll.utils.functional import rollout_tensors
 
 CACHE_IMPLEMENTATIONS = (None, "dynamic", "static")
@@ -45,6 +47,7 @@ class HFInferStrategy(InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    vision_language = True  # pixel values into generate and the forwards (roll/strategies/vl_forward.py)
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):
@@ -67,6 +70,10 @@ class HFInferStrategy(InferenceStrategy):
         gen = self.model.generation_config
         self.eos_token_id = gen.eos_token_id if isinstance(gen.eos_token_id, int) else gen.eos_token_id[0]
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+        # a VL model's image/video placeholders are never sampled: the training forward would look for vision
+        # features at them (roll/strategies/vl_forward.py)
+        model_config = self.model.config
+        self.banned_token_ids = vision_placeholder_ids(model_config) if is_vl_config(model_config) else []
 
     def offload_frees_memory(self) -> bool:
         """strategy_config.keep_resident: the pipeline never offloads this role (see the module docstring)."""
@@ -105,6 +112,13 @@ class HFInferStrategy(InferenceStrategy):
         first = 0 if self.static_cache else real_columns(prompt_mask).start
         if self.static_cache:
             kwargs = {**kwargs, "cache_implementation": "static"}
+        vision = {}
+        if is_vl_batch(chunk):  # pixel values, grids and token types: generate computes the prompt's M-RoPE ids
+            vision = prompt_vision_inputs(
+                self.model, prompts[:, first:], chunk.non_tensor_batch["multi_modal_inputs"], self.device
+            )
+        if self.banned_token_ids:
+            vision["suppress_tokens"] = self.banned_token_ids
         output = self.model.generate(
             input_ids=prompts[:, first:].to(self.device),
             attention_mask=prompt_mask[:, first:].to(self.device),
@@ -113,6 +127,7 @@ class HFInferStrategy(InferenceStrategy):
             output_scores=True,
             return_dict_in_generate=True,
             use_cache=True,
+            **vision,
             **kwargs,
         )
         generated = output.sequences[:, prompts.shape[1] - first :].cpu()
@@ -172,6 +187,7 @@ class HFInferStrategy(InferenceStrategy):
                 return_dict_in_generate=True,
                 use_cache=True,
                 stopping_criteria=StoppingCriteriaList([stop]),
+                **({"suppress_tokens": self.banned_token_ids} if self.banned_token_ids else {}),
                 **kwargs,
             )
         finally:
