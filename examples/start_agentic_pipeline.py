@@ -5,8 +5,9 @@
 
 Prepare the demo model first: python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data
 --config_path is a directory (absolute, relative to the current directory, or relative to examples/).
---dry_run composes and validates the config, prints it with the environment plan and the placement
-plan, and exits without starting Ray.
+--dry_run composes and validates the config, runs the start-up checks on what this machine has (model
+directories, classes, templates, data files, sizes: docs/reliability.md), prints it with the environment plan and the
+placement plan, and exits without starting Ray.
 """
 
 import sys

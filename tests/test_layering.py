@@ -10,6 +10,7 @@ ROLL = Path(__file__).resolve().parents[1] / "roll"
 FLOORS = {
     "roll.utils": 0,
     "roll.platforms": 0,
+    "roll.models": 1,  # model families beyond causal LMs (VL): loading, processors, their forward inputs
     "roll.algorithms": 1,
     "roll.distributed": 1,
     "roll.sandbox": 1,

@@ -28,6 +28,7 @@ TIERS = {
     "configs/": "quick",
     "data/": "quick",
     "demo/": "quick",
+    "models/": "quick",
     "sandbox/": "quick",
     "utils/": "quick",
     "workers/": "quick",
@@ -35,6 +36,7 @@ TIERS = {
     "reliability/test_checkpoint_crash.py": "quick",  # checkpoint files; saves killed in a child process
     "strategies/test_contracts.py": "quick",
     "strategies/test_micro_batching.py": "quick",
+    "strategies/test_hf_infer_static_cache.py": "quick",  # one hf_infer strategy in-process, tiny model
     "strategies/test_sglang.py": "quick",  # against a test double
     "strategies/test_train_common.py": "quick",
     "strategies/test_megatron_convert.py::test_cpu_layer_refuses_other_megatron_versions": "quick",

@@ -78,21 +78,29 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from roll.configs.hydra_errors import explain
+    from roll.configs.yaml_bounds import check_config_tree
+
     directory = Path(config_path).resolve()
-    if not (directory / f"{config_name}.yaml").is_file():
+    if not (directory / f"{config_name}.yaml").exists():
         raise ConfigError(
             f"--config_name {config_name!r}: {directory / (config_name + '.yaml')} does not exist "
             f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})"
         )
+    check_config_tree(directory, config_name)  # text files, bounded alias expansion, no defaults cycle
     searchpath = _searchpath_override(directory / f"{config_name}.yaml", overrides)
-    overrides = [_set_or_add(_quote_list_call(o)) for o in overrides if _override_key(o) != "hydra.searchpath"]
-    overrides.append(searchpath)
+    given = {_set_or_add(_quote_list_call(o)): o for o in overrides if _override_key(o) != "hydra.searchpath"}
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return compose(config_name=config_name, overrides=overrides)
+            return compose(config_name=config_name, overrides=[*given, searchpath])
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:  # YAML: a broken file, named
         raise ConfigError(
-            f"composing {directory / config_name}.yaml failed: {error}{_block_hint(str(error))}"
+            f"composing {directory / config_name}.yaml failed: {explain(error, given)}{_block_hint(str(error))}"
+        ) from None
+    except RecursionError:  # a defaults cycle through a file check_config_tree does not read (another search path)
+        raise ConfigError(
+            f"composing {directory / config_name}.yaml failed: its defaults lists include each other without end "
+            f"(a file that includes itself, directly or through another): remove the entry that closes the circle"
         ) from None
 
 
@@ -198,8 +206,10 @@ def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     shared = [key for key in shared if key not in model_keys]
     try:
         data = OmegaConf.to_container(config, resolve=True)
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"config interpolation failed: {error}") from None
+    except OmegaConfBaseException as error:  # OmegaConf's message: the reason, then "full_key: ..." lines
+        key = getattr(error, "full_key", None)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"config interpolation failed{f' at {key!r}' if key else ''}: {reason}") from None
     for key in shared:
         del data[key]
     return data

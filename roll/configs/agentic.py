@@ -217,7 +217,7 @@ def check_agentic(config) -> None:
             "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
-        _check_env_config(tag, env)  # first: an environment roll cannot build makes the rest moot
+        _check_env_config(tag, env, config.prompt_length)  # first: an env roll cannot build makes the rest moot
         if env.max_tokens_per_step >= config.response_length:
             raise ConfigError(
                 f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
@@ -304,7 +304,7 @@ def num_env_workers(manager: EnvManagerConfig) -> int:
     return math.ceil(manager.num_envs / manager.max_env_num_per_worker)
 
 
-def _check_env_config(tag: str, env: EnvConfig) -> None:
+def _check_env_config(tag: str, env: EnvConfig, prompt_length: int) -> None:
     """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
     class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error."""
     from roll.agentic.envs.registry import list_envs, make_env
@@ -323,9 +323,16 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
             )
         return
     try:
-        make_env(env.env_type, dict(env.env_config))
+        built = make_env(env.env_type, dict(env.env_config))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
+    least = built.least_observation_tokens()
+    if least > prompt_length:  # before any reset builds it
+        raise ConfigError(
+            f"'custom_envs.{tag}.env_config': its {env.env_type} observations take at least {least:,} "
+            f"tokens (one per board cell), more than prompt_length = {prompt_length}, so no first prompt fits; "
+            f"make the board smaller"
+        )
 
 
 def _check_tools(tag: str, env: EnvConfig) -> None:

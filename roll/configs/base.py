@@ -53,8 +53,8 @@ class PipelineConfig:
     seed: int = field_help(
         42,
         "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
-        "(roll.utils.seeding.worker_seed)",
-        bounds="[0, inf)",
+        "(roll.utils.seeding.worker_seed); numpy's range, which np.random.seed takes",
+        bounds="[0, 4294967295]",
     )
     output_dir: str = field_help(
         "./output", "samples, learning curves and (without checkpoint_dir) checkpoints: <output_dir>/checkpoints/step-N"
@@ -200,6 +200,16 @@ class PipelineConfig:
     def longest_row(self) -> tuple[int, str]:
         """(the most tokens one row can have, how that is computed) for token budgets of micro-batches."""
         raise NotImplementedError(f"{type(self).__name__}.longest_row")
+
+    def rows_per_step(self) -> tuple[int, str] | None:
+        """(rows one pipeline step holds at once, how they are counted, naming the keys) for the start-up memory
+        check (roll.configs.sizes); None: the kind does not estimate it."""
+        return None
+
+    def start_up_checks(self, tokenizer_dir: str) -> list:
+        """The kind's own start-up checks, run by roll.pipeline.core.preflight (and `--dry_run`) once the tokenizer's
+        model directory is readable: zero-argument callables that raise a UserError naming the key."""
+        return []
 
     # ---- what the kind computes per step -----------------------------------------------------------------------
     def optimizer_steps(self) -> dict:

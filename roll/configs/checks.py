@@ -7,7 +7,7 @@ is an error that names the keys to change. User values are never rewritten: only
 the report says what they became.
 """
 
-from roll.configs.loader import ConfigError, closest, collected
+from roll.configs.loader import ConfigError, closest, collected, describe_ids
 from roll.utils.patterns import is_regex
 
 
@@ -96,8 +96,14 @@ def check_roles(config) -> None:
         config.num_nodes = max(1, -(-(max(ids, default=0) + 1) // config.num_gpus_per_node))
     specs = config.role_specs()
     lora_roles = [spec.name for spec in config.ROLES if spec.lora]
+    problems = []  # every role's mistakes at once (a misspelled strategy in three roles names all three)
     for name, worker in roles(config).items():
-        _check_worker(name, worker, specs.get(name), lora_roles, config.num_devices, config.num_gpus_per_node)
+        try:
+            _check_worker(name, worker, specs.get(name), lora_roles, config.num_devices, config.num_gpus_per_node)
+        except ConfigError as error:
+            problems.extend((key or f"{name}.", message) for key, message in error.problems)
+    if problems:
+        raise collected(problems)
 
 
 def _check_worker(name: str, worker, spec, lora_roles: list, num_devices: int, num_gpus_per_node: int) -> None:
@@ -135,11 +141,11 @@ def _check_worker(name: str, worker, spec, lora_roles: list, num_devices: int, n
     mapping = worker.device_mapping
     if mapping:
         if len(set(mapping)) != len(mapping):
-            raise ConfigError(f"'{name}.device_mapping' = {mapping} repeats a device id")
+            raise ConfigError(f"'{name}.device_mapping' = {describe_ids(mapping)} repeats a device id")
         bad = [d for d in mapping if not 0 <= d < num_devices]
         if bad:
             raise ConfigError(
-                f"'{name}.device_mapping' uses device ids {bad}, but num_nodes × num_gpus_per_node = "
+                f"'{name}.device_mapping' uses device ids {describe_ids(bad)}, but num_nodes × num_gpus_per_node = "
                 f"{num_devices} devices (ids 0..{num_devices - 1}); shorten the mapping or raise "
                 f"num_gpus_per_node / num_nodes"
             )
@@ -335,5 +341,39 @@ def check_strategy_configs(config) -> None:
             )
         except ValueError as error:
             problems.append((f"{worker.name}.strategy_args.strategy_config", f"{worker.name}: {error}"))
+    problems += vision_language_problems(config)
     if problems:
         raise collected(problems)
+
+
+def vision_language_problems(config) -> list[tuple[str, str]]:
+    """(key, message) for each role whose model folder holds a vision-language model (roll/models/vl.py) its
+    strategy cannot run (the class's `vision_language`, with its `vision_language_limit`), or in a way not built
+    (a critic, Ulysses). Folders that are not on disk yet (a hub name) are not read."""
+    from roll.models.vl import ULYSSES_VL_LIMIT, vl_model_type
+    from roll.strategies import strategy_class
+    from roll.utils.errors import InputError
+
+    problems = []
+    for name, worker in roles(config).items():
+        if worker.model_args is None or worker.strategy_args is None:
+            continue
+        key = f"{name}.model_args.model_name_or_path"
+        try:
+            family = vl_model_type(worker.model_args.model_name_or_path)
+        except InputError as error:  # a VL family roll does not build
+            problems.append((key, f"{name}: {error}"))
+            continue
+        if family is None:
+            continue
+        strategy = worker.strategy_args.strategy_name
+        cls = strategy_class(strategy)
+        if not cls.vision_language:
+            reason = cls.vision_language_limit or "not built for this engine"
+            message = f"{name}: {strategy} cannot run {family}: {reason}"
+            problems.append((f"{name}.strategy_args.strategy_name", message))
+        if name == "critic":
+            problems.append((key, f"critic: a value model of the vision-language {family} is not built"))
+        if (worker.model_args.ulysses_size or 1) > 1:
+            problems.append((f"{name}.model_args.ulysses_size", f"{name}: {ULYSSES_VL_LIMIT}"))
+    return problems

@@ -11,6 +11,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import max_over_ranks, train_micro_batches
 from roll.strategies.loss_settings import LOSS_KEY, LossSettings
+from roll.strategies.vl_forward import check_images_on_every_rank
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -78,6 +79,7 @@ def split_train_batch(config, batch: DataProto) -> list[DataProto]:
         settings = LossSettings.of(batch).with_global_batch_info(global_batch_info(batch, len(micros)))
         for micro in micros:
             settings.attach(micro)
+    check_images_on_every_rank(micros)
     return micros
 
 
@@ -157,8 +159,21 @@ def checksum(named_tensors) -> float:
     return total.value()
 
 
+# a VL model's processor besides the tokenizer: its image/video processor settings and chat template
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "processor_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
 def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
-    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training)."""
+    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training), and a
+    VL model's with its processor (the processor files of model_name_or_path, copied as they are)."""
+    import shutil
+
     from transformers import AutoTokenizer
 
     try:
@@ -167,6 +182,10 @@ def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
         logger.warning("checkpoint %s: no tokenizer copied (%s)", directory, error)
         return
     tokenizer.save_pretrained(str(directory))
+    for name in PROCESSOR_FILES:
+        source = Path(model_name_or_path) / name
+        if source.is_file():
+            shutil.copyfile(source, Path(directory) / name)
 
 
 def aligned_micro_batches(batch: DataProto, size: int) -> list[tuple[DataProto, bool]]:
@@ -185,6 +204,7 @@ def align_forward_counts(parts: list[DataProto], batch: DataProto) -> list[tuple
         if len(filler) == 0:
             raise ValueError("a rank received no rows at all; a sharded forward needs at least one row per rank")
         out += [(filler, False)] * (count - len(parts))
+    check_images_on_every_rank([part for part, _ in out])
     return out
 
 

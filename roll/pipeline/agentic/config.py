@@ -172,6 +172,9 @@ class AgenticConfig(RLAlgorithmConfig):
         # ROLL's agentic `ratio_type: segment` is the PPO ratio's third level
         return "segment" if self.ratio_type == "segment" else self.importance_sampling
 
+    def rows_per_step(self) -> tuple[int, str]:
+        return self.rollout_batch_size, f"rollout_batch_size {self.rollout_batch_size:,} trajectories"
+
     def optimizer_steps(self) -> dict:
         return agentic_optimizer_steps(self)
 

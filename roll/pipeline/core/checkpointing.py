@@ -21,6 +21,7 @@ import uuid
 
 import torch
 
+from roll.pipeline.core.model_files import check_resumed_shapes
 from roll.utils import checkpoint
 from roll.utils.errors import InputError, MissingInput, SaveFailed
 from roll.utils.logging import get_logger
@@ -91,6 +92,8 @@ class PipelineCheckpointer:
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
+        trained = {role: getattr(config, role, None) for role in ("actor_train", "critic")}
+        check_resumed_shapes(path, {r: w.model_args.model_name_or_path for r, w in trained.items() if w is not None})
         saved = checkpoint.load_state(path / STATE_FILE).get("config")
         if saved is None:  # written before fingerprints existed
             return

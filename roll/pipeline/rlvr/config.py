@@ -120,6 +120,17 @@ class RLVRConfig(RLAlgorithmConfig):
             out.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
         return out
 
+    def rows_per_step(self) -> tuple[int, str]:
+        return self.rollout_batch_size * self.num_return_sequences_in_group, (
+            f"rollout_batch_size {self.rollout_batch_size:,} × num_return_sequences_in_group "
+            f"{self.num_return_sequences_in_group:,}"
+        )
+
+    def start_up_checks(self, tokenizer_dir: str) -> list:
+        from roll.pipeline.rlvr.config_checks import check_prompt_template
+
+        return [lambda: check_prompt_template(self, tokenizer_dir)]
+
     def optimizer_steps(self) -> dict:
         return batch_plan(self).optimizer_steps
 

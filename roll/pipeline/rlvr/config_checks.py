@@ -167,3 +167,25 @@ def batch_plan(config) -> BatchPlan:
         optimizer_steps[name] = config.ppo_epochs * samples // size
     check_micro_batching(config)
     return BatchPlan(config.rollout_batch_size, samples, dp, global_batch, optimizer_steps)
+
+
+def check_prompt_template(config, model_dir: str) -> None:
+    """RLVR: the chat template rendered once around a one-character prompt, as every data row will be (a Jinja
+    syntax error or a template that raises fails here, naming the file), and that shortest prompt must fit
+    prompt_length, or every row would be dropped."""
+    data_args = config.actor_train.data_args if config.actor_train is not None else None
+    if data_args is None or not data_args.apply_chat_template:
+        return
+    from transformers import AutoTokenizer
+
+    from roll.data.prompts import check_template_available, render_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    check_template_available(data_args, tokenizer, data_args.file_name)
+    text = render_prompt("x", data_args, tokenizer)
+    shortest = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if shortest > config.prompt_length:
+        raise ConfigError(
+            f"'prompt_length' = {config.prompt_length}: a one-character prompt is already {shortest} tokens once "
+            f"the chat template wraps it ({text!r}), so every prompt would be longer; raise prompt_length"
+        )
