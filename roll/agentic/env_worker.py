@@ -45,6 +45,7 @@ class EnvironmentWorker(Worker):
                 settings["response_length"],
                 gamma=settings["step_reward_gamma"],
                 env_cls=settings["env_classes"][tag],
+                manager_config=manager_config,
             )
         self.pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(self.managers))))
         self.logger.info("running %d environments (ids %s)", len(self.managers), list(ids)[:1] + list(ids)[-1:])
