@@ -407,8 +407,10 @@ def test_rolls_env_manager_classes_map_or_are_refused_with_their_reason():
     with pytest.raises(ConfigError, match="'custom_envs.FrozenLake.agent_runner_cls' is required with env_manager"):
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", proxy))
     runner = "custom_envs.FrozenLake.agent_runner_cls=roll.pipeline.agentic.agent_runner.gem_runner."
-    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", [*proxy, runner + "GEMRunner"]))
+    gem = [*proxy, f"{runner}GEMRunner"]
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", gem))
     env = config.custom_envs["FrozenLake"]
     assert (env.env_manager, env.agent_runner_cls) == ("proxy", "roll.agentic.envs.runners.EnvRunner")
     with pytest.raises(ConfigError, match="ToolCallRunner' is refused: ROLL's ToolCallRunner plays GEM environments"):
-        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", [*proxy, runner + "ToolCallRunner"]))
+        refused = [*proxy, f"{runner}ToolCallRunner"]
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", refused))
