@@ -110,6 +110,7 @@ class ProxyServer:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True  # a handler waiting for its reply never keeps the process alive
+    request_queue_size = 1024  # every agent of a worker connects at the start of a step (the default 5 drops some)
     proxy: ProxyServer
 
 

@@ -6,7 +6,8 @@ The program gets, besides the worker's environment:
     OPENAI_API_KEY       this episode's token; `openai.OpenAI()` reads it
     ROLL_EPISODE_SEED    the episode's seed (the same within a GRPO group)
     ROLL_EPISODE_RESULT  a file to write the result to, as JSON: {"score": 1.0, "success": true, ...}
-and runs in its own process group: a timeout kills the group. A non-zero exit, a death by signal or a missing or
+(NO_PROXY gains the loopback names, so an HTTP proxy of the machine never carries the traffic) and runs in its own
+process group: a timeout kills the group. A non-zero exit, a death by signal or a missing or
 unreadable result ends the episode with the reason (the last lines the program wrote to stderr included).
 """
 
@@ -58,6 +59,8 @@ class ProgramRunner(AgentRunner):
                 "ROLL_EPISODE_SEED": str(seed),
                 "ROLL_EPISODE_RESULT": str(result),
             }
+            for key in ("NO_PROXY", "no_proxy"):  # the endpoint is local: never reach it through an HTTP proxy
+                env[key] = ",".join(filter(None, [env.get(key, ""), "127.0.0.1", "localhost", "::1"]))
             with open(stderr, "wb") as err, self._lock:
                 if self._cancelled:
                     raise AgentFailed("cancelled before the program started")
