@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
+import openai  # the test extra installs it (pyproject.toml)
 import pytest
 
 from roll.agentic.env_managers import ProxyEnvManager, TrajEnvManager
@@ -28,7 +29,6 @@ from tests.agentic.proxy_helpers import (
     trained,
 )
 
-openai = pytest.importorskip("openai", reason="the test extra installs openai (pyproject.toml)")
 SEEN = Recorder()
 
 

@@ -12,8 +12,6 @@ import pytest
 from roll.agentic.envs.runners import ProgramRunner
 from tests.agentic.proxy_helpers import ScriptedEngine, char_ids, drive, proxy_manager, tiny_chat, trained
 
-pytest.importorskip("openai", reason="the test extra installs openai (pyproject.toml)")
-
 AGENT = """
 import json, os
 from openai import OpenAI
