@@ -33,16 +33,17 @@ def _replayed_score(seed: int, actions: list[str]) -> float:
     return score
 
 
-def test_an_agent_in_a_thread_and_as_a_program_is_served_recorded_and_trained(
+def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
     ray_session, agentic_model, tmp_path, monkeypatch
 ):
-    """Two tags of the same agent: its runner class (in the environment worker) and its script run by ProgramRunner
-    (a process per episode, finding the endpoint in OPENAI_BASE_URL / OPENAI_API_KEY). The rows train exactly the
-    tokens the engine generated for each request, with the score the agent reported."""
+    """Three tags: the demo agent's runner class (in the environment worker), its script run by ProgramRunner (a
+    process per episode, finding the endpoint in OPENAI_BASE_URL / OPENAI_API_KEY) and roll's EnvRunner (ROLL's
+    GEMRunner) on the same lake. The rows train exactly the tokens the engine generated for each request, with the
+    score each agent reported."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
     monkeypatch.syspath_prepend(str(AGENT_DIR))  # the driver imports the runner class; the workers get it by value
-    program = "custom_envs.FrozenLakeProgram"
+    program, env = "custom_envs.FrozenLakeProgram", "custom_envs.FrozenLakeEnv"
     config = _config(
         agentic_model,
         tmp_path,
@@ -52,11 +53,17 @@ def test_an_agent_in_a_thread_and_as_a_program_is_served_recorded_and_trained(
             f"+{program}.env_config.command=[{sys.executable},{AGENT_DIR / 'frozen_lake_agent.py'}]",
             f"+{program}.max_tokens_per_step=4",
             f"+{program}.max_turns=10",
-            "train_env_manager.tags=[FrozenLakeAgent,FrozenLakeProgram]",
-            "train_env_manager.num_env_groups=2",
+            f"+{env}.env_manager=proxy",
+            f"+{env}.agent_runner_cls=roll.agentic.envs.runners.EnvRunner",
+            f"+{env}.env_type=frozen_lake",
+            f"+{env}.format_penalty={NOT_A_MOVE}",
+            f"+{env}.max_tokens_per_step=4",
+            f"+{env}.max_turns=10",
+            "train_env_manager.tags=[FrozenLakeAgent,FrozenLakeProgram,FrozenLakeEnv]",
+            "train_env_manager.num_env_groups=3",
             "train_env_manager.group_size=2",
             "train_env_manager.max_env_num_per_worker=4",
-            "rollout_batch_size=4",
+            "rollout_batch_size=6",
             "sample_log_steps=1",
             "~val_env_manager",
         ],
@@ -65,7 +72,8 @@ def test_an_agent_in_a_thread_and_as_a_program_is_served_recorded_and_trained(
         batch, metrics = pipeline.rollout(step=0)
         history = pipeline.run()
     transcripts = [json.loads(line) for line in (tmp_path / "samples" / "step-1.jsonl").read_text().splitlines()]
-    assert sorted(t["tag"] for t in transcripts) == ["FrozenLakeAgent"] * 2 + ["FrozenLakeProgram"] * 2
+    tags = ("FrozenLakeAgent", "FrozenLakeEnv", "FrozenLakeProgram")
+    assert sorted(t["tag"] for t in transcripts) == [tag for tag in tags for _ in range(2)]
     mask, responses, scores = batch.batch["response_mask"], batch.batch["responses"], batch.batch["scores"]
     for row in range(len(batch)):
         record = next(t for t in transcripts if t["env_id"] == batch.non_tensor_batch["env_id"][row])
@@ -74,7 +82,7 @@ def test_an_agent_in_a_thread_and_as_a_program_is_served_recorded_and_trained(
         assert batch.non_tensor_batch["num_turns"][row] == len(record["turns"])
         actions = [turn["action"] for turn in record["turns"]]
         assert scores[row].item() == pytest.approx(_replayed_score(record["seed"], actions))
-    for tag in ("FrozenLakeAgent", "FrozenLakeProgram"):
+    for tag in tags:
         assert metrics[f"env/{tag}/agent_error"] == metrics[f"env/{tag}/timeout"] == 0.0
         assert metrics[f"env/{tag}/bad_requests"] == 0.0
     step = history["steps"][0]
