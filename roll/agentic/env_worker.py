@@ -105,6 +105,9 @@ class EnvironmentWorker(Worker):
                         "env_id": env_id,
                         "tag": manager.tag,
                         "seed": manager.episode.seed,
+                        "end_reason": manager.episode.end_reason,
+                        # an agent's episode (the proxy manager): why its agent stopped, if not by finishing
+                        **_exit_reason(manager.episode),
                         "turns": [
                             {
                                 "observation": t.observation,
@@ -117,6 +120,11 @@ class EnvironmentWorker(Worker):
                     }
                 )
         return out
+
+
+def _exit_reason(episode) -> dict:
+    reason = getattr(episode, "agent_exit_reason", None)
+    return {} if reason is None else {"agent_exit_reason": reason}
 
 
 def _call_env(manager, what: str, method, *args) -> None:

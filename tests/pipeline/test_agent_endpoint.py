@@ -78,6 +78,7 @@ def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
     for row in range(len(batch)):
         record = next(t for t in transcripts if t["env_id"] == batch.non_tensor_batch["env_id"][row])
         assert record["turns"], "every agent asked the policy at least once"
+        assert (record["end_reason"], record["agent_exit_reason"]) == ("done", "")
         assert responses[row][mask[row] == 1].tolist() == [i for turn in record["turns"] for i in turn["reply_ids"]]
         assert batch.non_tensor_batch["num_turns"][row] == len(record["turns"])
         actions = [turn["action"] for turn in record["turns"]]
