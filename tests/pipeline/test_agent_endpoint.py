@@ -39,11 +39,12 @@ def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
     """Three tags: the demo agent's runner class (in the environment worker), its script run by ProgramRunner (a
     process per episode, finding the endpoint in OPENAI_BASE_URL / OPENAI_API_KEY) and roll's EnvRunner (ROLL's
     GEMRunner) on the same lake. The rows train exactly the tokens the engine generated for each request, with the
-    score each agent reported."""
+    score each agent reported. A fourth tag's program is killed at once: its episodes end with the reason, train
+    nothing, and the step goes on."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
     monkeypatch.syspath_prepend(str(AGENT_DIR))  # the driver imports the runner class; the workers get it by value
-    program, env = "custom_envs.FrozenLakeProgram", "custom_envs.FrozenLakeEnv"
+    program, env, killed = "custom_envs.FrozenLakeProgram", "custom_envs.FrozenLakeEnv", "custom_envs.Killed"
     config = _config(
         agentic_model,
         tmp_path,
@@ -59,11 +60,14 @@ def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
             f"+{env}.format_penalty={NOT_A_MOVE}",
             f"+{env}.max_tokens_per_step=4",
             f"+{env}.max_turns=10",
-            "train_env_manager.tags=[FrozenLakeAgent,FrozenLakeProgram,FrozenLakeEnv]",
-            "train_env_manager.num_env_groups=3",
+            f"+{killed}.env_manager=proxy",
+            f"+{killed}.agent_runner_cls=roll.agentic.envs.runners.ProgramRunner",
+            f"+{killed}.env_config.command=[{sys.executable},-c,'import os, signal; os.kill(os.getpid(), 9)']",
+            "train_env_manager.tags=[FrozenLakeAgent,FrozenLakeProgram,FrozenLakeEnv,Killed]",
+            "train_env_manager.num_env_groups=4",
             "train_env_manager.group_size=2",
             "train_env_manager.max_env_num_per_worker=4",
-            "rollout_batch_size=6",
+            "rollout_batch_size=8",
             "sample_log_steps=1",
             "~val_env_manager",
         ],
@@ -73,9 +77,14 @@ def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
         history = pipeline.run()
     transcripts = [json.loads(line) for line in (tmp_path / "samples" / "step-1.jsonl").read_text().splitlines()]
     tags = ("FrozenLakeAgent", "FrozenLakeEnv", "FrozenLakeProgram")
-    assert sorted(t["tag"] for t in transcripts) == [tag for tag in tags for _ in range(2)]
+    assert sorted(t["tag"] for t in transcripts) == [tag for tag in (*tags, "Killed") for _ in range(2)]
+    for record in (t for t in transcripts if t["tag"] == "Killed"):
+        assert record["end_reason"] == "agent_error" and not record["turns"]
+        assert record["agent_exit_reason"] == "AgentFailed: the agent program was killed by signal SIGKILL"
     mask, responses, scores = batch.batch["response_mask"], batch.batch["responses"], batch.batch["scores"]
-    for row in range(len(batch)):
+    killed_rows = batch.non_tensor_batch["tag"] == "Killed"
+    assert killed_rows.sum() == 2 and mask[killed_rows].sum() == 0 and (scores[killed_rows] == 0).all()
+    for row in np.nonzero(~killed_rows)[0]:
         record = next(t for t in transcripts if t["env_id"] == batch.non_tensor_batch["env_id"][row])
         assert record["turns"], "every agent asked the policy at least once"
         assert (record["end_reason"], record["agent_exit_reason"]) == ("done", "")
@@ -83,6 +92,7 @@ def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
         assert batch.non_tensor_batch["num_turns"][row] == len(record["turns"])
         actions = [turn["action"] for turn in record["turns"]]
         assert scores[row].item() == pytest.approx(_replayed_score(record["seed"], actions))
+    assert metrics["env/Killed/agent_error"] == 1.0
     for tag in tags:
         assert metrics[f"env/{tag}/agent_error"] == metrics[f"env/{tag}/timeout"] == 0.0
         assert metrics[f"env/{tag}/bad_requests"] == 0.0
