@@ -89,3 +89,17 @@ def test_rolls_gem_runner_plays_the_tags_environment_with_roll_env_runner():
         load(*overrides, "+custom_envs.SimpleSokoban.env_config.colour=red")
     with pytest.raises(ConfigError, match="EnvRunner plays an environment: set env_type"):
         load(*overrides, "custom_envs.SimpleSokoban.env_type=null")
+
+
+def test_the_shipped_agent_demo_loads_without_its_module():
+    """examples/agent_endpoint/frozen_lake_agent.yaml: the user's runner class is only imported by the pipeline, so
+    --dry_run needs no PYTHONPATH."""
+    from tests.configs.test_roll_compat import ROOT
+
+    config = load_agentic_config(compose_config(str(ROOT / "examples" / "agent_endpoint"), "frozen_lake_agent"))
+    env = config.custom_envs["FrozenLakeAgent"]
+    assert (env.env_manager, env.agent_runner_cls, env.env_config) == (
+        "proxy",
+        "frozen_lake_agent.FrozenLakeAgent",
+        {"agent_timeout": 60},
+    )
