@@ -101,8 +101,9 @@ def test_agents_in_threads_and_as_programs_are_served_recorded_and_trained(
 
 
 def test_agent_endpoint_demo_learns(ray_session, agentic_model, tmp_path, monkeypatch):
-    """examples/agent_endpoint, 10 steps at twice the shipped learning rate: the agent's held-out success rate (128
-    lakes, sampled with fixed seeds) must at least double and rise by 5 points."""
+    """examples/agent_endpoint, 8 steps at twice the shipped learning rate: the agent's held-out success rate (64
+    lakes, sampled with fixed seeds) must at least double and rise by 5 points. Measured at 7477783 (2-core CPU,
+    AVX-512): 0.047 -> 0.188."""
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
     monkeypatch.syspath_prepend(str(AGENT_DIR))
@@ -110,9 +111,10 @@ def test_agent_endpoint_demo_learns(ray_session, agentic_model, tmp_path, monkey
         agentic_model,
         tmp_path,
         [
-            "max_steps=10",
-            "eval_steps=10",  # validation before training and after step 10 only
+            "max_steps=8",
+            "eval_steps=8",  # validation before training and after step 8 only
             "actor_train.training_args.learning_rate=2.0e-3",
+            "val_env_manager.num_env_groups=64",
             "actor_train.training_args.per_device_train_batch_size=32",
             "actor_train.training_args.gradient_accumulation_steps=2",
         ],
