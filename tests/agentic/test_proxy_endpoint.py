@@ -363,22 +363,27 @@ class ToolUser(AgentRunner):
         SEEN.add(self.env_id, answer.choices[0])
         raw = agent.chat.completions.create(model="policy", messages=messages[:1], tools=TOOLS, tool_choice="none")
         SEEN.add(self.env_id, raw.choices[0])
+        broken = agent.chat.completions.create(model="policy", messages=messages[:1], tools=TOOLS)
+        SEEN.add(self.env_id, broken.choices[0])
         return EpisodeResult(float(answer.choices[0].message.content == "5"))
 
 
 def test_tools_are_rendered_by_the_chat_template_and_tool_calls_come_back_as_openai_tool_calls():
     chat = tiny_chat(TOOLS_TEMPLATE)
     call_text = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-    replies = [chat.encode(call_text) + [chat.eos_token_id], char_ids(chat, "5"), chat.encode(call_text)]
+    broken = chat.encode(call_text.replace("}}", "}")) + [chat.eos_token_id]  # not JSON: answered as text
+    replies = [chat.encode(call_text) + [chat.eos_token_id], char_ids(chat, "5"), chat.encode(call_text), broken]
     manager = proxy_manager(chat, ToolUser, env_id=80, prompt_length=512, response_length=512, max_tokens_per_step=64)
     engine = ScriptedEngine({80: replies})
     drive({80: manager}, engine)
-    called, answered, raw = SEEN.seen.pop(80)
+    called, answered, raw, broken = SEEN.seen.pop(80)
     assert called.finish_reason == "tool_calls" and called.message.content == ""
     (call,) = called.message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("add", {"a": 2, "b": 3})
     assert answered.message.content == "5" and answered.message.tool_calls is None
     assert raw.message.content == call_text and raw.message.tool_calls is None  # tool_choice none: not parsed
+    assert broken.message.tool_calls is None and broken.message.content == chat.decode(replies[3])
+    assert manager.episode.stats()["malformed_tool_calls"] == 1
     first, second = engine.calls[0][1], engine.calls[1][1]
     assert '"name": "add"' in chat.decode(first)  # the tools, in the template's system block
     assert second[: len(first)] == first and "<tool_response>\n5\n</tool_response>" in chat.decode(second)

@@ -48,6 +48,7 @@ class ProxyEpisode(Episode):
     result_score: float = 0.0
     agent_exit_reason: str = ""
     bad_requests: int = 0
+    malformed_tool_calls: int = 0  # replies to a request with tools whose <tool_call> block did not parse
     invalid_actions: int = 0  # as the runner reports them (metrics["invalid_actions"])
 
     @property
@@ -61,6 +62,7 @@ class ProxyEpisode(Episode):
             "agent_error": float(self.end_reason == "agent_error"),
             "timeout": float(self.end_reason == "timeout"),
             "bad_requests": self.bad_requests,
+            "malformed_tool_calls": self.malformed_tool_calls,
             "end_reason": self.end_reason,
             "agent_exit_reason": self.agent_exit_reason,
         }
@@ -164,6 +166,7 @@ class ProxyEnvManager(EnvManager):
             pending, live.pending = live.pending, None
             text = self.chat.decode(reply_ids)
             content, calls, malformed = parse_tool_calls(text) if pending.parse_tools else (text, [], False)
+            self.episode.malformed_tool_calls += malformed  # answered as text, as ROLL does
             message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
             self.conversation.record(pending.prompt, reply_ids, log_probs, message)
             self.episode.turns.append(

@@ -7,7 +7,12 @@ import torch
 
 EPS = 1e-6
 KEYS = ("success", "score", "num_turns", "invalid_actions", "truncated")
-AGENT_KEYS = ("agent_error", "timeout", "bad_requests")  # the proxy manager's episodes: how their agents ended
+AGENT_KEYS = (
+    "agent_error",
+    "timeout",
+    "bad_requests",
+    "malformed_tool_calls",
+)  # the proxy manager's episodes: how their agents ended
 
 
 def normalize_scores(
