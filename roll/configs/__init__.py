@@ -308,4 +308,12 @@ def _describe_envs(config: AgenticConfig) -> str:
     )
     for name, steps in optimizer_steps(config).items():
         lines.append(f"  {name} optimizer steps ~{steps} per pipeline step")
+    train = config.train_env_manager
+    for tag, env in config.custom_envs.items():
+        if env.env_manager == "proxy":  # an outside agent plays: say where it finds the policy
+            where = f"{train.proxy_host}:{train.proxy_port or 'a free port'}"
+            lines.append(
+                f"  {tag}: each episode played by {env.agent_runner_cls} through its environment worker's "
+                f"OpenAI-compatible endpoint ({where} for training, a token per episode)"
+            )
     return "\n".join(lines)

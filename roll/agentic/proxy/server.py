@@ -12,6 +12,7 @@ the loopback address unless told otherwise.
 """
 
 import hashlib
+import ipaddress
 import json
 import logging
 import threading
@@ -48,6 +49,10 @@ class ProxyServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="roll-proxy-server", daemon=True)
         self._thread.start()
         logger.info("OpenAI-compatible endpoint listening on %s", self.base_url)
+        if not ipaddress.ip_address(self.host).is_loopback:
+            logger.warning(
+                "the endpoint listens on %s, beyond this machine: only the episode tokens guard it", self.host
+            )
 
     @property
     def base_url(self) -> str:
