@@ -3,7 +3,8 @@ mistake refused with the key that holds it."""
 
 import pytest
 
-from roll.configs import ConfigError, compose_config, load_agentic_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
 from tests.configs.test_roll_compat import CORPUS
 
 PROGRAM = "roll.agentic.envs.runners.ProgramRunner"

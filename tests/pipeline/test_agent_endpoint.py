@@ -15,7 +15,8 @@ NOT_A_MOVE = -0.1  # the agent's score of a reply that is not a move (frozen_lak
 
 
 def _config(model, output_dir, overrides):
-    from roll.configs import compose_config, load_agentic_config
+    from roll.configs import compose_config
+    from roll.pipeline.agentic.config import load_agentic_config
 
     base = [f"model_path={model}", f"output_dir={output_dir}", *SMALL_AGENTIC]
     return load_agentic_config(compose_config(str(AGENT_DIR), "frozen_lake_agent", [*base, *overrides]))

@@ -72,10 +72,9 @@ def check_first_prompts_on_disk(config):
 
     from roll.agentic.env_managers import ChatTokens
     from roll.agentic.envs.registry import resolve_env_class
-    from roll.configs.checks import tokenizer_role
     from roll.pipeline.core.preflight import TOKENIZER_FILES
 
-    model = Path(getattr(config, tokenizer_role(config)).model_args.model_name_or_path).expanduser()
+    model = Path(getattr(config, config.tokenizer_role()).model_args.model_name_or_path).expanduser()
     if not any((model / name).is_file() for name in TOKENIZER_FILES):
         return config  # no local tokenizer (a hub id, another machine's path): the pipeline checks at start
     from transformers import AutoTokenizer
