@@ -87,6 +87,7 @@ TIERS = {
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
+    "pipeline/test_agent_endpoint.py::test_agent_endpoint_demo_learns": "learning",
     # CUDA
     "gpu/": "gpu",
 }

@@ -12,6 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from roll.configs.agentic_proxy import (
+    LLMProxyConfig,
+    check_llm_proxy,
+    check_proxy_env,
+    gives_step_rows,
+)
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.rl_checks import check_async, check_stop_strings
 from roll.configs.worker import GeneratingArgs
@@ -57,19 +63,28 @@ class ToolWrapperConfig:
 
 @dataclass
 class EnvConfig:
-    env_type: str = field_help(
-        help="a registered environment (frozen_lake, sokoban, calculator, roll_math, roll_qa) or the dotted path "
-        "of a roll.agentic.envs.BaseEnv subclass in your own module"
+    env_type: str | None = field_help(
+        None,
+        "a registered environment (frozen_lake, sokoban, calculator, roll_math, roll_qa) or the dotted path of a "
+        "roll.agentic.envs.BaseEnv subclass in your own module; required, except with env_manager: proxy, where it "
+        "is the environment the agent runner plays (roll's EnvRunner) and stays unset for runners that play their own",
     )
     env_config: dict[str, Any] = field_help(
         default_factory=dict, help="keyword arguments of the environment's constructor"
     )
-    env_manager: Literal["traj", "step", "step_concat"] = field_help(
+    env_manager: Literal["traj", "step", "step_concat", "proxy"] = field_help(
         "traj",
         "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
         "step: one sample per turn with a history window and discounted step returns; step_concat (ROLL's "
         "StepConcatEnvManager): step's samples and returns, the prompt = the window's earlier observations joined "
-        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']",
+        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']; proxy "
+        "(ROLL's ProxyEnvManager): an agent runner (agent_runner_cls) plays each episode through an OpenAI-compatible "
+        "endpoint served by actor_infer, and the requests it made train (docs/agents.md)",
+    )
+    agent_runner_cls: str | None = field_help(
+        None,
+        "env_manager proxy: the dotted path of the roll.agentic.envs.runners.AgentRunner subclass that plays each "
+        "episode (ROLL's key; ROLL's GEMRunner = roll's EnvRunner); null for the other env managers",
     )
     max_turns: int = field_help(
         5, "model replies per episode at most (the environment may end it earlier)", bounds="[1, inf)"
@@ -158,6 +173,19 @@ class EnvManagerConfig:
         default_factory=dict,
         help="environment variables of these environment workers, over the pipeline's system_envs (ROLL's key)",
     )
+    llm_proxy: LLMProxyConfig = field_help(
+        default_factory=LLMProxyConfig, help="what answers the environments' model requests (ROLL's key)"
+    )
+    proxy_host: str = field_help(
+        "127.0.0.1",
+        "env_manager proxy: the address each environment worker's OpenAI-compatible endpoint listens on (loopback: "
+        "only programs on the same machine can reach it; every request also needs its episode's token)",
+    )
+    proxy_port: int = field_help(
+        0,
+        "env_manager proxy: the endpoint's port; 0 = any free port (one endpoint per environment worker)",
+        bounds="[0, 65535]",
+    )
 
     @property
     def num_envs(self) -> int:
@@ -190,11 +218,12 @@ def check_agentic(config) -> None:
         )
     if get_adv_estimator_spec(config.adv_estimator).step_rows:
         used = config.train_env_manager.tags
-        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager == "traj")
+        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and not gives_step_rows(env))
         if traj:
             raise ConfigError(
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
-                f"custom_envs.<tag>.env_manager: step (or step_concat) for {traj}"
+                f"custom_envs.<tag>.env_manager: step (or step_concat; proxy: env_config.trajectory_mode: step) for "
+                f"{traj}"
             )
     if config.partial_rollout and config.async_generation_ratio == 0:
         raise ConfigError(
@@ -217,7 +246,18 @@ def check_agentic(config) -> None:
             "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
-        _check_env_config(tag, env, config.prompt_length)  # first: an env roll cannot build makes the rest moot
+        if env.env_manager == "proxy":
+            runner_settings = check_proxy_env(tag, env, config)
+            if env.env_type is not None:  # the environment roll's EnvRunner plays, built with the runner's settings
+                _check_env_config(tag, env, config.prompt_length, runner_settings)
+        elif env.agent_runner_cls is not None:
+            raise ConfigError(
+                f"'custom_envs.{tag}.agent_runner_cls' = {env.agent_runner_cls!r}: an agent runner plays episodes "
+                f"only with env_manager: proxy (this environment's is {env.env_manager!r}); remove it or set "
+                "env_manager: proxy"
+            )
+        else:
+            _check_env_config(tag, env, config.prompt_length)  # first: an env roll cannot build makes the rest moot
         if env.max_tokens_per_step >= config.response_length:
             raise ConfigError(
                 f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
@@ -236,6 +276,7 @@ def check_agentic(config) -> None:
         )
     for key, manager in managers:
         _check_manager(key, manager, config)
+        check_llm_proxy(key, manager.llm_proxy)
     if config.val_batch_size is not None:
         envs = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
         if not envs or config.val_batch_size < envs or config.val_batch_size % envs:
@@ -304,11 +345,17 @@ def num_env_workers(manager: EnvManagerConfig) -> int:
     return math.ceil(manager.num_envs / manager.max_env_num_per_worker)
 
 
-def _check_env_config(tag: str, env: EnvConfig, prompt_length: int) -> None:
+def _check_env_config(tag: str, env: EnvConfig, prompt_length: int, env_kwargs: dict | None = None) -> None:
     """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
-    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error."""
+    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error.
+    env_kwargs: the constructor's keywords when not env_config itself (the proxy manager's EnvRunner)."""
     from roll.agentic.envs.registry import list_envs, make_env
 
+    if env.env_type is None:
+        raise ConfigError(
+            f"'custom_envs.{tag}.env_type' is required (env_manager {env.env_manager}): a registered environment "
+            f"{list_envs()} or the dotted path of your BaseEnv subclass"
+        )
     if env.env_type not in list_envs():
         from roll.configs.roll_compat.env_types import roll_env_refusal
 
@@ -323,7 +370,7 @@ def _check_env_config(tag: str, env: EnvConfig, prompt_length: int) -> None:
             )
         return
     try:
-        built = make_env(env.env_type, dict(env.env_config))
+        built = make_env(env.env_type, dict(env.env_config if env_kwargs is None else env_kwargs))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
     least = built.least_observation_tokens()
@@ -378,9 +425,12 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
     if env.agent_template is None:
         return
-    fields = {"traj": TEMPLATE_FIELDS, "step": STEP_TEMPLATE_FIELDS, "step_concat": STEP_CONCAT_TEMPLATE_FIELDS}[
-        env.env_manager
-    ]
+    fields = {  # proxy: roll's EnvRunner renders an episode as the traj manager does
+        "traj": TEMPLATE_FIELDS,
+        "proxy": TEMPLATE_FIELDS,
+        "step": STEP_TEMPLATE_FIELDS,
+        "step_concat": STEP_CONCAT_TEMPLATE_FIELDS,
+    }[env.env_manager]
     try:
         env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:
@@ -389,6 +439,6 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             f"{['{' + n + '}' for n in fields]} ({error!r}); "
             "write literal braces as {{ }}"
         ) from None
-    seen = "{observation}" if env.env_manager == "traj" else "{current_observation}"
+    seen = "{observation}" if env.env_manager in ("traj", "proxy") else "{current_observation}"
     if seen not in env.agent_template:
         raise ConfigError(f"'{where}.agent_template' has no {seen}: the model would never see the board")

@@ -403,9 +403,18 @@ def test_rolls_env_manager_classes_map_or_are_refused_with_their_reason():
     with pytest.raises(ConfigError, match=r"step_concat manager\): placeholders may be \['\{history\}', '\{current"):
         bad = [*concat[:1], "custom_envs.FrozenLake.agent_template='{env_instruction} {current_observation}'"]
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", bad))
-    for name, reason in (
-        ("proxy_env_manager.ProxyEnvManager", "OpenAI-style chat endpoint over HTTP"),
-        ("agent_native_env_manager.AgentNativeStepEnvManager", "tool-calling agent environments"),
-    ):
+    for name, reason in (("agent_native_env_manager.AgentNativeStepEnvManager", "tool-calling agent environments"),):
         with pytest.raises(ConfigError, match=f"{name}' is refused: ROLL's .*{reason}"):
             load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", [cls + name]))
+    # ProxyEnvManager = env_manager: proxy, played by an agent runner (ROLL's GEMRunner = roll's EnvRunner)
+    proxy = [cls + "proxy_env_manager.ProxyEnvManager"]
+    with pytest.raises(ConfigError, match="'custom_envs.FrozenLake.agent_runner_cls' is required with env_manager"):
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", proxy))
+    runner = "custom_envs.FrozenLake.agent_runner_cls=roll.pipeline.agentic.agent_runner.gem_runner."
+    gem = [*proxy, f"{runner}GEMRunner"]
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", gem))
+    env = config.custom_envs["FrozenLake"]
+    assert (env.env_manager, env.agent_runner_cls) == ("proxy", "roll.agentic.envs.runners.EnvRunner")
+    with pytest.raises(ConfigError, match="ToolCallRunner' is refused: ROLL's ToolCallRunner plays GEM environments"):
+        refused = [*proxy, f"{runner}ToolCallRunner"]
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", refused))

@@ -233,8 +233,8 @@ ROLL_KEYS: list[RollKey] = [
         "env_manager_cls",
         ALIAS,
         "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step, StepConcatEnvManager = "
-        "env_manager: step_concat; ProxyEnvManager, AgentNativeStepEnvManager and other classes are refused, each "
-        "with its reason",
+        "env_manager: step_concat, ProxyEnvManager = env_manager: proxy (docs/agents.md); AgentNativeStepEnvManager "
+        "and other classes are refused, each with its reason",
     ),
     RollKey(
         "custom_envs",
@@ -247,8 +247,9 @@ ROLL_KEYS: list[RollKey] = [
         "custom_envs",
         "agent_runner_cls",
         ALIAS,
-        "null only (ROLL's default: the env manager plays the episode); ROLL's runners (GEMRunner ...) play it from "
-        "outside, through ProxyEnvManager's OpenAI-style HTTP endpoint, which roll does not build",
+        "roll's key of the same meaning (env_manager: proxy: the class that plays each episode through the "
+        "endpoint); ROLL's GEMRunner = roll.agentic.envs.runners.EnvRunner; its ToolCallRunner and ROCK runners are "
+        "refused with their reason; null for the other env managers",
     ),
     RollKey(
         "custom_envs",

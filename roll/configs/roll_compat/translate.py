@@ -288,18 +288,13 @@ ROLL_ENV_MANAGERS = {
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
     "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
+    "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy",
 }
 
 
 _ROLL_MANAGER_PREFIX = "roll.pipeline.agentic.env_manager."
 # why each ROLL env manager class that roll does not map is refused (read from ROLL's env_manager/ sources)
 REFUSED_ENV_MANAGERS = {
-    "proxy_env_manager.ProxyEnvManager": (
-        "ROLL's ProxyEnvManager serves the policy as an OpenAI-style chat endpoint over HTTP and lets an agent runner "
-        "(agent_runner_cls) play the episode through it, re-rendering the whole conversation each turn and training "
-        "on the requests it proxied; roll's env managers call the engine directly, token in and token out, and no "
-        "HTTP proxy is built"
-    ),
     "agent_native_env_manager.AgentNativeStepEnvManager": (
         "ROLL's AgentNativeStepEnvManager plays tool-calling agent environments (sokoban_native_env, SWE and "
         "terminal sandboxes) whose reset/step exchange chat message lists and tool schemas rendered by the "
@@ -320,6 +315,32 @@ def _env_manager_cls(block, value, path):
     if block.setdefault("env_manager", ours) != ours:
         return f"'{path}' = {value!r} conflicts with 'env_manager' = {block['env_manager']!r}: set only one"
     return None
+
+
+_ROLL_RUNNER_PREFIX = "roll.pipeline.agentic.agent_runner."
+ROLL_AGENT_RUNNERS = {"gem_runner.GEMRunner": "roll.agentic.envs.runners.EnvRunner"}
+# why each ROLL agent runner that roll does not map is refused (read from ROLL's agent_runner/ sources)
+REFUSED_AGENT_RUNNERS = {
+    "gem_runner.ToolCallRunner": (
+        "ROLL's ToolCallRunner plays GEM environments whose reset/step exchange chat message lists with tool schemas "
+        "(SokobanToolCallEnv); roll's environments exchange text: write an AgentRunner whose program declares its "
+        "tools in the request (the endpoint renders them and returns the calls)"
+    ),
+    "rock.": "ROLL's ROCK runners drive agents inside Alibaba's ROCK sandbox service; roll has no ROCK client",
+}
+
+
+def _agent_runner_cls(block, value, path):
+    if value is None or not (isinstance(value, str) and value.startswith(_ROLL_RUNNER_PREFIX)):
+        if value is not None:
+            block["agent_runner_cls"] = value  # roll's own key: a roll or user class path, checked with the config
+        return None
+    short = value.removeprefix(_ROLL_RUNNER_PREFIX)
+    if short in ROLL_AGENT_RUNNERS:
+        block["agent_runner_cls"] = ROLL_AGENT_RUNNERS[short]
+        return None
+    reason = next((why for name, why in REFUSED_AGENT_RUNNERS.items() if short.startswith(name)), None)
+    return f"'{path}' = {value!r} is refused: {reason or 'no roll counterpart of this ROLL agent runner'}"
 
 
 def _positive_int_no_effect(block, value, path):
@@ -377,7 +398,7 @@ _SHARED_ALIASES = {
     **{("", key): _drop for key in ENV_YAML_VARIABLES},
     ("custom_envs", "max_steps"): _column("max_turns"),
     ("custom_envs", "env_manager_cls"): _env_manager_cls,
-    ("custom_envs", "agent_runner_cls"): _inert((None,), "custom_envs"),
+    ("custom_envs", "agent_runner_cls"): _agent_runner_cls,
     ("custom_envs", "use_thread_lock"): _thread_lock,
     ("reward_normalization", "method"): _normalization_method,
     ("", "is_num_return_sequences_expand"): _num_return_sequences_expand,

@@ -22,6 +22,7 @@ from roll.configs.agentic import (
     group_tags,
     num_env_workers,
 )
+from roll.configs.agentic_proxy import rows_per_episode
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.checks import (
     check_micro_batching,
@@ -196,6 +197,14 @@ class AgenticConfig(RLAlgorithmConfig):
         )
         for name, steps in self.optimizer_steps().items():
             lines.append(f"  {name} optimizer steps ~{steps} per pipeline step")
+        train = self.train_env_manager
+        for tag, env in self.custom_envs.items():
+            if env.env_manager == "proxy":  # an outside agent plays: say where it finds the policy
+                where = f"{train.proxy_host}:{train.proxy_port or 'a free port'}"
+                lines.append(
+                    f"  {tag}: each episode played by {env.agent_runner_cls} through its environment worker's "
+                    f"OpenAI-compatible endpoint ({where} for training, a token per episode)"
+                )
         return "\n".join(lines)
 
     def describe_notes(self) -> list[str]:
@@ -298,7 +307,7 @@ def agentic_optimizer_steps(config: "AgenticConfig") -> dict:
     """Optimizer steps per pipeline step for LR schedules. Step-wise samples vary in number: the estimate
     assumes max_turns samples per trajectory."""
     out = {}
-    turns = max(env.max_turns if env.env_manager != "traj" else 1 for env in config.custom_envs.values())
+    turns = max(rows_per_episode(env) for env in config.custom_envs.values())
     for name in ("actor_train", "critic"):
         worker = getattr(config, name)
         if worker is None:

@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from roll.agentic.env_managers import ChatTokens
+from roll.agentic.env_managers.proxy import resolve_runner_classes
 from roll.agentic.envs.registry import resolve_env_class
 from roll.configs import WorkerConfig
 from roll.configs.agentic import group_tags, num_env_workers
+from roll.configs.agentic_proxy import split_settings
 from roll.data.prompts import collate_prompts
 from roll.distributed.cluster import ship_by_value
 from roll.distributed.data_proto import DataProto
@@ -43,9 +45,10 @@ class EnvPipeline(BasePipeline):
         self.env_classes = {}
         for tag, env in self.config.custom_envs.items():
             try:
-                self.env_classes[tag] = ship_by_value(resolve_env_class(env.env_type))
+                self.env_classes[tag] = _tag_classes(tag, env)
             except (ImportError, TypeError, ValueError) as error:
-                raise InputError(f"custom_envs.{tag}.env_type: {error}") from None
+                key = "agent_runner_cls" if env.agent_runner_cls else "env_type"
+                raise InputError(f"custom_envs.{tag}.{key}: {error}") from None
         check_first_prompts(self.config, self.chat, self.env_classes)  # before any worker: names the tag
 
     def _model_roles(self) -> dict:
@@ -166,3 +169,13 @@ class EnvPipeline(BasePipeline):
         with open(directory / f"step-{step + 1}.jsonl", "w") as out:
             for record in transcripts:
                 out.write(json.dumps(record) + "\n")
+
+
+def _tag_classes(tag: str, env):
+    """What the env managers of `tag` get as env_cls: the environment's class, or the proxy manager's (runner,
+    environment or None), its settings checked; a user's classes go to the environment workers by value."""
+    if env.agent_runner_cls is None:
+        return ship_by_value(resolve_env_class(env.env_type))
+    runner, env_cls = resolve_runner_classes(env)
+    runner.check_config(split_settings(tag, env.env_config)[1])
+    return tuple(cls if cls is None else ship_by_value(cls) for cls in (runner, env_cls))

@@ -9,11 +9,15 @@ from roll.agentic.env_managers import MANAGERS
 from roll.configs.agentic import group_tags
 from roll.configs.loader import ConfigError
 
+PROBE_TEXT = "Reply with one word."  # the weight-sync probe's prompt where no first prompt can be built
+
 
 def first_prompt_ids(config, tag: str, chat, env_cls, seed: int) -> list[int]:
     """The token ids the env manager of `tag` would generate the first reply from, at `seed`; raises
     ValueError naming the tag when they do not fit prompt_length."""
     env = config.custom_envs[tag]
+    if not MANAGERS[env.env_manager].plays_in_driver:  # an outside agent writes the first prompt: a fixed one probes
+        return chat.prompt_ids(PROBE_TEXT)
     manager = MANAGERS[env.env_manager](
         0, tag, env, chat, 0.0, config.prompt_length, config.response_length, env_cls=env_cls
     )
@@ -54,7 +58,7 @@ def resets_in_driver(env) -> bool:
     from roll.agentic.envs.registry import resolve_env_class
     from roll.agentic.envs.tools import TOOLS
 
-    if not resolve_env_class(env.env_type).reset_in_driver:
+    if not MANAGERS[env.env_manager].plays_in_driver or not resolve_env_class(env.env_type).reset_in_driver:
         return False
     tools = env.tool_wrapper.tool_configs if env.tool_wrapper is not None else []
     return not any(TOOLS[tool.tool_id].contacts_at_reset for tool in tools)
@@ -77,6 +81,8 @@ def check_first_prompts_on_disk(config):
 
     classes = {}
     for tag, env in config.custom_envs.items():
+        if not MANAGERS[env.env_manager].plays_in_driver:
+            continue  # not reset in the driver
         try:
             classes[tag] = resolve_env_class(env.env_type)
         except (ImportError, TypeError, ValueError):
