@@ -1,18 +1,20 @@
-"""Native tool calls: the function calls a model writes in its chat template's own format, and the messages that
-carry them and their results back through the template.
+"""Native tool calls: the function calls a model writes in its chat template's own format, and the messages that carry
+them and their results back through the template.
 
-The format is Qwen2.5's and Qwen3's (also Hermes'): each call is one JSON object between `<tool_call>` and
-`</tool_call>`, `{"name": <function>, "arguments": {...}}`. A reply is parsed from the decoded text of the tokens
-the engine generated (the markers are added tokens that decoding keeps). What the model says outside the call
-blocks is the reply's content. A block that is not such an object, or a `<tool_call>` left open when the reply
-ends, is a malformed call: it is reported as an error the model reads back, never silently dropped.
+The format is Qwen2.5's and Qwen3's (also Hermes'; ROLL's `qwen25` tool-call parser): each call is one JSON object
+between `<tool_call>` and `</tool_call>`, `{"name": <function>, "arguments": {...}}`. A reply is parsed from the
+decoded text of the tokens the engine generated (the markers are added tokens that decoding keeps). What the model
+says outside the call blocks is the reply's content. A block that is not such an object, or a `<tool_call>` left
+open when the reply ends, is a malformed call, never silently dropped: env_manager agent_native reports it as an
+error the model reads back; the proxy env manager answers the whole reply as text (as ROLL does) and counts it.
 
-Arguments given as a JSON string (OpenAI's wire form) are decoded to an object, which is what the chat templates
-of Qwen3-Coder need (ROLL's `parse_tool_call_parameter_to_dict`).
+Arguments given as a JSON string (OpenAI's wire form) are decoded to an object, which is what the chat templates of
+Qwen3-Coder need (ROLL's `parse_tool_call_parameter_to_dict`).
 """
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -102,6 +104,19 @@ def assistant_message(reply: ParsedReply) -> dict:
             {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in reply.calls
         ]
     return message
+
+
+def openai_tool_calls(reply: ParsedReply) -> list[dict]:
+    """The reply's calls as an OpenAI chat-completions answer carries them: an id each, the arguments a JSON string
+    (the proxy env manager's answers)."""
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+        }
+        for c in reply.calls
+    ]
 
 
 def tool_message(content: str, name: str | None = None) -> dict:

@@ -34,10 +34,12 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
+def build_tokenizer(texts: list[str], extra_special_tokens: tuple[str, ...] = ()) -> Qwen2Tokenizer:
     """A Qwen2 byte-level BPE tokenizer whose merges cover every pre-token of `texts` (whole sentences
-    or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1)."""
-    tokenizer = _bpe_tokenizer(texts, SPECIAL_TOKENS, PAD, EOS, [USER, ASSISTANT])
+    or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1), then
+    `extra_special_tokens` (e.g. a VL model's image placeholders) the next ids."""
+    extra = list(extra_special_tokens)
+    tokenizer = _bpe_tokenizer(texts, SPECIAL_TOKENS + extra, PAD, EOS, [USER, ASSISTANT, *extra])
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 

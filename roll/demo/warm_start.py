@@ -40,8 +40,9 @@ def warm_start(
     log: Callable[[str], None] | None = None,
     assistant_only: bool = False,
     decay_fraction: float = 0.0,
+    device: str = "cpu",
 ) -> list[float]:
-    """Trains in place on every token after the first prompt (AdamW); returns the loss curve.
+    """Trains in place (on `device`) on every token after the first prompt (AdamW); returns the loss curve.
     A conversation is a list of messages, or {"messages": [...], "tools": [...], "train_first_token": bool}
     (function schemas the template renders; `train_first_token` False leaves the first token of the first
     assistant turn untrained: a choice the data must not teach). `assistant_only`: train only what the assistant
@@ -52,7 +53,7 @@ def warm_start(
         raise ValueError(f"warm start: decay_fraction must be within [0, 1], got {decay_fraction}")
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     decay_steps = decay_fraction * steps
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -73,7 +74,7 @@ def warm_start(
             input_ids[i, : len(ids)] = torch.tensor(ids)
             labels[i, : len(ids)] = torch.tensor([t if keep else -100 for t, keep in zip(ids, trained)])
             attention[i, : len(ids)] = 1
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

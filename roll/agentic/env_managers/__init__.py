@@ -3,6 +3,7 @@
 from roll.agentic.env_managers.agent_native import AgentNativeEnvManager
 from roll.agentic.env_managers.base import EnvManager, Episode, Turn
 from roll.agentic.env_managers.chat import ChatTokens, TokenTrajectory
+from roll.agentic.env_managers.proxy import ProxyEnvManager
 from roll.agentic.env_managers.step import StepEnvManager
 from roll.agentic.env_managers.step_concat import StepConcatEnvManager
 from roll.agentic.env_managers.tir import TIREnvManager
@@ -14,6 +15,7 @@ MANAGERS = {
     "step_concat": StepConcatEnvManager,
     "agent_native": AgentNativeEnvManager,
     "tir": TIREnvManager,
+    "proxy": ProxyEnvManager,
 }
 
 __all__ = [
@@ -27,5 +29,6 @@ __all__ = [
     "StepConcatEnvManager",
     "AgentNativeEnvManager",
     "TIREnvManager",
+    "ProxyEnvManager",
     "MANAGERS",
 ]

@@ -13,6 +13,7 @@ newline after `<|im_end|>`) is context too.
 
 from dataclasses import dataclass, field
 
+from roll.data.chat_template import render_chat
 from roll.utils.errors import InputError
 
 
@@ -31,9 +32,7 @@ class ChatTokens:
 
     def _render(self, messages: list[dict], generation_prompt: bool, tools: list[dict] | None = None) -> str:
         extra = {"tools": tools} if tools else {}
-        return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=generation_prompt, tokenize=False, **extra
-        )
+        return render_chat(self.tokenizer, messages, add_generation_prompt=generation_prompt, **extra)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -35,15 +35,17 @@ def normalize_scores(
 
 
 def episode_metrics(episodes: list[dict], prefix: str) -> dict:
-    """Mean success, score, turns, invalid-action and truncation rates, per tag and over all episodes."""
+    """Mean success, score, turns, invalid-action and truncation rates, per tag and over all episodes (and, for an
+    agent's episodes, the rates of agent errors, timeouts and refused requests)."""
     metrics = {}
     by_tag = defaultdict(list)
     for episode in episodes:
         by_tag[episode["tag"]].append(episode)
     for tag, items in sorted(by_tag.items()):
-        # every env manager's five, and whatever numbers a manager adds (tool calls, stop reasons: 0 where absent)
-        extra = sorted({key for e in items for key in e} - set(EPISODE_KEYS) - set(EPISODE_IDS))
-        for key in (*EPISODE_KEYS, *extra):
+        # every env manager's five, and whatever numbers a manager adds (tool calls, stop reasons, how an agent
+        # ended: 0 where absent); words (an agent's end_reason) are the transcripts', not metrics
+        numbers = {key for e in items for key, value in e.items() if isinstance(value, (bool, int, float))}
+        for key in (*EPISODE_KEYS, *sorted(numbers - set(EPISODE_KEYS) - set(EPISODE_IDS))):
             metrics[f"{prefix}/{tag}/{key}"] = float(np.mean([e.get(key, 0.0) for e in items]))
     metrics[f"{prefix}/success"] = float(np.mean([e["success"] for e in episodes])) if episodes else 0.0
     return metrics
