@@ -16,10 +16,13 @@ from roll.cli import launch
 
 def main(argv=None) -> int:
     from roll.configs import load_rlvr_config
+    from roll.pipeline.rlvr.data_checks import check_data_files
     from roll.pipeline.rlvr.routing import check_data_routes
 
     def load(composed):  # a data tag no reward domain takes is refused here, by --dry_run too
-        return check_data_routes(load_rlvr_config(composed))
+        config = check_data_routes(load_rlvr_config(composed))
+        check_data_files(config)  # ground truths a domain grades against; prompts for one step (issue 42)
+        return config
 
     def run(config):
         from roll.pipeline.rlvr import run_pipeline

@@ -35,6 +35,12 @@ class RLVRConfig(RLAlgorithmConfig):
     )
     validation: ValidationConfig | None = field_help(None, "held-out prompts scored every eval_steps")
     rollout_batch_size: int = field_help(8, "prompts per pipeline step", bounds="[1, inf)")
+    allow_repeated_prompts_in_step: bool = field_help(
+        False,
+        "a training file (or a domain_interleave_probs domain) with fewer prompts than one step draws "
+        "(rollout_batch_size, or the domain's share): false refuses to start (the step would train on copies of "
+        "the same prompts); true trains on the repeats with a warning (docs/reliability.md)",
+    )
     num_return_sequences_in_group: int = field_help(
         1, "samples per prompt (the group for GRPO-style estimators)", bounds="[1, inf)"
     )

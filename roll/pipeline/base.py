@@ -28,6 +28,7 @@ from roll.pipeline.core.old_log_probs import OldLogProbs
 from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.pipeline.core.rollout_dump import RolloutDumpLogger, RolloutStore
+from roll.pipeline.core.score_watch import ConstantScoreWarning
 from roll.pipeline.core.stopping import STOPPER, stop_point
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
@@ -57,7 +58,7 @@ class BasePipeline:
 
     def __init__(self, config, callbacks=()):
         self.config = config
-        self.callbacks = list(callbacks)
+        self.callbacks = [*callbacks, ConstantScoreWarning()]  # a domain whose scores are all the same for N steps
         if config.rollout_dump_dir:
             self.callbacks.append(RolloutDumpLogger(config.rollout_dump_dir))
         self.rollout_store = RolloutStore(config.rollout_mock)  # ROLL's rollout dump / replay
