@@ -237,7 +237,7 @@ def _interpreter_paths() -> list[str]:
 
 
 def test_corpus_runs_as_an_unprivileged_caller():
-    """The host-global and hostile corpora again, with the trainer itself as uid 65534 (launch.py drops to it
+    """The host-global, hostile and hygiene tests again, with the trainer itself as uid 65534 (launch.py drops to it
     and makes the interpreter and the repo reachable at their paths), judged again from outside here."""
     if os.getuid() != 0:
         pytest.skip(f"this session already runs as uid {os.getuid()}: the corpus above ran unprivileged")
@@ -251,7 +251,7 @@ def test_corpus_runs_as_an_unprivileged_caller():
     launch = hostuid.Launch()  # as uid 65534, with the interpreter, its packages and the repo at their paths
     for path in _interpreter_paths() + [REPO]:
         launch.reach(path)
-    files = ["tests/sandbox/test_host_global.py", "tests/sandbox/test_hostile.py"]
+    files = ["tests/sandbox/test_host_global.py", "tests/sandbox/test_hostile.py", "tests/sandbox/test_hygiene.py"]
     # left out for time: limits enforced by the cgroup and wall clock whoever the caller is (the fork storm
     # stays: RLIMIT_NPROC counts per uid, and every sandbox of this caller has the same one)
     slow = "spawn or memory_split or infinite or flood or fd_and_disk or caller_can_be_killed or controls or hang"
