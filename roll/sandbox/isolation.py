@@ -149,12 +149,18 @@ def seccomp_filter() -> bytes:
         return _filter
 
 
+def base_paths() -> dict[str, str]:
+    """sysconfig's paths of the base interpreter: in a virtualenv, sysconfig puts platstdlib (and purelib) under the
+    venv, whose packages the sandbox must not see."""
+    return sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+
+
 def read_only_paths() -> list[str]:
     """What the interpreter needs: its binary, standard library, and the shared libraries it links."""
     paths = {
         os.path.dirname(os.path.realpath(sys.executable)),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["platstdlib"],
+        base_paths()["stdlib"],
+        base_paths()["platstdlib"],
     }
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir and sysconfig.get_config_var("Py_ENABLE_SHARED"):
@@ -219,8 +225,8 @@ def bwrap_command(
     ]
     for path in read_only_paths():
         command += ["--ro-bind", path, path]
-    site = sysconfig.get_paths()["purelib"]
-    if os.path.isdir(site) and site.startswith(sysconfig.get_paths()["stdlib"]):
+    site = base_paths()["purelib"]
+    if os.path.isdir(site) and site.startswith(base_paths()["stdlib"]):
         command += ["--tmpfs", site]  # the host's installed packages stay out of view
     command += ["--dir", "/sandbox"]
     for name, fd in files.items():  # copied into the root tmpfs, which is made read-only below
