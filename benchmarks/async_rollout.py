@@ -37,7 +37,8 @@ MODES = {
 
 
 def run_mode(demo: Path, out: Path, steps: int, eval_steps: int, extra: list[str]) -> dict:
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
     overrides = [

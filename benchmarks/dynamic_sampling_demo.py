@@ -27,8 +27,9 @@ SETTINGS = {
 
 
 def run(setting: str, demo: Path, steps: int, eval_steps: int, out: Path) -> dict:
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
     from roll.pipeline.rlvr import run_pipeline
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     overrides = [
         f"model_path={demo / 'model'}",

@@ -219,8 +219,9 @@ def report(result: dict) -> None:
 def run(args) -> dict:
     import torch
 
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
     from roll.demo.rlvr import DemoSettings, prepare_demo
+    from roll.pipeline.rlvr.config import load_rlvr_config
     from roll.pipeline.rlvr.pipeline import RLVRPipeline
 
     gpu = torch.cuda.is_available()

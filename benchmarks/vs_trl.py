@@ -74,10 +74,76 @@ def read_rows(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def matched_dataset(tokenizer, config, train_rows: list[dict]):
+    """TRL's dataset of the rows roll trains on: prompts longer than prompt_length dropped (roll's data loader
+    drops them), each prompt checked to render through TRL's chat-template helper to the token ids roll's data
+    loader gives."""
+    from datasets import Dataset
+    from trl.data_utils import maybe_apply_chat_template
+
+    from roll.demo.rlvr import encode_prompts
+
+    encoded = encode_prompts(tokenizer, [r["prompt"] for r in train_rows])
+    kept = [(r, ids) for r, ids in zip(train_rows, encoded) if len(ids) <= config.prompt_length]
+    for row, ours in kept:
+        text = maybe_apply_chat_template({"prompt": [{"role": "user", "content": row["prompt"]}]}, tokenizer)["prompt"]
+        if tokenizer(text, add_special_tokens=False)["input_ids"] != ours:
+            raise SystemExit(f"vs_trl: TRL's prompt for {row['prompt']!r} differs from roll's: {text!r}")
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["prompt"]}], "ground_truth": r["ground_truth"]} for r, _ in kept]
+    )
+
+
+def math_reward(completions, ground_truth, **_):
+    """TRL's reward function: roll's math rule (math-verify) on each completion."""
+    from roll.utils.math_grader import grade_math
+
+    return [grade_math(c[0]["content"], truth) for c, truth in zip(completions, ground_truth)]
+
+
+def matched_grpo_settings(config, seed: int, generations: int) -> tuple[dict, int]:
+    """GRPOConfig keyword arguments with roll's settings of `config` (sampling, loss, KL, optimizer), for
+    `generations` generation steps; and the optimizer steps per generation (TRL counts optimizer steps)."""
+    train, infer = config.actor_train, config.actor_infer
+    samples = config.rollout_batch_size * config.num_return_sequences_in_group
+    micro = train.training_args.per_device_train_batch_size
+    if train.training_args.gradient_accumulation_steps != 1 or samples % micro:
+        raise SystemExit("vs_trl maps one optimizer step to one micro-batch; keep gradient_accumulation_steps 1")
+    optimizer_steps = samples // micro  # per generation
+    settings = dict(
+        seed=seed,
+        max_steps=generations * optimizer_steps,
+        learning_rate=train.training_args.learning_rate,
+        lr_scheduler_type=train.training_args.lr_scheduler_type,
+        warmup_steps=train.training_args.warmup_steps,
+        weight_decay=train.training_args.weight_decay,
+        adam_beta1=train.training_args.adam_beta1,
+        adam_beta2=train.training_args.adam_beta2,
+        adam_epsilon=train.training_args.adam_epsilon,
+        max_grad_norm=train.training_args.max_grad_norm,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=1,
+        steps_per_generation=optimizer_steps,
+        num_generations=config.num_return_sequences_in_group,
+        num_iterations=config.ppo_epochs,
+        max_completion_length=infer.generating_args.max_new_tokens,
+        temperature=infer.generating_args.temperature,
+        top_k=infer.generating_args.top_k,
+        top_p=infer.generating_args.top_p,
+        beta=config.kl_loss_coef if config.use_kl_loss else 0.0,  # TRL's KL term is k3 = our low_var_kl
+        epsilon=config.pg_clip,
+        loss_type="bnpo",  # token-mean over the optimizer step's samples = loss_agg_mode token-mean
+        scale_rewards="group",  # GRPO: (r - group mean) / group std
+        gradient_checkpointing=not train.model_args.disable_gradient_checkpointing,
+    )
+    return settings, optimizer_steps
+
+
 def roll_config(data_dir: str, seed: int, max_steps: int, eval_steps: int, output_dir: str, extra=(), start_ray=False):
     """The demo config for this run; `start_ray`: start the local Ray while it is checked, as the launcher does."""
     from roll.cli import load_while_ray_starts
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     overrides = [
         f"model_path={data_dir}/model",
@@ -146,70 +212,24 @@ def run_trl(args, data_dir: str) -> dict:
     import torch
 
     torch.set_num_threads(args.child_threads)
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from roll.demo.rlvr import encode_prompts, greedy_eval
-    from roll.utils.math_grader import grade_math
+    from roll.demo.rlvr import greedy_eval
 
     config = roll_config(data_dir, args.seed, args.max_steps, args.eval_steps, "/tmp/unused")
-    train, infer = config.actor_train, config.actor_infer
-    samples = config.rollout_batch_size * config.num_return_sequences_in_group
-    micro = train.training_args.per_device_train_batch_size
-    if train.training_args.gradient_accumulation_steps != 1 or samples % micro:
-        raise SystemExit("vs_trl maps one optimizer step to one micro-batch; keep gradient_accumulation_steps 1")
-    optimizer_steps = samples // micro  # per generation
+    infer = config.actor_infer
     model_dir = config.actor_train.model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    train_rows = read_rows(f"{data_dir}/train.jsonl")
     heldout = read_rows(f"{data_dir}/heldout.jsonl")
-    # roll drops prompts longer than prompt_length: the same rows here
-    lengths = [len(ids) for ids in encode_prompts(tokenizer, [r["prompt"] for r in train_rows])]
-    train_rows = [r for r, n in zip(train_rows, lengths) if n <= config.prompt_length]
-    # the prompts TRL renders (its chat-template helper) are the token ids roll's data loader gives
-    from trl.data_utils import maybe_apply_chat_template
-
-    for row, ours in zip(train_rows, encode_prompts(tokenizer, [r["prompt"] for r in train_rows])):
-        text = maybe_apply_chat_template({"prompt": [{"role": "user", "content": row["prompt"]}]}, tokenizer)["prompt"]
-        if tokenizer(text, add_special_tokens=False)["input_ids"] != ours:
-            raise SystemExit(f"vs_trl: TRL's prompt for {row['prompt']!r} differs from roll's: {text!r}")
-    dataset = Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": r["prompt"]}], "ground_truth": r["ground_truth"]} for r in train_rows]
-    )
-
-    def reward(completions, ground_truth, **_):
-        return [grade_math(c[0]["content"], truth) for c, truth in zip(completions, ground_truth)]
-
+    dataset = matched_dataset(tokenizer, config, read_rows(f"{data_dir}/train.jsonl"))
+    settings, optimizer_steps = matched_grpo_settings(config, args.seed, args.max_steps)
     trl_args = GRPOConfig(
+        **settings,
         output_dir=tempfile.mkdtemp(prefix="vs_trl_"),
         use_cpu=True,
-        seed=args.seed,
-        max_steps=args.max_steps * optimizer_steps,
-        learning_rate=train.training_args.learning_rate,
-        lr_scheduler_type=train.training_args.lr_scheduler_type,
-        warmup_steps=train.training_args.warmup_steps,
-        weight_decay=train.training_args.weight_decay,
-        adam_beta1=train.training_args.adam_beta1,
-        adam_beta2=train.training_args.adam_beta2,
-        adam_epsilon=train.training_args.adam_epsilon,
-        max_grad_norm=train.training_args.max_grad_norm,
-        per_device_train_batch_size=micro,
-        gradient_accumulation_steps=1,
-        steps_per_generation=optimizer_steps,
-        num_generations=config.num_return_sequences_in_group,
-        num_iterations=config.ppo_epochs,
-        max_completion_length=infer.generating_args.max_new_tokens,
-        temperature=infer.generating_args.temperature,
-        top_k=infer.generating_args.top_k,
-        top_p=infer.generating_args.top_p,
-        beta=config.kl_loss_coef if config.use_kl_loss else 0.0,  # TRL's KL term is k3 = our low_var_kl
-        epsilon=config.pg_clip,
-        loss_type="bnpo",  # token-mean over the optimizer step's samples = loss_agg_mode token-mean
-        scale_rewards="group",  # GRPO: (r - group mean) / group std
-        gradient_checkpointing=False,
         bf16=False,
         logging_steps=10**9,
         save_strategy="no",
@@ -242,7 +262,7 @@ def run_trl(args, data_dir: str) -> dict:
 
     started = time.perf_counter()
     trainer = GRPOTrainer(
-        model=model, reward_funcs=reward, args=trl_args, train_dataset=dataset, processing_class=tokenizer
+        model=model, reward_funcs=math_reward, args=trl_args, train_dataset=dataset, processing_class=tokenizer
     )
     trainer.add_callback(Clock())
     startup = time.perf_counter() - started

@@ -5,29 +5,19 @@
 
 Prepare the demo model first: python examples/agentic_demo/prepare_demo.py --output_dir agentic_demo_data
 --config_path is a directory (absolute, relative to the current directory, or relative to examples/).
---dry_run composes and validates the config, prints it with the environment plan and the placement
-plan, and exits without starting Ray.
+--dry_run composes and validates the config, runs the start-up checks on what this machine has (model
+directories, classes, templates, data files, sizes: docs/reliability.md), prints it with the environment plan and the
+placement plan, and exits without starting Ray.
 """
 
 import sys
 from pathlib import Path
 
-from roll.cli import launch
+from roll.cli import launch_kind
 
 
 def main(argv=None) -> int:
-    from roll.configs import load_agentic_config
-    from roll.pipeline.agentic.first_prompts import check_first_prompts_on_disk
-
-    def load(composed):  # a first prompt longer than prompt_length is refused here, by --dry_run too
-        return check_first_prompts_on_disk(load_agentic_config(composed))
-
-    def run(config):
-        from roll.pipeline.agentic import run_pipeline
-
-        return run_pipeline(config)
-
-    return launch(argv, __doc__, Path(__file__).resolve().parent, "agentic_demo", "frozen_lake_traj", load, run)
+    return launch_kind("agentic", argv, __doc__, Path(__file__).resolve().parent)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """The command line of the example launchers: compose a Hydra YAML, validate it, print the plan, run.
 
-    python examples/start_rlvr_pipeline.py    --config_path DIR --config_name NAME [key=value ...] [--dry_run]
-    python examples/start_agentic_pipeline.py --config_path DIR --config_name NAME [key=value ...] [--dry_run]
+    python examples/start_<kind>_pipeline.py --config_path DIR --config_name NAME [key=value ...] [--dry_run]
+
+Each launcher is `launch_kind(kind, ...)`: the kind's config class (roll/pipeline/kinds.py) loads, checks, describes
+and runs the config.
 
 --config_path is a directory (absolute, relative to the current directory, or relative to examples/).
---dry_run composes and validates the config, prints it with the batch arithmetic and the placement
-plan, and exits without starting Ray.
+--dry_run composes and validates the config, runs the pipeline's start-up checks on what this machine has
+(model directories, worker classes, chat template, data files, sizes; docs/reliability.md), prints the config
+with the batch arithmetic and the placement plan, and exits without starting Ray.
 
 A refusal of the user's config, data, model or checkpoint (roll.utils.errors.UserError, ConfigError included)
 prints its message alone and exits with status 2; --traceback or ROLL_TRACEBACK=1 adds the traceback. Any other
@@ -30,6 +33,22 @@ def config_dir(path: str, examples: Path) -> Path:
         if candidate.is_dir():
             return candidate.resolve()
     raise SystemExit(f"--config_path {path!r}: no such directory (looked in {Path.cwd()} and {examples})")
+
+
+def launch_kind(kind: str, argv, description: str, examples: Path) -> int:
+    """examples/start_<kind>_pipeline.py's main: the kind's default config (DEFAULT_CONFIG, under `examples`),
+    its loader plus its on-disk checks (`check_inputs`), and its pipeline (`run`)."""
+    from roll.pipeline.kinds import kind_config
+
+    cls = kind_config(kind)
+
+    def load(composed):
+        from roll.configs import load_config
+
+        return load_config(cls, composed).check_inputs()
+
+    default_path, default_name = cls.DEFAULT_CONFIG
+    return launch(argv, description, examples, default_path, default_name, load, lambda config: config.run())
 
 
 def launch(
@@ -63,7 +82,8 @@ def launch(
 
         composed = compose_config(str(config_dir(args.config_path, examples)), args.config_name, args.overrides)
         config = load(composed) if args.dry_run else load_while_ray_starts(load, composed)
-        print(describe_config(config), flush=True)
+        notes = _check_here(config) if args.dry_run else []  # a run: the pipeline runs these before Ray's roles
+        print("\n".join([describe_config(config), *notes]), flush=True)
         if not args.dry_run:
             run(config)
     except UserError as error:
@@ -116,6 +136,14 @@ def _command(argv: list[str], resume: bool = False) -> str:
         args = [a for a in args if a.lstrip("+~").partition("=")[0] != "resume_from_checkpoint"]
         args.append("resume_from_checkpoint=true")
     return shlex.join([sys.executable, sys.argv[0], *args])
+
+
+def _check_here(config) -> list[str]:
+    """--dry_run: the pipeline's start-up checks (model directories, classes, templates, data files, sizes) on
+    what this machine has; notes for the paths it does not have."""
+    from roll.pipeline.core.preflight import check_roles
+
+    return check_roles(config, missing_ok=True)
 
 
 def load_while_ray_starts(load: Callable, composed):

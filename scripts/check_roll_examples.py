@@ -5,8 +5,9 @@
 --roll_repo is a ROLL git repository (bare or not). The examples are exported with `git archive` into a temporary
 directory (nothing of ROLL's is written into this repository) and each one goes through the launcher's own
 dry run (`roll.cli.launch`) from its own folder, so ROLL's `../config/...` defaults resolve to ROLL's own blocks
-as they would for a ROLL user. The scope rule is `roll.configs.roll_examples.scope`. --write-doc stores the
-results in docs/roll_examples.json and regenerates docs/roll_compatibility.md, whose last table they feed.
+as they would for a ROLL user. The scope rule is scripts/roll_examples.py's `scope`; the loader is that of the
+kind that claims the file (`kind_of`). --write-doc stores the results in docs/roll_examples.json and regenerates
+docs/roll_compatibility.md, whose last table they feed.
 """
 
 import argparse
@@ -24,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from roll.cli import launch  # noqa: E402
-from roll.configs import load_agentic_config, load_rlvr_config  # noqa: E402
-from roll.configs.roll_examples import RESULTS, scope, summary  # noqa: E402
+from roll.configs import load_config  # noqa: E402
+from roll.pipeline.kinds import kind_configs  # noqa: E402
+from scripts.roll_examples import RESULTS, scope, summary  # noqa: E402
 
-AGENTIC_KEYS = ("custom_envs", "train_env_manager", "val_env_manager")
 BROKEN = "broken in ROLL"
 VALID_KEYS = re.compile(r"\s*\(valid keys of [^)]*\)")
 # files ROLL's own loader cannot load either, checked against ROLL's source; the dry run must also fail on them
@@ -50,13 +51,12 @@ def check_one(path: Path, name: str) -> tuple[str, str]:
     if missing:
         return BROKEN, f"its defaults name {missing}, which is not in ROLL's tree"
     env = sorted(set(re.findall(r"\$\{oc\.env:(\w+)\}", text)))
-    agentic = re.search(rf"^({'|'.join(AGENTIC_KEYS)}):", text, re.M) or "envs@_here_" in text
-    load = load_agentic_config if agentic else load_rlvr_config
+    kind = kind_of(text)
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         code = launch(
             ["--config_path", str(path.parent), "--config_name", path.stem, "--dry_run"],
-            "", path.parent, "", "", load, lambda config: None,
+            "", path.parent, "", "", lambda composed: load_config(kind, composed), lambda config: None,
         )  # fmt: skip
     if code == 0:
         return "pass", ""
@@ -69,6 +69,13 @@ def check_one(path: Path, name: str) -> tuple[str, str]:
     if known:
         return BROKEN, f"{known}; here: {reason}"
     return "refused", reason
+
+
+def kind_of(text: str) -> type:
+    """The config class of the kind a ROLL YAML is: the first kind (the table's order) that claims it, else the
+    table's first kind (RLVR, ROLL's default pipeline)."""
+    kinds = list(kind_configs().values())
+    return next((cls for cls in kinds if cls.claims_roll_example(text)), kinds[0])
 
 
 def _messages(error: str) -> list[str]:
@@ -122,7 +129,7 @@ def main(argv=None) -> int:
     print(summary(rows))
     if args.write_doc:
         RESULTS.write_text(json.dumps({"roll_commit": commit, "examples": rows}, indent=1, ensure_ascii=False) + "\n")
-        from roll.configs.roll_compat_page import compatibility_page
+        from scripts.roll_compat_page import compatibility_page
 
         (ROOT / "docs" / "roll_compatibility.md").write_text(compatibility_page())
     return 0

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds .gpu_bundle/roll-gpu-deps.tar.xz: roll's dependencies as a `pip --target` tree for a CUDA machine that
 # has Python 3.12 with torch and transformers but nothing else of ours and no package index (docs/gpu.md).
-# scripts/gpu_check.sh unpacks it there, puts it on PYTHONPATH and runs the GPU tier and benchmarks/gpu_scale.py.
+# scripts/gpu_check.sh (the GPU tier, benchmarks/gpu_scale.py) and scripts/gpu_session.sh (roll against TRL, the
+# 0.36 B learning run) unpack it there through scripts/gpu_env.sh and put it on PYTHONPATH.
 #
 #   bash scripts/gpu_bundle.sh            # leaves out what the lent GPU image already has (scripts/gpu_image_packages.txt)
 #   ROLL_BUNDLE_FULL=1 bash scripts/gpu_bundle.sh   # everything but torch, transformers and their needs (larger)
 #
-# The list is the closure of roll's requirements (+ the megatron extra) as installed here, at the versions
+# The list is the closure of roll's requirements (+ the megatron and trl extras) as installed here, at the versions
 # installed here, for CPython 3.12 on manylinux x86_64; torch, transformers, what they need and the CUDA
 # packages stay out (the GPU machine's own builds must win). Packages without a wheel on the index are built
 # here as pure-Python wheels. Ray's large binaries lose their symbol tables (strip keeps the exec bits).
@@ -54,7 +55,7 @@ def closure(roots):
     return seen
 
 
-wanted = closure([("roll", ("megatron",))])
+wanted = closure([("roll", ("megatron", "trl"))])  # trl: benchmarks/gpu_vs_trl.py
 kept_out = {"roll", "torch", "transformers", "triton"}
 kept_out |= {name for name in wanted if name.startswith(("nvidia-", "cuda-"))}
 if sys.argv[2] != "1":

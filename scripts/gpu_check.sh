@@ -7,33 +7,7 @@
 # Environment: OUT (logs; default ./gpu_out), GPU_TESTS_TIMEOUT / GPU_BENCH_TIMEOUT (seconds; 420 / 150),
 # GPU_BENCH_ARGS (benchmarks/gpu_scale.py flags; default "--steps 3"), GPU_BENCH=0 to skip the benchmark.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu_out}
-mkdir -p "$OUT"
-bundle=.gpu_bundle/roll-gpu-deps.tar.xz
-[ -f "$bundle" ] || { echo "gpu_check.sh: $bundle is missing: build it with scripts/gpu_bundle.sh where pip works"; exit 2; }
-deps=${ROLL_GPU_DEPS:-/tmp/roll-gpu-deps}
-mkdir -p "$deps" && tar -xJf "$bundle" -C "$deps"
-export PYTHONPATH="$PWD:$deps${PYTHONPATH:+:$PYTHONPATH}" PATH="$deps/bin:$PATH"
-export RAY_AUTH_MODE=disabled OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  python3 - <<'EOF'
-import importlib
-
-import torch
-
-print(f"python {'.'.join(map(str, __import__('sys').version_info[:3]))}, torch {torch.__version__} "
-      f"(CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s))")
-for name in ("transformers", "ray", "deepspeed", "hydra", "peft", "datasets", "math_verify", "megatron.core", "roll"):
-    try:
-        module = importlib.import_module(name)
-        print(f"{name} {getattr(module, '__version__', '?')} from {module.__file__}")
-    except Exception as error:  # noqa: BLE001 — reported, the tier then says which test needs it
-        print(f"{name}: NOT IMPORTABLE: {type(error).__name__}: {error}")
-EOF
-} 2>&1 | tee "$OUT/environment.txt"
+source "$(dirname "$0")/gpu_env.sh"  # the carried deps on PYTHONPATH; $OUT/environment.txt
 
 timeout "${GPU_TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu tests/gpu -v -rs --durations=30 -p no:cacheprovider "$@" \
   2>&1 | tee "$OUT/gpu_tests.log"

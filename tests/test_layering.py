@@ -10,6 +10,7 @@ ROLL = Path(__file__).resolve().parents[1] / "roll"
 FLOORS = {
     "roll.utils": 0,
     "roll.platforms": 0,
+    "roll.models": 1,  # model families beyond causal LMs (VL): loading, processors, their forward inputs
     "roll.algorithms": 1,
     "roll.distributed": 1,
     "roll.sandbox": 1,
@@ -114,8 +115,25 @@ def test_no_import_circle():
     assert not circles, f"import circles: {circles}"
 
 
-def test_shared_pipeline_code_and_agentic_import_nothing_from_rlvr():
-    shared = [m for m in GRAPH if m == "roll.pipeline.base" or m.startswith(("roll.pipeline.core", "roll.agentic"))]
-    shared += [m for m in GRAPH if m.startswith("roll.pipeline.agentic")]
-    offenders = {m: sorted(t for t in GRAPH[m] if t.startswith("roll.pipeline.rlvr")) for m in shared}
-    assert not {m: t for m, t in offenders.items() if t}
+def test_shared_code_imports_no_kind_and_no_kind_imports_another():
+    """The kinds of roll/pipeline/kinds.py are siblings: the shared code (configs, the thin pipeline, its core
+    pieces, the environments) imports none of their folders, and no kind imports another's."""
+    from roll.pipeline.kinds import KINDS
+
+    kinds = {name: f"roll.pipeline.{name}" for name in KINDS}
+    assert all(package in MODULES for package in kinds.values()), "every kind is a package roll.pipeline.<kind>"
+
+    def kind_of(module):
+        return next(
+            (name for name, package in kinds.items() if module == package or module.startswith(package + ".")), None
+        )
+
+    offenders = []
+    for module, targets in GRAPH.items():
+        own = kind_of(module)
+        shared = own is None and module.startswith(("roll.configs", "roll.pipeline", "roll.agentic", "roll.workers"))
+        for target in sorted(targets):
+            other = kind_of(target)
+            if other is not None and (shared or other != own) and module != "roll.pipeline.kinds":
+                offenders.append(f"{module} imports {target} (kind {other})")
+    assert not offenders, "\n".join(offenders)

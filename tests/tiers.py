@@ -28,6 +28,7 @@ TIERS = {
     "configs/": "quick",
     "data/": "quick",
     "demo/": "quick",
+    "models/": "quick",
     "sandbox/": "quick",
     "utils/": "quick",
     "workers/": "quick",
@@ -37,6 +38,7 @@ TIERS = {
     "reliability/test_stopping.py": "quick",  # the stop logic with real signals against a test double
     "strategies/test_contracts.py": "quick",
     "strategies/test_micro_batching.py": "quick",
+    "strategies/test_hf_infer_static_cache.py": "quick",  # one hf_infer strategy in-process, tiny model
     "strategies/test_sglang.py": "quick",  # against a test double
     "strategies/test_train_common.py": "quick",
     "strategies/test_megatron_convert.py::test_cpu_layer_refuses_other_megatron_versions": "quick",
@@ -63,6 +65,7 @@ TIERS = {
     "pipeline/test_colocation.py": "quick",  # against a test double
     "pipeline/test_old_log_probs.py": "quick",  # one hf_infer strategy in-process, no Ray
     "pipeline/test_phase_concurrency.py": "quick",  # lanes and thread plans against test doubles, no Ray
+    "pipeline/test_thin_pipeline.py": "quick",  # the thin loop of a kind without generation, roles as test doubles
     "pipeline/test_ray_cluster.py::test_output_dir_probe_names_the_rank_that_cannot_see_or_write_it": "quick",
     "pipeline/test_ray_cluster.py::test_a_worker_whose_devices_span_two_nodes_is_a_config_error": "quick",
     "pipeline/test_reward_workers.py": "quick",
@@ -86,6 +89,7 @@ TIERS = {
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
+    "pipeline/test_agent_endpoint.py::test_agent_endpoint_demo_learns": "learning",
     # CUDA
     "gpu/": "gpu",
 }

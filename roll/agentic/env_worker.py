@@ -45,6 +45,7 @@ class EnvironmentWorker(Worker):
                 settings["response_length"],
                 gamma=settings["step_reward_gamma"],
                 env_cls=settings["env_classes"][tag],
+                manager_config=manager_config,
             )
         self.pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(self.managers))))
         self.logger.info("running %d environments (ids %s)", len(self.managers), list(ids)[:1] + list(ids)[-1:])
@@ -104,6 +105,9 @@ class EnvironmentWorker(Worker):
                         "env_id": env_id,
                         "tag": manager.tag,
                         "seed": manager.episode.seed,
+                        "end_reason": manager.episode.end_reason,
+                        # an agent's episode (the proxy manager): why its agent stopped, if not by finishing
+                        **_exit_reason(manager.episode),
                         "turns": [
                             {
                                 "observation": t.observation,
@@ -116,6 +120,11 @@ class EnvironmentWorker(Worker):
                     }
                 )
         return out
+
+
+def _exit_reason(episode) -> dict:
+    reason = getattr(episode, "agent_exit_reason", None)
+    return {} if reason is None else {"agent_exit_reason": reason}
 
 
 def _call_env(manager, what: str, method, *args) -> None:

@@ -39,6 +39,11 @@ def clip_by_value(x, tensor_min, tensor_max):
     return torch.max(torch.min(x, tensor_max), tensor_min)
 
 
+def float32_or_wider(x):
+    """x in float32 (the precision ROLL computes its losses in); float64 stays float64 (gradcheck)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def entropy_from_logits(logits):
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)

@@ -1,7 +1,10 @@
 """Typed, strict pipeline configuration composed by Hydra.
 
     config = compose_config("examples/tiny_rlvr", "rlvr_tiny", ["max_steps=3"])  # Hydra: defaults + overrides
-    rlvr = load_rlvr_config(config)                                               # strict dataclasses + checks
+    rlvr = load_config(RLVRConfig, config)                                        # strict dataclasses + checks
+
+A kind's config class lives in its folder (roll/pipeline/<kind>/config.py, found through the table of kinds,
+roll/pipeline/kinds.py); this package holds the shared schema, the loader and the shared rules.
 
 The shipped blocks (roll/configs/blocks/: `deepspeed_zero*`, `envs`, `step_envs`, `traj_envs`) are on Hydra's
 search path of every composition, so a config anywhere includes them as `- /deepspeed_zero2@_here_`.
@@ -14,18 +17,11 @@ import dataclasses
 import re
 from pathlib import Path
 
-from roll.configs.agentic import AgenticConfig, agentic_optimizer_steps, group_tags, num_env_workers
 from roll.configs.base import PipelineConfig
-from roll.configs.checks import (
-    BatchPlan,
-    batch_plan,
-    describe_reference,
-    reference_source,
-    roles,
-)
 from roll.configs.loader import ConfigError, build, collected
 from roll.configs.policy_loss import effective_policy_loss_mode, policy_loss_config
-from roll.configs.rlvr import RLVRConfig
+from roll.configs.rl_checks import describe_reference, reference_source
+from roll.configs.roles import RoleSpec
 from roll.configs.worker import (
     DataArgs,
     GeneratingArgs,
@@ -40,7 +36,7 @@ from roll.configs.worker import (
 __all__ = [
     "ConfigError",
     "PipelineConfig",
-    "RLVRConfig",
+    "RoleSpec",
     "WorkerConfig",
     "RewardConfig",
     "ModelArgs",
@@ -49,12 +45,8 @@ __all__ = [
     "GeneratingArgs",
     "StrategyArgs",
     "ValidationConfig",
-    "BatchPlan",
-    "AgenticConfig",
     "compose_config",
-    "load_rlvr_config",
-    "load_agentic_config",
-    "batch_plan",
+    "load_config",
     "describe_config",
     "describe_reference",
     "reference_source",
@@ -72,7 +64,6 @@ SHIPPED_BLOCKS = (
     "deepspeed_zero3",
     "deepspeed_zero3_cpuoffload",
 )
-ROLE_KEYS = ("actor_train", "actor_infer", "reference", "critic")
 _INTERPOLATION = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
 
 
@@ -87,21 +78,29 @@ def compose_config(config_path: str, config_name: str, overrides: list[str] = ()
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from roll.configs.hydra_errors import explain
+    from roll.configs.yaml_bounds import check_config_tree
+
     directory = Path(config_path).resolve()
-    if not (directory / f"{config_name}.yaml").is_file():
+    if not (directory / f"{config_name}.yaml").exists():
         raise ConfigError(
             f"--config_name {config_name!r}: {directory / (config_name + '.yaml')} does not exist "
             f"(available: {sorted(p.stem for p in directory.glob('*.yaml'))})"
         )
+    check_config_tree(directory, config_name)  # text files, bounded alias expansion, no defaults cycle
     searchpath = _searchpath_override(directory / f"{config_name}.yaml", overrides)
-    overrides = [_set_or_add(_quote_list_call(o)) for o in overrides if _override_key(o) != "hydra.searchpath"]
-    overrides.append(searchpath)
+    given = {_set_or_add(_quote_list_call(o)): o for o in overrides if _override_key(o) != "hydra.searchpath"}
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return compose(config_name=config_name, overrides=overrides)
+            return compose(config_name=config_name, overrides=[*given, searchpath])
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as error:  # YAML: a broken file, named
         raise ConfigError(
-            f"composing {directory / config_name}.yaml failed: {error}{_block_hint(str(error))}"
+            f"composing {directory / config_name}.yaml failed: {explain(error, given)}{_block_hint(str(error))}"
+        ) from None
+    except RecursionError:  # a defaults cycle through a file check_config_tree does not read (another search path)
+        raise ConfigError(
+            f"composing {directory / config_name}.yaml failed: its defaults lists include each other without end "
+            f"(a file that includes itself, directly or through another): remove the entry that closes the circle"
         ) from None
 
 
@@ -157,13 +156,13 @@ def _set_or_add(override: str) -> str:
 
 
 def load_config(cls, config):
-    """A composed DictConfig (or plain dict) → a validated `cls` (RLVRConfig or AgenticConfig): ROLL's spellings
+    """A composed DictConfig (or plain dict) → a validated `cls` (a kind's config class): ROLL's spellings
     translated, the strict build (every unknown key, wrong type and out-of-range number of the file in one
     message), then the config's own cross-field rules (`validate()`)."""
     data = _resolve_and_strip_shared_blocks(config, cls)
     for key in cls.DROPPABLE_MAPS:
         _drop_null_entries(data, key)
-    for role in ROLE_KEYS:
+    for role in cls.role_specs():
         _name_role(data, role, role)
     for key in cls.NAMED_ROLE_MAPS:
         for name in list(data.get(key) or {}):
@@ -173,41 +172,24 @@ def load_config(cls, config):
     return built
 
 
-def load_rlvr_config(config) -> RLVRConfig:
-    return load_config(RLVRConfig, config)
-
-
-def load_agentic_config(config) -> AgenticConfig:
-    return load_config(AgenticConfig, config)
-
-
 def _build_with_roll_keys(cls, data: dict):
-    """ROLL spellings translated, then the strict build; every problem of the file raised together."""
-    from roll.configs.roll_compat import check_roll_keys, note_roll_spellings, translate
-    from roll.configs.roll_lengths import derive_agentic_lengths
+    """ROLL spellings translated (with the kind's own translations), then the strict build; every problem of the
+    file raised together."""
+    from roll.configs.roll_compat import translate
 
-    problems = translate(data)
+    problems = translate(data, cls)
     extra = data.pop("__roll__", {})
-    problems += derive_agentic_lengths(cls, data, extra)
     try:
         config = build(cls, data)
     except ConfigError as error:
         raise collected(problems + error.problems) from None
-    problems += check_roll_keys(config, extra)
+    problems += config.check_roll_keys(extra)
     if problems:
         raise collected(problems)
-    if hasattr(config, "rewards"):
-        note_roll_spellings(config, extra)
+    config.note_roll_keys(extra)
     if "derived_lengths" in extra:
         config.roll_derived_lengths = extra["derived_lengths"]  # not a field: --dry_run prints the derivation
     return config
-
-
-def optimizer_steps(config) -> dict:
-    """Trained role → optimizer steps per pipeline step (LR schedules), for either pipeline."""
-    if isinstance(config, AgenticConfig):
-        return agentic_optimizer_steps(config)
-    return batch_plan(config).optimizer_steps
 
 
 def _resolve_and_strip_shared_blocks(config, cls) -> dict:
@@ -220,11 +202,14 @@ def _resolve_and_strip_shared_blocks(config, cls) -> dict:
     referenced = set(_INTERPOLATION.findall(repr(raw)))
     fields = {f.name for f in dataclasses.fields(cls)}
     shared = [key for key in raw if key not in fields and (key in referenced or key in SHIPPED_BLOCKS)]
-    shared = [key for key in shared if key not in ("pretrain", "reward_pretrain")]  # roll_compat fills model paths
+    model_keys = {spec.roll_model_key for spec in cls.ROLES}  # ROLL's model-path keys: roll_compat fills the roles
+    shared = [key for key in shared if key not in model_keys]
     try:
         data = OmegaConf.to_container(config, resolve=True)
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"config interpolation failed: {error}") from None
+    except OmegaConfBaseException as error:  # OmegaConf's message: the reason, then "full_key: ..." lines
+        key = getattr(error, "full_key", None)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"config interpolation failed{f' at {key!r}' if key else ''}: {reason}") from None
     for key in shared:
         del data[key]
     return data
@@ -247,65 +232,5 @@ def _name_role(parent: dict, key: str, name: str) -> None:
 
 
 def describe_config(config) -> str:
-    """Resolved config, batch arithmetic and placement plan, as printed at start-up and by --dry_run."""
-    from omegaconf import OmegaConf
-
-    from roll.configs.roll_lengths import length_lines
-    from roll.distributed.resource_manager import format_plan, placement_plan
-
-    arithmetic = _describe_envs(config) if isinstance(config, AgenticConfig) else batch_plan(config).describe()
-    resolved = dataclasses.asdict(config)
-    loss = effective_policy_loss_mode(config)
-    resolved["policy_loss_mode"] = loss  # the loss the run uses: ROLL's pg_variant, when set, names it
-    parts = [
-        "resolved config:",
-        OmegaConf.to_yaml(resolved).rstrip(),
-        arithmetic,
-        format_plan(placement_plan(roles(config)), config.num_devices, config.num_gpus_per_node),
-    ]
-    if isinstance(config, RLVRConfig):
-        from roll.configs.roll_compat import reward_mapping
-
-        parts.extend(reward_mapping(config))
-    parts.extend(length_lines(config))
-    if config.pg_variant is not None:
-        parts.append(f"policy loss: {loss} (from pg_variant: {config.pg_variant}, which overrides policy_loss_mode)")
-    if getattr(config, "rollout_only", False):
-        parts.append(
-            "rollout-only (no actor_train): each step plays rollout_batch_size episodes with actor_infer and logs "
-            "their scores; nothing is trained and no checkpoint is saved (ROLL's agentic rollout pipeline)"
-        )
-        unused = [name for name in ("reference", "critic") if getattr(config, name) is not None]
-        if unused:
-            parts.append(f"note: {' and '.join(unused)} configured but not started: a rollout-only run trains nothing")
-        return "\n".join(parts)
-    reference = describe_reference(config)
-    if reference:
-        parts.append(reference)
-    if config.reference is not None and not (config.use_kl_loss or config.add_token_level_kl):
-        parts.append(
-            "note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
-            "reads its log-probs: it will not be started"
-        )
-    return "\n".join(parts)
-
-
-def _describe_envs(config: AgenticConfig) -> str:
-    lines = ["environments:"]
-    for key in ("train_env_manager", "val_env_manager"):
-        manager = getattr(config, key)
-        if manager is None:
-            continue
-        tags = group_tags(manager)
-        per_tag = ", ".join(f"{tag} {tags.count(tag)}" for tag in manager.tags)
-        lines.append(
-            f"  {key:<18} {manager.num_env_groups} groups × {manager.group_size} envs = {manager.num_envs} "
-            f"envs on {num_env_workers(manager)} env worker(s); groups per tag: {per_tag}"
-        )
-    lines.append(
-        f"  trajectories per step  {config.rollout_batch_size} (= {config.episodes_per_env} episode(s) per "
-        f"training env)"
-    )
-    for name, steps in optimizer_steps(config).items():
-        lines.append(f"  {name} optimizer steps ~{steps} per pipeline step")
-    return "\n".join(lines)
+    """Resolved config, the kind's arithmetic and the placement plan, as printed at start-up and by --dry_run."""
+    return config.describe()

@@ -1,8 +1,7 @@
-"""The agentic pipeline config: a policy acting over several turns in environments.
-
-The roles and the RL maths are the RLVR ones (`roll.configs.algorithm`). What is new: the environments
-(`custom_envs.<tag>`), how many of them run and how they are grouped (`train_env_manager`,
-`val_env_manager`), and how episode rewards are normalised (`reward_normalization`).
+"""The schema of the environments a policy acts in over several turns, shared by the kinds that run them (the
+agentic kind's config is roll/pipeline/agentic/config.py): the environments (`custom_envs.<tag>`, their tools),
+how many run and how they are grouped (`train_env_manager`, `val_env_manager`), how episode rewards are
+normalised (`reward_normalization`), and the rules of a config with environments (`check_agentic`).
 
 Batch shape: every pipeline step collects `rollout_batch_size` trajectories. The train env manager runs
 `num_env_groups × group_size` environments; the `group_size` environments of a group start each episode
@@ -13,20 +12,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from roll.configs.algorithm import RLAlgorithmConfig
-from roll.configs.checks import (
-    check_algorithm,
-    check_micro_batching,
-    check_model_types,
-    check_roles,
-    check_run_length,
-    check_strategy_configs,
-    data_parallel_size,
-    roles,
+from roll.configs.agentic_proxy import (
+    LLMProxyConfig,
+    check_llm_proxy,
+    check_proxy_env,
+    gives_step_rows,
 )
-from roll.configs.generation_checks import check_async, check_stop_strings
 from roll.configs.loader import ConfigError, field_help
-from roll.configs.profiler import check_profiler
+from roll.configs.rl_checks import check_async, check_stop_strings
 from roll.configs.worker import GeneratingArgs
 from roll.utils.logging import get_logger
 
@@ -70,19 +63,28 @@ class ToolWrapperConfig:
 
 @dataclass
 class EnvConfig:
-    env_type: str = field_help(
-        help="a registered environment (frozen_lake, sokoban, calculator, roll_math, roll_qa) or the dotted path "
-        "of a roll.agentic.envs.BaseEnv subclass in your own module"
+    env_type: str | None = field_help(
+        None,
+        "a registered environment (frozen_lake, sokoban, calculator, roll_math, roll_qa) or the dotted path of a "
+        "roll.agentic.envs.BaseEnv subclass in your own module; required, except with env_manager: proxy, where it "
+        "is the environment the agent runner plays (roll's EnvRunner) and stays unset for runners that play their own",
     )
     env_config: dict[str, Any] = field_help(
         default_factory=dict, help="keyword arguments of the environment's constructor"
     )
-    env_manager: Literal["traj", "step", "step_concat"] = field_help(
+    env_manager: Literal["traj", "step", "step_concat", "proxy"] = field_help(
         "traj",
         "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
         "step: one sample per turn with a history window and discounted step returns; step_concat (ROLL's "
         "StepConcatEnvManager): step's samples and returns, the prompt = the window's earlier observations joined "
-        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']",
+        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']; proxy "
+        "(ROLL's ProxyEnvManager): an agent runner (agent_runner_cls) plays each episode through an OpenAI-compatible "
+        "endpoint served by actor_infer, and the requests it made train (docs/agents.md)",
+    )
+    agent_runner_cls: str | None = field_help(
+        None,
+        "env_manager proxy: the dotted path of the roll.agentic.envs.runners.AgentRunner subclass that plays each "
+        "episode (ROLL's key; ROLL's GEMRunner = roll's EnvRunner); null for the other env managers",
     )
     max_turns: int = field_help(
         5, "model replies per episode at most (the environment may end it earlier)", bounds="[1, inf)"
@@ -171,6 +173,19 @@ class EnvManagerConfig:
         default_factory=dict,
         help="environment variables of these environment workers, over the pipeline's system_envs (ROLL's key)",
     )
+    llm_proxy: LLMProxyConfig = field_help(
+        default_factory=LLMProxyConfig, help="what answers the environments' model requests (ROLL's key)"
+    )
+    proxy_host: str = field_help(
+        "127.0.0.1",
+        "env_manager proxy: the address each environment worker's OpenAI-compatible endpoint listens on (loopback: "
+        "only programs on the same machine can reach it; every request also needs its episode's token)",
+    )
+    proxy_port: int = field_help(
+        0,
+        "env_manager proxy: the endpoint's port; 0 = any free port (one endpoint per environment worker)",
+        bounds="[0, 65535]",
+    )
 
     @property
     def num_envs(self) -> int:
@@ -184,154 +199,16 @@ class RewardNormalization:
         "which episodes are normalised together: the same initial state (traj_group_id), "
         "the same environment tag, or the whole batch",
     )
-    norm_mean_type: Literal["group", "batch"] | None = field_help(
+    norm_mean_type: Literal["batch", "group"] | None = field_help(
         "group", "subtract the mean of the group or of the batch; null = no centring"
     )
-    norm_std_type: Literal["group", "batch"] | None = field_help(
+    norm_std_type: Literal["batch", "group"] | None = field_help(
         None, "divide by the std of the group or of the batch; null = no scaling"
     )
 
 
-@dataclass
-class AgenticConfig(RLAlgorithmConfig):
-    DROPPABLE_MAPS = ("custom_envs",)  # the loader: `custom_envs.<tag>: null` drops an inherited environment
-    NAMED_ROLE_MAPS = ()
-
-    custom_envs: dict[str, EnvConfig] = field_help(
-        default_factory=dict,
-        help="environments by tag: custom_envs.<tag> with env_type and env_config; `custom_envs.<tag>: null` "
-        "drops one an included YAML defines",
-    )
-    train_env_manager: EnvManagerConfig = field_help(
-        default_factory=EnvManagerConfig, help="the environments that produce training trajectories"
-    )
-    val_env_manager: EnvManagerConfig | None = field_help(
-        None, "held-out environments, run every eval_steps; success rate per tag"
-    )
-    rollout_batch_size: int = field_help(
-        8, "trajectories per pipeline step (a multiple of train_env_manager.group_size)", bounds="[1, inf)"
-    )
-    reward_normalization: RewardNormalization = field_help(
-        default_factory=RewardNormalization, help="episode-reward normalisation before advantages"
-    )
-    step_reward_gamma: float = field_help(
-        1.0, "step manager: discount of later turns' rewards in each turn's return", bounds="[0, 1]"
-    )
-    episode_reward_weight: float = field_help(
-        1.0, "gigpo: weight of the episode-level (trajectory group) advantage", bounds="(-inf, inf)"
-    )
-    step_reward_weight: float = field_help(
-        1.0, "gigpo: weight of the step-level (same state) advantage", bounds="(-inf, inf)"
-    )
-    ratio_type: Literal["token", "segment"] = field_help(
-        "token",
-        "ratio of the PPO loss (policy_loss_mode vanilla / pg_variant ppo): token = per token; segment = one "
-        "ratio per turn of a multi-turn response, exp(mean of the turn's token log-ratios) (ROLL; "
-        "docs/algorithms.md §11.7)",
-    )
-    async_generation_ratio: float = field_help(
-        0.0,
-        "off-policy rollout: the episodes of step t+k are played while step t trains (k = this value, a whole "
-        "number; 0 = the synchronous loop), each with the weights of step max(first, t) throughout. Needs "
-        "actor_infer on devices no other model role uses (docs/async.md)",
-        bounds="[0, inf)",
-    )
-    partial_rollout: bool = field_help(
-        False,
-        "async_generation_ratio > 0: episodes keep running across a weight update (the sync waits only for the "
-        "generate call in flight; later turns use the new weights, so an episode can mix two policy versions); "
-        "false: the sync waits until the episodes started on the old weights have ended",
-    )
-    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = field_help(
-        "copy",
-        "a step's rows (trajectories, or turns with the step manager) that are not a multiple of the global train "
-        "batch (ROLL's key): copy = pad up with rows that carry no loss (ROLL repeats real rows instead); delete "
-        "= drop the surplus rows at random; random_sample = train on one global batch of random rows; auto = "
-        "delete unless that drops half the rows or more, then copy. Rows are dropped before the rewards are "
-        "normalised; with fewer rows than one global batch every mode pads",
-    )
-    val_seed_offset: int = field_help(
-        1_000_000,
-        "validation episode group g uses seed val_seed_offset + g, round r's groups continue after round r−1's "
-        "(the same episodes at every evaluation)",
-        bounds="[0, inf)",
-    )
-    val_batch_size: int | None = field_help(
-        None,
-        "ROLL's validation trajectories per evaluation: a multiple of val_env_manager.num_env_groups × group_size; "
-        "each environment plays val_batch_size / that many episodes, each round on new seeds (null = one round)",
-        bounds="[1, inf)",
-    )
-
-    @property
-    def rollout_only(self) -> bool:
-        """No actor_train: ROLL's agentic rollout pipeline (episodes played and scored, nothing trained)."""
-        return self.actor_train is None and self.actor_infer is not None
-
-    @property
-    def group(self) -> tuple[str, int]:
-        return "train_env_manager.group_size", self.train_env_manager.group_size
-
-    @property
-    def episodes_per_env(self) -> int:
-        return self.rollout_batch_size // self.train_env_manager.num_envs
-
-    @property
-    def val_rounds(self) -> int:
-        """Validation episodes per val_env_manager environment (val_batch_size / its environments; default 1)."""
-        if self.val_batch_size is None or self.val_env_manager is None:
-            return 1
-        return self.val_batch_size // self.val_env_manager.num_envs
-
-    def validate(self) -> None:
-        """The rules that join fields of several blocks, after the strict build checked each field (types,
-        ranges, keys); the first broken rule raises ConfigError naming its keys and the fix."""
-        check_run_length(self)
-        check_model_types(self)
-        check_roles(self)
-        if self.rollout_only:
-            check_rollout_only(self)
-        else:
-            grpo_group_of_one(self)
-            check_algorithm(self)
-        check_agentic(self)
-        check_profiler(self, roles(self))
-        check_micro_batching(self)
-        check_strategy_configs(self)  # each engine's own keys, all reported together
-
-
-def check_rollout_only(config: AgenticConfig) -> None:
-    """No actor_train (ROLL's agentic rollout pipeline): the RL keys are not read, a reference or critic is not
-    started (describe_config says so, as ROLL ignores them); training-only run settings are refused."""
-    if config.async_generation_ratio:
-        raise ConfigError("'async_generation_ratio' needs 'actor_train': a rollout-only run has no training to overlap")
-    if config.resume_from_checkpoint:
-        raise ConfigError("'resume_from_checkpoint': a rollout-only run (no actor_train) saves no checkpoints")
-
-
-def grpo_group_of_one(config: AgenticConfig) -> None:
-    """ROLL's agentic `grpo` is REINFORCE on the episode scores as reward_normalization leaves them (its
-    agentic_compute_advantage sends grpo down the reinforce branch; the group comparison, if any, is the
-    normalisation's). roll's grpo normalises each episode group in the estimator as well, which needs a group of
-    at least two; with group_size 1 there is nothing to compare, and roll runs what ROLL runs (the estimator's
-    registered `agentic_group_of_one`: reinforce)."""
-    from roll.algorithms import get_adv_estimator_spec
-
-    try:
-        spec = get_adv_estimator_spec(config.adv_estimator)
-    except (KeyError, ValueError):
-        return  # an unknown name: check_algorithm reports it
-    if spec.agentic_group_of_one and config.train_env_manager.group_size == 1:
-        logger.warning(
-            "adv_estimator %s with train_env_manager.group_size 1 runs as %s on the normalised episode scores, "
-            "which is what ROLL's agentic pipeline computes for it (no group to compare within)",
-            config.adv_estimator,
-            spec.agentic_group_of_one,
-        )
-        config.adv_estimator = spec.agentic_group_of_one
-
-
-def check_agentic(config: AgenticConfig) -> None:
+def check_agentic(config) -> None:
+    """The rules of a config with environments (the agentic kind's, after its roles and RL maths)."""
     from roll.algorithms import get_adv_estimator_spec
 
     if get_adv_estimator_spec(config.adv_estimator).greedy_baseline:  # e.g. ReMax
@@ -341,12 +218,18 @@ def check_agentic(config: AgenticConfig) -> None:
         )
     if get_adv_estimator_spec(config.adv_estimator).step_rows:
         used = config.train_env_manager.tags
-        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and env.env_manager == "traj")
+        traj = sorted(tag for tag, env in config.custom_envs.items() if tag in used and not gives_step_rows(env))
         if traj:
             raise ConfigError(
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
-                f"custom_envs.<tag>.env_manager: step (or step_concat) for {traj}"
+                f"custom_envs.<tag>.env_manager: step (or step_concat; proxy: env_config.trajectory_mode: step) for "
+                f"{traj}"
             )
+    if config.partial_rollout and config.async_generation_ratio == 0:
+        raise ConfigError(
+            "'partial_rollout': true needs async_generation_ratio > 0: only a weight sync during a rollout is "
+            "affected by it"
+        )
     check_async(config)
     check_stop_strings(config, "actor_infer.generating_args", config.actor_infer.generating_args)
     for key in ("train_env_manager", "val_env_manager"):
@@ -363,7 +246,18 @@ def check_agentic(config: AgenticConfig) -> None:
             "env_type: frozen_lake (see roll/configs/blocks/traj_envs.yaml)"
         )
     for tag, env in config.custom_envs.items():
-        _check_env_config(tag, env)  # first: an environment roll cannot build makes the rest moot
+        if env.env_manager == "proxy":
+            runner_settings = check_proxy_env(tag, env, config)
+            if env.env_type is not None:  # the environment roll's EnvRunner plays, built with the runner's settings
+                _check_env_config(tag, env, config.prompt_length, runner_settings)
+        elif env.agent_runner_cls is not None:
+            raise ConfigError(
+                f"'custom_envs.{tag}.agent_runner_cls' = {env.agent_runner_cls!r}: an agent runner plays episodes "
+                f"only with env_manager: proxy (this environment's is {env.env_manager!r}); remove it or set "
+                "env_manager: proxy"
+            )
+        else:
+            _check_env_config(tag, env, config.prompt_length)  # first: an env roll cannot build makes the rest moot
         if env.max_tokens_per_step >= config.response_length:
             raise ConfigError(
                 f"'custom_envs.{tag}.max_tokens_per_step' = {env.max_tokens_per_step} must be less "
@@ -382,6 +276,7 @@ def check_agentic(config: AgenticConfig) -> None:
         )
     for key, manager in managers:
         _check_manager(key, manager, config)
+        check_llm_proxy(key, manager.llm_proxy)
     if config.val_batch_size is not None:
         envs = config.val_env_manager.num_envs if config.val_env_manager is not None else 0
         if not envs or config.val_batch_size < envs or config.val_batch_size % envs:
@@ -414,7 +309,7 @@ def check_agentic(config: AgenticConfig) -> None:
     # else (ROLL's rule): a turn generates at most min(custom_envs.<tag>.max_tokens_per_step, max_new_tokens)
 
 
-def _check_manager(key: str, manager: EnvManagerConfig, config: AgenticConfig) -> None:
+def _check_manager(key: str, manager: EnvManagerConfig, config) -> None:
     if not manager.tags:
         raise ConfigError(
             f"'{key}.tags' is empty: list the custom_envs keys to run (have: {sorted(config.custom_envs)})"
@@ -450,28 +345,19 @@ def num_env_workers(manager: EnvManagerConfig) -> int:
     return math.ceil(manager.num_envs / manager.max_env_num_per_worker)
 
 
-def agentic_optimizer_steps(config: AgenticConfig) -> dict:
-    """Optimizer steps per pipeline step for LR schedules. Step-wise samples vary in number: the estimate
-    assumes max_turns samples per trajectory."""
-    out = {}
-    turns = max(env.max_turns if env.env_manager != "traj" else 1 for env in config.custom_envs.values())
-    for name in ("actor_train", "critic"):
-        worker = getattr(config, name)
-        if worker is None:
-            continue
-        args = worker.training_args
-        size = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel_size(worker)
-        out[name] = config.ppo_epochs * math.ceil(config.rollout_batch_size * turns / size)
-    return out
-
-
-def _check_env_config(tag: str, env: EnvConfig) -> None:
+def _check_env_config(tag: str, env: EnvConfig, prompt_length: int, env_kwargs: dict | None = None) -> None:
     """A shipped environment is built once here, so --dry_run reports a bad env_config (a user's dotted-path
-    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error."""
+    class is only imported by the pipeline); a name that is neither shipped (registered) nor dotted is an error.
+    env_kwargs: the constructor's keywords when not env_config itself (the proxy manager's EnvRunner)."""
     from roll.agentic.envs.registry import list_envs, make_env
 
+    if env.env_type is None:
+        raise ConfigError(
+            f"'custom_envs.{tag}.env_type' is required (env_manager {env.env_manager}): a registered environment "
+            f"{list_envs()} or the dotted path of your BaseEnv subclass"
+        )
     if env.env_type not in list_envs():
-        from roll.configs.roll_env_types import roll_env_refusal
+        from roll.configs.roll_compat.env_types import roll_env_refusal
 
         reason = roll_env_refusal(env.env_type)
         if reason is not None:
@@ -484,9 +370,16 @@ def _check_env_config(tag: str, env: EnvConfig) -> None:
             )
         return
     try:
-        make_env(env.env_type, dict(env.env_config))
+        built = make_env(env.env_type, dict(env.env_config if env_kwargs is None else env_kwargs))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"'custom_envs.{tag}.env_config': {error}") from None
+    least = built.least_observation_tokens()
+    if least > prompt_length:  # before any reset builds it
+        raise ConfigError(
+            f"'custom_envs.{tag}.env_config': its {env.env_type} observations take at least {least:,} "
+            f"tokens (one per board cell), more than prompt_length = {prompt_length}, so no first prompt fits; "
+            f"make the board smaller"
+        )
 
 
 def _check_tools(tag: str, env: EnvConfig) -> None:
@@ -532,9 +425,12 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
     if env.agent_template is None:
         return
-    fields = {"traj": TEMPLATE_FIELDS, "step": STEP_TEMPLATE_FIELDS, "step_concat": STEP_CONCAT_TEMPLATE_FIELDS}[
-        env.env_manager
-    ]
+    fields = {  # proxy: roll's EnvRunner renders an episode as the traj manager does
+        "traj": TEMPLATE_FIELDS,
+        "proxy": TEMPLATE_FIELDS,
+        "step": STEP_TEMPLATE_FIELDS,
+        "step_concat": STEP_CONCAT_TEMPLATE_FIELDS,
+    }[env.env_manager]
     try:
         env.agent_template.format(**{name: 0 for name in fields})
     except (KeyError, IndexError, ValueError) as error:
@@ -543,6 +439,6 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             f"{['{' + n + '}' for n in fields]} ({error!r}); "
             "write literal braces as {{ }}"
         ) from None
-    seen = "{observation}" if env.env_manager == "traj" else "{current_observation}"
+    seen = "{observation}" if env.env_manager in ("traj", "proxy") else "{current_observation}"
     if seen not in env.agent_template:
         raise ConfigError(f"'{where}.agent_template' has no {seen}: the model would never see the board")

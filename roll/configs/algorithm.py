@@ -6,10 +6,11 @@ option and the rollout-IS framework of `roll.algorithms` is selected here by nam
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
-from roll.configs.base import PipelineConfig
 from roll.configs.loader import field_help
+from roll.configs.roles import ACTOR_INFER, ACTOR_TRAIN, CRITIC, REFERENCE
+from roll.configs.rollout import RolloutConfig
 from roll.configs.train_infer import TrainInferCorrectionConfig
 from roll.configs.worker import WorkerConfig
 
@@ -17,7 +18,13 @@ LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
 
 
 @dataclass
-class RLAlgorithmConfig(PipelineConfig):
+class RLAlgorithmConfig(RolloutConfig):
+    ROLES = (ACTOR_TRAIN, ACTOR_INFER, REFERENCE, CRITIC)
+    EPOCHS_ROLE = "actor_train"
+    ROLL_DATA_BLOCKS = ("actor_train", "validation")
+    # what changes what a step is, besides the seed and the trained roles' layout (fingerprint)
+    FINGERPRINT_KEYS: ClassVar[tuple[str, ...]] = ("rollout_batch_size", "adv_estimator")
+
     # --- roles --------------------------------------------------------------------------------
     actor_train: WorkerConfig | None = field_help(None, "the policy being trained (a training strategy)")
     actor_infer: WorkerConfig | None = field_help(None, "the rollout engine (hf_infer, vllm, sglang)")
@@ -187,3 +194,62 @@ class RLAlgorithmConfig(PipelineConfig):
         "rollout_correction.md §7.7); needs an actor_infer that returns rollout log-probs; the IS weight excludes "
         "rollout_is",
     )
+
+    # ---- the kind interface's shared part for the policy-optimisation kinds (roll/configs/base.py) ----------
+    @property
+    def ratio_level(self) -> str:
+        """The PPO ratio's level the loss computes: importance_sampling's (token | seq); a kind may add one."""
+        return self.importance_sampling
+
+    def longest_row(self) -> tuple[int, str]:
+        return self.prompt_length + self.response_length, "prompt_length + response_length"
+
+    def fingerprint(self) -> dict:
+        roles = super().fingerprint()
+        out = {"seed": roles.pop("seed"), **{key: getattr(self, key) for key in self.FINGERPRINT_KEYS}, **roles}
+        out["critic"] = "configured" if self.critic is not None else "none"
+        return out
+
+    def resolved(self) -> dict:
+        from roll.configs.policy_loss import effective_policy_loss_mode
+
+        resolved = super().resolved()
+        resolved["policy_loss_mode"] = effective_policy_loss_mode(self)  # the loss the run uses: pg_variant names it
+        return resolved
+
+    def describe_notes(self) -> list[str]:
+        notes = self.loss_notes()
+        from roll.configs.rl_checks import describe_reference
+
+        reference = describe_reference(self)
+        if reference:
+            notes.append(reference)
+        if self.reference is not None and not (self.use_kl_loss or self.add_token_level_kl):
+            notes.append(
+                "note: 'reference' is configured but use_kl_loss and add_token_level_kl are both off, so nothing "
+                "reads its log-probs: it will not be started"
+            )
+        return notes
+
+    def loss_notes(self) -> list[str]:
+        if self.pg_variant is None:
+            return []
+        from roll.configs.policy_loss import effective_policy_loss_mode
+
+        loss = effective_policy_loss_mode(self)
+        return [f"policy loss: {loss} (from pg_variant: {self.pg_variant}, which overrides policy_loss_mode)"]
+
+    @classmethod
+    def roll_translate(cls, data: dict, problems: list, first: bool) -> None:
+        """ROLL's LoRA keys repeated on the rollout roles, and its trl value-head critic."""
+        if not first:
+            from roll.configs.roll_compat import example_keys
+            from roll.configs.roll_compat.translate import drop_lora_copies
+
+            drop_lora_copies(data)
+            example_keys.critic_value_head(data)
+
+    def check_roll_keys(self, extra: dict) -> list:
+        from roll.configs.roll_compat import check_roll_keys
+
+        return check_roll_keys(self, extra)

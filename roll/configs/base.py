@@ -1,31 +1,50 @@
-"""Settings every pipeline (RLVR, agentic) shares: run bookkeeping, devices, logging, checkpoints."""
+"""Settings every pipeline kind shares (run bookkeeping, devices, logging, checkpoints) and the interface of a
+kind's config class: what the launcher, the loader, the shared config checks, `--dry_run`, the pipeline and its
+checkpoints ask a kind instead of testing which kind it is.
 
+A kind's config class (e.g. roll/pipeline/rlvr/config.py) subclasses `PipelineConfig` and declares:
+    KIND            its name in the table of kinds
+    ROLES           its model roles, one `RoleSpec` each (roll/configs/roles.py): default worker class, strategy
+                    capability, trained / checkpointed, LoRA, ROLL's model-path key
+    PIPELINE        the dotted path of its `run_pipeline(config) -> history`
+    DEFAULT_CONFIG  (config_path relative to examples/, config_name) of its launcher's embedded default
+and implements `validate()`, `optimizer_steps()`, `describe_plan()` (and, where it has more, the other hooks
+below). The table of kinds is roll/pipeline/kinds.py; docs/architecture.md ("How to add a pipeline kind").
+"""
+
+import dataclasses
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import ProfilerConfig
+from roll.configs.roles import RoleSpec
 
 SUMMARY_WRITER_KEYS = ("log_dir", "comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
 
 
 @dataclass
-class RolloutMockConfig:
-    enable: bool = field_help(False, "turn ROLL's rollout dump / replay on")
-    mode: Literal["dump", "mock"] = field_help(
-        "dump",
-        "dump: store each step's rollout (the scored batch, as training receives it) and each validation's; "
-        "mock: replay them instead of generating, so two runs train on identical samples (precision alignment "
-        "of engines or strategies); a step missing from the dump is an error",
-    )
-    dump_dir: str = field_help(
-        "./rollout_mock_dumps", "where the pickles go: <dump_dir>/train|val/step_<NNNNNN>.pkl (0-based step)"
-    )
-
-
-@dataclass
 class PipelineConfig:
+    # ---- the kind (class attributes; see the module docstring) ---------------------------------------------
+    KIND: ClassVar[str] = ""  # its name in the table of kinds (roll/pipeline/kinds.py)
+    ROLES: ClassVar[tuple[RoleSpec, ...]] = ()
+    PIPELINE: ClassVar[str] = ""
+    DEFAULT_CONFIG: ClassVar[tuple[str, str]] = ("", "")
+    # the loader: `<key>.<name>: null` drops an inherited entry of these maps; the entries of NAMED_ROLE_MAPS are
+    # named roles (their `name` is set from the key)
+    DROPPABLE_MAPS: ClassVar[tuple[str, ...]] = ()
+    NAMED_ROLE_MAPS: ClassVar[tuple[str, ...]] = ()
+    # the role whose training_args.num_train_epochs sets the run length (over the kind's dataset); None: no
+    # dataset to count epochs over
+    EPOCHS_ROLE: ClassVar[str | None] = None
+    # ROLL's top-level blocks besides the roles that take ROLL's `rpc_timeout` (e.g. the env managers)
+    ROLL_TIMEOUT_BLOCKS: ClassVar[tuple[str, ...]] = ()
+    # the blocks whose data_args take ROLL's top-level `global_template`
+    ROLL_DATA_BLOCKS: ClassVar[tuple[str, ...]] = ()
+    # docs/configuration.md (scripts/config_reference.py): (title, dataclass) of each block of the kind's own
+    DOC_SECTIONS: ClassVar[tuple[tuple[str, type], ...]] = ()
+
     exp_name: str = field_help(
         "roll",
         "experiment name: the run's TensorBoard directory is <logging_dir>/<exp_name> (runs with different "
@@ -34,8 +53,8 @@ class PipelineConfig:
     seed: int = field_help(
         42,
         "seed for data order, sampling and initialisation; every Ray worker seeds its RNGs from it and its rank "
-        "(roll.utils.seeding.worker_seed)",
-        bounds="[0, inf)",
+        "(roll.utils.seeding.worker_seed); numpy's range, which np.random.seed takes",
+        bounds="[0, 4294967295]",
     )
     output_dir: str = field_help(
         "./output", "samples, learning curves and (without checkpoint_dir) checkpoints: <output_dir>/checkpoints/step-N"
@@ -126,39 +145,6 @@ class PipelineConfig:
     system_envs: dict[str, str] = field_help(
         default_factory=dict, help="environment variables set in every Ray worker (see roll/configs/blocks/envs.yaml)"
     )
-    model_update_buffer_size_mb: float = field_help(
-        1024.0,
-        "weight sync actor_train → actor_infer in buckets of at most this many MB (a larger single tensor "
-        "goes alone): the sync needs about one bucket of extra memory, not a second copy of the model",
-        bounds="(0, inf)",
-    )
-    weight_sync_method: Literal["auto", "object_store", "collective", "ipc"] = field_help(
-        "auto",
-        "how the buckets travel: ipc (shared memory; colocated roles), collective (a gloo/NCCL broadcast "
-        "group; separate devices), object_store (Ray; anything). auto: ipc when every actor_infer worker "
-        "shares a device with an actor_train worker, collective when none does, else object_store",
-    )
-    weight_sync_check: Literal["checksum", "full", "off"] = field_help(
-        "checksum",
-        "verification of each step's weight sync: checksum (what actor_train sent, in the dtype it sent, against "
-        "what actor_infer serves; ~0.1-0.3% of a step at 0.36B on a GPU, estimated), full (checksums + a probe "
-        "generated and scored by both roles; ~20% of that step, measured) or off. The sync at start-up, after a "
-        "resume and after a recovery is always checked in full (docs/strategies.md, Verification)",
-    )
-    weight_sync_full_check_steps: int = field_help(
-        0,
-        "also check the sync in full after every N-th step (N steps trained); 0 = only at start-up, resume "
-        "and recovery",
-        bounds="[0, inf)",
-    )
-    rollout_mock: RolloutMockConfig | None = field_help(
-        None, "ROLL's rollout dump / replay for precision-alignment tests (docs/reliability.md, Rollout dump)"
-    )
-    rollout_dump_dir: str | None = field_help(
-        None,
-        "ROLL's rollout log: each training step's samples as one JSON line of columns (prompt, responses, scores, "
-        "tag, ..., global_step) in <dir>/rollout_dump_data.step_<N>.jsonl (N 0-based); null = off",
-    )
     model_download_type: Literal["HUGGINGFACE_HUB", "MODELSCOPE"] | None = field_help(
         None,
         "where a model_name_or_path that is not a local directory comes from (ROLL's key): null / HUGGINGFACE_HUB = "
@@ -169,12 +155,6 @@ class PipelineConfig:
         default_factory=ProfilerConfig,
         help="profiling of the roles' workers (tool, steps, ranks, save_path); a role's own `profiler` block "
         "overrides it key by key (docs/profiling.md)",
-    )
-    lora_weight_sync: Literal["merged", "adapter"] = field_help(
-        "merged",
-        "with a LoRA actor_train: merged (the base weights with the adapters merged in, for any rollout "
-        "engine) or adapter (only the adapter matrices, served by vLLM's LoRA support: actor_infer vllm "
-        "with strategy_config enable_lora: true and max_lora_rank ≥ lora_rank)",
     )
 
     def __post_init__(self):
@@ -194,12 +174,134 @@ class PipelineConfig:
                 f"'tracker_kwargs' has {unknown}, which TensorBoard's SummaryWriter does not take; valid: "
                 f"{list(SUMMARY_WRITER_KEYS)}"
             )
-        if self.weight_sync_full_check_steps and self.weight_sync_check == "full":
-            raise ConfigError(
-                f"'weight_sync_full_check_steps' = {self.weight_sync_full_check_steps} has no effect with "
-                f"weight_sync_check: full (every sync is checked in full): set it to 0 or weight_sync_check to "
-                f"checksum or off"
-            )
+
+    def validate(self) -> None:
+        """The kind's cross-field rules, after the strict build checked each field (ConfigError naming the keys)."""
+        raise NotImplementedError(f"{type(self).__name__}.validate")
+
+    # ---- roles -----------------------------------------------------------------------------------------------
+    @classmethod
+    def role_specs(cls) -> dict[str, RoleSpec]:
+        return {spec.name: spec for spec in cls.ROLES}
+
+    def roles(self) -> dict:
+        """name → WorkerConfig of every configured role: the model roles in ROLES order, then `extra_roles()`."""
+        out = {spec.name: getattr(self, spec.name) for spec in self.ROLES if getattr(self, spec.name) is not None}
+        out.update(self.extra_roles())
+        return out
+
+    def extra_roles(self) -> dict:
+        """Roles outside ROLES (no model the pipeline trains or colocates, e.g. RLVR's reward scorers): name →
+        WorkerConfig; their worker_cls is required."""
+        return {}
+
+    def trained_roles(self) -> list[str]:
+        """The configured roles that run optimizer steps (their engine state is checkpointed), in ROLES order."""
+        return [spec.name for spec in self.ROLES if spec.trained and getattr(self, spec.name) is not None]
+
+    def tokenizer_role(self) -> str:
+        """The role whose model directory gives the pipeline's tokenizer: the first configured role of ROLES."""
+        return next(spec.name for spec in self.ROLES if getattr(self, spec.name) is not None)
+
+    def longest_row(self) -> tuple[int, str]:
+        """(the most tokens one row can have, how that is computed) for token budgets of micro-batches."""
+        raise NotImplementedError(f"{type(self).__name__}.longest_row")
+
+    def rows_per_step(self) -> tuple[int, str] | None:
+        """(rows one pipeline step holds at once, how they are counted, naming the keys) for the start-up memory
+        check (roll.configs.sizes); None: the kind does not estimate it."""
+        return None
+
+    def start_up_checks(self, tokenizer_dir: str) -> list:
+        """The kind's own start-up checks, run by roll.pipeline.core.preflight (and `--dry_run`) once the tokenizer's
+        model directory is readable: zero-argument callables that raise a UserError naming the key."""
+        return []
+
+    # ---- what the kind computes per step -----------------------------------------------------------------------
+    def optimizer_steps(self) -> dict:
+        """Trained role → optimizer steps per pipeline step (LR schedules; `--dry_run` prints them)."""
+        raise NotImplementedError(f"{type(self).__name__}.optimizer_steps")
+
+    def fingerprint(self) -> dict:
+        """The settings a resumed run must share with its checkpoint (saved in pipeline_state.pt as "config"):
+        the seed and the trained roles' strategy and world size (their engine state is sharded by them); a kind
+        adds what changes what a step is."""
+        out = {"seed": self.seed}
+        for name in self.trained_roles():
+            worker = getattr(self, name)
+            if worker.strategy_args is not None:
+                out[f"{name}.strategy_args.strategy_name"] = worker.strategy_args.strategy_name
+                out[f"{name}.world_size"] = worker.world_size
+        return out
+
+    # ---- --dry_run and the start-up report ---------------------------------------------------------------------
+    def describe(self) -> str:
+        """The resolved config, the kind's arithmetic (`describe_plan`), the placement plan and the kind's notes."""
+        from omegaconf import OmegaConf
+
+        from roll.configs.roll_compat.lengths import length_lines
+        from roll.distributed.resource_manager import format_plan, placement_plan
+
+        parts = [
+            "resolved config:",
+            OmegaConf.to_yaml(self.resolved()).rstrip(),
+            self.describe_plan(),
+            format_plan(placement_plan(self.roles()), self.num_devices, self.num_gpus_per_node),
+        ]
+        parts.extend(length_lines(self))
+        parts.extend(self.describe_notes())
+        return "\n".join(parts)
+
+    def resolved(self) -> dict:
+        """The config as `--dry_run` prints it."""
+        return dataclasses.asdict(self)
+
+    def describe_plan(self) -> str:
+        """The kind's arithmetic: what one pipeline step processes, per role."""
+        raise NotImplementedError(f"{type(self).__name__}.describe_plan")
+
+    def describe_notes(self) -> list[str]:
+        """Lines after the placement plan: what the run will (not) do that the keys alone do not say."""
+        return []
+
+    # ---- the launcher ------------------------------------------------------------------------------------------
+    def check_inputs(self) -> "PipelineConfig":
+        """The launcher's checks of what the config names on disk (data files, tokenizer), by `--dry_run` too,
+        after `validate()`; missing files are left to the pipeline's start-up checks. Returns self."""
+        return self
+
+    def run(self) -> dict:
+        """Run the kind's pipeline to the end; returns its history."""
+        from roll.utils.import_utils import import_class
+
+        return import_class(self.PIPELINE)(self)
+
+    # ---- ROLL's YAMLs (roll.configs.roll_compat) -----------------------------------------------------------------
+    @classmethod
+    def claims_roll_example(cls, text: str) -> bool:
+        """Whether a ROLL example YAML (its text) is a config of this kind (scripts/check_roll_examples.py picks
+        the loader by asking each kind, in the table's order)."""
+        return False
+
+    @classmethod
+    def roll_translate(cls, data: dict, problems: list, first: bool) -> None:
+        """The kind's own ROLL translations of the resolved plain dict, in place; problems as (key path,
+        message). Called twice: `first` before the shared translation (e.g. moving a block the shared aliases
+        then translate), then after it."""
+
+    @classmethod
+    def roll_blocks(cls, data: dict) -> list:
+        """The kind's blocks besides the roles that ROLL's per-block aliases apply to: (alias block name, key
+        path, the block's dict), e.g. ("validation", "validation", data["validation"])."""
+        return []
+
+    def check_roll_keys(self, extra: dict) -> list:
+        """Checks of ROLL aliases that need the built config (`extra`: what the translation kept for later);
+        (key path, message) problems."""
+        return []
+
+    def note_roll_keys(self, extra: dict) -> None:
+        """Keep on the built config what `--dry_run` should show of the translation."""
 
     @property
     def num_devices(self) -> int:

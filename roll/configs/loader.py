@@ -122,7 +122,10 @@ def out_of_bounds(field, value, path: str) -> list:
     for where, item in items:
         if isinstance(item, bool) or not isinstance(item, (int, float)) or bounds.allows(item):
             continue
-        problems.append((where, f"'{where}' = {item!r}: must be {bounds.describe()}"))
+        if isinstance(item, float) and not math.isfinite(item):  # "must be ≥ 0" alone would hide what is wrong
+            problems.append((where, f"'{where}' = {item!r} is not a finite number: must be {bounds.describe()}"))
+        else:
+            problems.append((where, f"'{where}' = {item!r}: must be {bounds.describe()}"))
     return problems
 
 
@@ -247,6 +250,25 @@ def describe(hint) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, str(hint))
 
 
+# More device ids than one role of any cluster has: refused before the list is built (list(range(0, 10**9)) would
+# take gigabytes, and the message naming it megabytes).
+MAX_DEVICE_IDS = 65_536
+
+
+def shorten(value, limit: int = 120) -> str:
+    """repr(value), cut to `limit` characters with the count of what was left out (a message stays one line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}… ({len(text):,} characters)"
+
+
+def describe_ids(ids: list, shown: int = 8) -> str:
+    """A device-id list for a message: all of a short one; the first and last few of a long one, with the count."""
+    if len(ids) <= 2 * shown:
+        return str(list(ids))
+    head, tail = ", ".join(map(str, ids[:shown])), ", ".join(map(str, ids[-2:]))
+    return f"[{head}, …, {tail}] ({len(ids):,} ids)"
+
+
 _RANGE = re.compile(r"^\s*list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)\s*$")
 _LIST = re.compile(r"^(list\()?\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\](?(1)\))$")  # list([...]) or [...]
 
@@ -254,6 +276,11 @@ _LIST = re.compile(r"^(list\()?\[\s*((?:\d+\s*,\s*)*\d+)\s*,?\s*\](?(1)\))$")  #
 def parse_device_mapping(value, path: str):
     """A YAML list of ints, or a string of ROLL's forms parsed without eval(): 'list(range(a, b[, step]))',
     'list([0, 1, 8, 9])', '[6, 7]', or such parts joined by '+'."""
+    if isinstance(value, list) and len(value) > MAX_DEVICE_IDS:
+        raise ConfigError(
+            f"'{path}' names {len(value):,} device ids; a role's device_mapping holds at most num_nodes × "
+            f"num_gpus_per_node ids (roll plans at most {MAX_DEVICE_IDS:,})"
+        )
     if value is None or isinstance(value, list):
         return value
     if isinstance(value, str):
@@ -265,7 +292,13 @@ def parse_device_mapping(value, path: str):
             if match:
                 numbers = [int(g) for g in match.groups() if g is not None]
                 if len(numbers) == 3 and numbers[2] == 0:
-                    raise ConfigError(f"'{path}' = {value!r}: the range step must not be 0")
+                    raise ConfigError(f"'{path}' = {shorten(value)}: the range step must not be 0")
+                count = len(range(*numbers))  # before building it
+                if len(ids) + count > MAX_DEVICE_IDS:
+                    raise ConfigError(
+                        f"'{path}' = {shorten(value)} names {len(ids) + count:,} device ids; a role's device_mapping "
+                        f"holds at most num_nodes × num_gpus_per_node ids (roll plans at most {MAX_DEVICE_IDS:,})"
+                    )
                 ids += list(range(*numbers))
             elif literal:
                 ids += [int(n) for n in re.findall(r"\d+", literal.group(2))]
@@ -274,7 +307,7 @@ def parse_device_mapping(value, path: str):
         else:
             return ids
     raise ConfigError(
-        f"'{path}' = {value!r}: expected a list of device ids such as [0, 1, 2, 3] or a string such as "
+        f"'{path}' = {shorten(value)}: expected a list of device ids such as [0, 1, 2, 3] or a string such as "
         f"'list(range(0, 4))', 'list([0, 1, 8, 9])' or 'list(range(0, 4)) + list(range(8, 12))'"
     )
 

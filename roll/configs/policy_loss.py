@@ -29,13 +29,8 @@ def policy_loss_config(config):
         kimi15_tau=config.kimi15_tau,
         topr_positive_weight=config.topr_positive_weight,
         topr_negative_weight=config.topr_negative_weight,
-        importance_sampling=_ratio_level(config),
+        importance_sampling=config.ratio_level,
     )
-
-
-def _ratio_level(config) -> str:
-    # ROLL's agentic `ratio_type: segment` is the PPO ratio's third level (only AgenticConfig has the key)
-    return "segment" if getattr(config, "ratio_type", "token") == "segment" else config.importance_sampling
 
 
 PG_VARIANTS = {"ppo": "vanilla", "tis": "tis", "topr": "topr", "cispo": "cispo", "kimi15": "kimi15"}

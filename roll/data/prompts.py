@@ -11,11 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from roll.data.chat_template import render_chat
 from roll.data.checks import truth_defect
 from roll.distributed.data_proto import DataProto
 from roll.utils.errors import InputError, MissingInput
 from roll.utils.functional import left_pad
 from roll.utils.logging import get_logger
+from roll.utils.paths import not_a_regular_file
 
 logger = get_logger("roll.data")
 
@@ -30,6 +32,9 @@ def _builder_for(files: list[str]) -> str:
             raise InputError(
                 f"data_args.file_name: {name!r} has an unsupported extension {suffix!r}; use one of {sorted(_LOADERS)}"
             )
+        problem = not_a_regular_file(name)  # a directory, FIFO or device: named, never opened
+        if problem:
+            raise InputError(f"data_args.file_name: {name!r} {problem}; give a regular data file, read whole")
         if not Path(name).is_file():
             raise MissingInput(f"data_args.file_name: {name!r} does not exist")
         kinds.add(_LOADERS[suffix])
@@ -137,7 +142,12 @@ def _prompt_text(row: dict, data_args, tokenizer, where: str) -> str:
     if not data_args.apply_chat_template:
         raise InputError(f"{where}: '{data_args.messages_key}' needs data_args.apply_chat_template: true")
     extra = {"chatml": {"chat_template": CHATML}, "qwen3": {"enable_thinking": True}}.get(data_args.chat_template, {})
-    return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False, **extra)
+    return render_chat(tokenizer, messages, add_generation_prompt=True, **extra)  # a broken template: named
+
+
+def render_prompt(text: str, data_args, tokenizer) -> str:
+    """The prompt a data row whose prompt column is `text` becomes (the chat template applied as configured)."""
+    return _prompt_text({data_args.prompt_key: text}, data_args, tokenizer, "a sample prompt")
 
 
 def read_column(name: str, column: str) -> list | None:
@@ -156,16 +166,13 @@ def read_columns(name: str, columns: list[str]) -> dict[str, list] | None:
         return None
     try:
         table = datasets.load_dataset(_LOADERS[suffix], data_files=[name], split="train")
-    except Exception:  # load_prompt_rows reports it, naming the file
+        return {c: list(table[c]) if c in table.column_names else [None] * len(table) for c in columns}
+    except Exception:  # bytes that are not UTF-8 fail here, as the columns decode: load_prompt_rows names them
         return None
-    return {column: list(table[column]) if column in table.column_names else [None] * len(table) for column in columns}
 
 
-def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
-    """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
-    import datasets
-
-    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+def check_template_available(data_args, tokenizer, files) -> None:
+    """apply_chat_template needs a template: the tokenizer's own, or chatml (roll's)."""
     if data_args.apply_chat_template and data_args.chat_template != "chatml" and not tokenizer.chat_template:
         raise InputError(
             f"data_args.apply_chat_template is true but the tokenizer of {tokenizer.name_or_path} has no chat "
@@ -173,10 +180,18 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
             f"data_args.template) for the ChatML format, give the tokenizer a chat_template (tokenizer_config.json), "
             f"or set data_args.apply_chat_template: false to use the prompt text as it is"
         )
+
+
+def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
+    """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
+    import datasets
+
+    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+    check_template_available(data_args, tokenizer, files)
     kind = _builder_for(files)
     for name in files:
         _check_text_file(name, kind)
-    rows, too_long, total = [], [], 0
+    rows, too_long, too_long_lengths, total = [], [], [], 0
     for source, name in enumerate(files):  # file by file: rows know their file (data_args.interleave_probs)
         try:
             table = datasets.load_dataset(
@@ -194,6 +209,7 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) > prompt_length:
                 too_long.append(where)
+                too_long_lengths.append(len(ids))
                 continue
             truth, defect = row_truth(row, data_args, where)
             rows.append(
@@ -224,7 +240,14 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
             prompt_length,
         )
     if not rows:
-        raise InputError(f"{files}: no usable prompt rows")
+        shortest = min(too_long_lengths, default=None)
+        why = (
+            f": all {total} prompts are longer than prompt_length = {prompt_length} tokens (the shortest has "
+            f"{shortest}, chat template included) and data_args.on_long_prompt: drop dropped them; raise prompt_length"
+            if too_long and len(too_long) == total
+            else ""
+        )
+        raise InputError(f"{files}: no usable prompt rows{why}")
     return rows
 
 

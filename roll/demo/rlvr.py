@@ -203,14 +203,14 @@ def greedy_eval(model, tokenizer, rows: list[dict], max_new_tokens: int = 8, bat
         chunk = rows[start : start + batch_size]
         ids, mask = left_pad(encode_prompts(tokenizer, [r["prompt"] for r in chunk]), tokenizer.pad_token_id)
         out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
+            input_ids=ids.to(model.device),
+            attention_mask=mask.to(model.device),
             do_sample=False,
             max_new_tokens=max_new_tokens,
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
         )
-        replies += tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+        replies += tokenizer.batch_decode(out[:, ids.shape[1] :].cpu(), skip_special_tokens=True)
     model.train(was_training)
     scores = [grade(reply, row["ground_truth"]) for reply, row in zip(replies, rows)]
     boxed = [r.strip() for r in replies]

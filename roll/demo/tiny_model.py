@@ -34,9 +34,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
+def build_tokenizer(texts: list[str], extra_special_tokens: tuple[str, ...] = ()) -> Qwen2Tokenizer:
     """A Qwen2 byte-level BPE tokenizer whose merges cover every pre-token of `texts` (whole sentences
-    or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1)."""
+    or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1), then
+    `extra_special_tokens` (e.g. a VL model's image placeholders) the next ids."""
     core = Tokenizer(models.BPE())
     core.normalizer = normalizers.NFC()
     core.pre_tokenizer = pre_tokenizers.Sequence(
@@ -49,7 +50,7 @@ def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
     trainer = trainers.BpeTrainer(
         vocab_size=100_000,
         min_frequency=1,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=SPECIAL_TOKENS + list(extra_special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -63,7 +64,7 @@ def build_tokenizer(texts: list[str]) -> Qwen2Tokenizer:
         pad_token=PAD,
         eos_token=EOS,
         unk_token=None,
-        additional_special_tokens=[USER, ASSISTANT],
+        additional_special_tokens=[USER, ASSISTANT, *extra_special_tokens],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer

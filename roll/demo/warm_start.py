@@ -38,12 +38,13 @@ def warm_start(
     lr: float = 3e-3,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
+    device: str = "cpu",
 ) -> list[float]:
-    """Trains in place on every token after the first prompt (AdamW, constant lr); returns the loss curve.
-    `log`, if given, gets a progress line every tenth of the run."""
+    """Trains in place on every token after the first prompt (AdamW, constant lr, on `device`); returns the loss
+    curve. `log`, if given, gets a progress line every tenth of the run."""
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     encoded = []
     for conversation in conversations:
@@ -71,7 +72,7 @@ def warm_start(
             input_ids[i, : len(ids)] = torch.tensor(ids)
             labels[i, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
             attention[i, : len(ids)] = 1
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        loss = model(input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

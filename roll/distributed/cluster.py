@@ -18,6 +18,7 @@ from roll.distributed.decorator import (
     split_arguments,
 )
 from roll.distributed.resource_manager import plan_role
+from roll.utils.errors import UserError
 
 # Starting a worker process (imports torch, transformers) can take a while on a loaded machine; a role's
 # `start_timeout` sets it.
@@ -39,6 +40,11 @@ class WorkerDied(RoleFailure):
 
 class RoleTimeout(RoleFailure, TimeoutError):
     pass
+
+
+class RoleRefused(UserError, RuntimeError):
+    """A role's method raised one of roll's refusals (a UserError, e.g. a reward plugin's score that is not a
+    number): the launcher prints its message alone; not a RoleFailure, since redoing the step fails the same way."""
 
 
 class Cluster:
@@ -201,6 +207,10 @@ class Cluster:
                     rank,
                 ) from None
             except RayTaskError as error:
+                if isinstance(error.cause, UserError):  # a refusal with its own message: it alone, on one line
+                    raise RoleRefused(
+                        f"{self.name}.{method} failed on rank {rank} of {self.world_size}: {error.cause}"
+                    ) from None
                 raise RuntimeError(
                     f"{self.name}.{method} failed on rank {rank} of {self.world_size}:\n{error}"
                 ) from None

@@ -164,6 +164,8 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
         try:
             device_nodes(num_nodes, per_node)
         except ClusterDevicesError as error:
+            if early is not None:  # the local Ray the launcher started for this config: no other session to end
+                raise
             raise ClusterDevicesError(
                 f"{error}\nThis process is already connected to Ray; if it started a local session with too few "
                 f"devices, call ray.shutdown() first"

@@ -1,36 +1,31 @@
-"""What every policy-optimisation pipeline does around its rollout: roles, forward passes, the PPO
-update, weight sync, checkpoints and the step loop.
+"""The thin pipeline every kind builds on: its roles started from the config, the step loop with its progress
+line, recovery (max_failures), checkpoints, tracking and the validation schedule.
 
-A subclass brings the rollout: `step(step)` (one pipeline step, returning its metrics), `validate(step)`,
-`_role_configs()` (the roles to start besides the model roles' defaults) and `_probe_batch()` (the fixed
-prompt of the weight-sync check). RLVR: `roll.pipeline.rlvr`; agentic: `roll.pipeline.agentic`.
+A kind brings what a step does: `step(step)` (one pipeline step, returning its metrics), `validate(step)`,
+`_setup_data()`, `_role_configs()` (the roles to start; default: every configured role) and the components it
+composes (`_build_components()`, e.g. the PPO update of roll/pipeline/core/ppo_update.py, whose hooks the loop
+calls). RLVR: `roll.pipeline.rlvr`; agentic: `roll.pipeline.agentic`. A kind without generation (no actor_infer,
+no weight sync, no KL controller) composes no PPO update.
 """
 
 import time
 
 from transformers import AutoTokenizer
 
-from roll.algorithms import get_adv_estimator_spec, get_kl_controller
-from roll.configs import describe_reference, optimizer_steps, reference_source
-from roll.configs.checks import tokenizer_role
-from roll.configs.policy_loss import loss_settings
 from roll.configs.profiler import role_profile
 from roll.distributed.cluster import Cluster, RoleFailure
 from roll.distributed.data_proto import DataProto
 from roll.distributed.ray_utils import init_ray
 from roll.distributed.resource_manager import ResourceManager, check_placements, describe_workers
-from roll.pipeline.core import preflight, step_maths
+from roll.pipeline.core import preflight
 from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_dir, checkpoint_base
 from roll.pipeline.core.colocation import PhaseMemory
-from roll.pipeline.core.concurrency import ThreadPlan, lane_roles, lanes_by_devices, run_lanes
-from roll.pipeline.core.metrics import fmt, mean_of_ranks, progress
-from roll.pipeline.core.old_log_probs import OldLogProbs
+from roll.pipeline.core.component import PipelineComponent
+from roll.pipeline.core.concurrency import ThreadPlan
+from roll.pipeline.core.metrics import fmt, progress
 from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
-from roll.pipeline.core.rollout_dump import RolloutDumpLogger, RolloutStore
-from roll.pipeline.core.score_watch import ConstantScoreWarning
 from roll.pipeline.core.stopping import STOPPER, stop_point
-from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer, process_age
@@ -38,30 +33,26 @@ from roll.utils.seeding import set_seed
 from roll.utils.tracking import Tracker
 
 logger = get_logger("roll.pipeline")
-MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")  # the roles that hold devices
-# The worker method behind each extra forward pass an estimator can declare (roll.algorithms.FORWARD_PASSES).
-FORWARD_PASS_METHODS = {"sum_pi_squared": "compute_sum_pi_squared"}
 
 
 class BasePipeline:
     """`Pipeline(config).run()` trains; `close()` (or a `with` block) stops the workers and frees the
     devices, so several pipelines can run one after another in one Ray session. `callbacks` are
-    `roll.pipeline.core.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`)."""
+    `roll.pipeline.core.callbacks.StepCallback`s called after every step (e.g. `SampleLogger`).
 
-    saves_checkpoints = True  # a pipeline that trains nothing (agentic rollout-only) has no state to save
-    # the training rows are the engine's prompts and samples token for token (roll.pipeline.core.old_log_probs)
-    rows_are_samples = False
+    Every model role of the kind (config.ROLES) is an attribute of the pipeline named after it: its Cluster, or
+    None where it is not started (e.g. `self.actor_infer`)."""
+
     # Independent phases on different workers run at once (roll.pipeline.core.concurrency); False runs them one
     # after another with the same thread settings (the same numbers, bit for bit: the tests compare both).
     overlap_phases = True
+    validates_before_training = True  # validation at step 0 on a fresh start (when eval_steps is set)
     timer: StepTimer | None = None  # the current step's (new_timer)
+    components: tuple[PipelineComponent, ...] = ()
 
     def __init__(self, config, callbacks=()):
         self.config = config
-        self.callbacks = [*callbacks, ConstantScoreWarning()]  # a domain whose scores are all the same for N steps
-        if config.rollout_dump_dir:
-            self.callbacks.append(RolloutDumpLogger(config.rollout_dump_dir))
-        self.rollout_store = RolloutStore(config.rollout_mock)  # ROLL's rollout dump / replay
+        self.callbacks = list(callbacks)
         self.clusters: dict[str, Cluster] = {}
         self.resource_manager = None
         self.recoveries = 0  # automatic recoveries so far (max_failures)
@@ -78,14 +69,13 @@ class BasePipeline:
 
     def _set_up(self, config) -> None:
         self.tokenizer = AutoTokenizer.from_pretrained(
-            getattr(config, tokenizer_role(config)).model_args.model_name_or_path
+            getattr(config, config.tokenizer_role()).model_args.model_name_or_path
         )
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
         self._setup_data()
-        self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(config))
-        self.old_log_probs = OldLogProbs(config, self.rows_are_samples)
+        self.components = tuple(self._build_components())
         self.checkpointer = PipelineCheckpointer(self)
         self.checkpointer.check_resumable()
         self.tracker = Tracker.from_config(config)
@@ -94,42 +84,24 @@ class BasePipeline:
         except BaseException:
             self.close()  # a half-built pipeline must not keep workers and devices
             raise
-        self._create_weight_sync()
-
-    def _create_weight_sync(self) -> None:
-        self.weight_sync = WeightSync(
-            self.actor_train,
-            self.actor_infer,
-            self._probe_batch(),
-            buffer_size_mb=self.config.model_update_buffer_size_mb,
-            method=self.config.weight_sync_method,
-            adapter_only=self.config.lora_weight_sync == "adapter",
-            check=self.config.weight_sync_check,
-            full_check_steps=self.config.weight_sync_full_check_steps,
-        )
+        for component in self.components:
+            component.attach()
 
     # ---- hooks of a pipeline kind -------------------------------------------------------------------
     def _setup_data(self) -> None:
         """Load data before any worker starts (bad rows fail fast)."""
 
-    def _role_configs(self) -> dict:
-        """name → WorkerConfig of every role to start."""
-        config = self.config
-        roles = {"actor_train": config.actor_train, "actor_infer": config.actor_infer, "critic": config.critic}
-        source = reference_source(config)
-        if source == "reference":
-            roles["reference"] = config.reference
-        elif config.reference is not None and source == "actor_train":
-            logger.info("reference role not started: %s", describe_reference(config))
-        elif config.reference is not None:
-            logger.info(
-                "reference role not started: use_kl_loss and add_token_level_kl are both off, so "
-                "nothing reads reference log-probs"
-            )
-        return {name: worker_config for name, worker_config in roles.items() if worker_config is not None}
+    def _build_components(self) -> list[PipelineComponent]:
+        """The components the kind composes (called once, after `_setup_data`)."""
+        return []
 
-    def _probe_batch(self) -> DataProto:
-        raise NotImplementedError
+    def _role_configs(self) -> dict:
+        """name → WorkerConfig of every role to start: by default every configured role of the config."""
+        return self.config.roles()
+
+    def probe_batch(self) -> DataProto:
+        """A fixed prompt batch (e.g. the weight-sync check's probe): a kind that generates provides it."""
+        raise NotImplementedError(f"{type(self).__name__}.probe_batch")
 
     def step(self, step: int) -> dict:
         raise NotImplementedError
@@ -182,13 +154,13 @@ class BasePipeline:
         logger.info("%s", check_placements(self.placements, self.resource_manager))
         if self.saves_checkpoints and (config.save_steps or config.resume_from_checkpoint or config.checkpoint_on_stop):
             check_output_dir(checkpoint_base(config), self.clusters)
-        self.actor_train, self.actor_infer = self.clusters.get("actor_train"), self.clusters["actor_infer"]
-        self.reference, self.critic = self.clusters.get("reference"), self.clusters.get("critic")
-        models = {name: cluster for name, cluster in self.clusters.items() if name in MODEL_ROLES}
+        for name in config.role_specs():
+            setattr(self, name, self.clusters.get(name))
+        models = {name: cluster for name, cluster in self.clusters.items() if name in config.role_specs()}
         self.profiler = StepProfiler(config, self.clusters)
         self.threads = ThreadPlan(self.clusters, self.placements, self._background_roles())
         self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
-        steps = optimizer_steps(config)  # per pipeline step, for LR schedules
+        steps = config.optimizer_steps()  # per pipeline step, for LR schedules
         pending = [
             cluster.initialize.submit(total_steps=config.max_steps * steps.get(name, 0))
             for name, cluster in self.clusters.items()
@@ -210,6 +182,23 @@ class BasePipeline:
             "" if age is None else f"; {age:.1f} s since the process started",
         )
 
+    @property
+    def saves_checkpoints(self) -> bool:
+        """A pipeline that trains a role has state to save (a rollout-only one has none)."""
+        return bool(self.trained_clusters())
+
+    def trained_clusters(self) -> dict:
+        """name → Cluster of the started roles that train (their engine state is checkpointed), in ROLES order."""
+        return {name: self.clusters[name] for name in self.config.trained_roles() if name in self.clusters}
+
+    def components_state(self) -> dict:
+        """The components' driver state for pipeline_state.pt."""
+        return {key: value for component in self.components for key, value in component.state_dict().items()}
+
+    def load_components_state(self, state: dict) -> None:
+        for component in self.components:
+            component.load_state_dict(state)
+
     def close(self) -> None:
         """Stop every role's workers and release the devices; the Ray session stays up."""
         for cluster in self.clusters.values():
@@ -226,96 +215,6 @@ class BasePipeline:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # ---- phases shared by every pipeline kind ------------------------------------------------------
-    def forward_log_probs(
-        self, cluster: Cluster, batch: DataProto, key: str, method: str = "compute_log_probs"
-    ) -> None:
-        """`key` ← a per-token forward quantity of the responses: log-probs (by the worker's `method`, e.g.
-        compute_reference_log_probs of a LoRA actor), or for a key of FORWARD_PASS_METHODS (e.g.
-        "sum_pi_squared") that quantity."""
-        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
-        view.meta_info["temperature"] = self.config.actor_infer.generating_args.temperature
-        view, _ = view.pad_to_multiple(cluster.world_size)
-        self.memory.use(cluster.name)
-        self.threads.enter({cluster.name})
-        if key in FORWARD_PASS_METHODS:
-            values = getattr(cluster, FORWARD_PASS_METHODS[key])(view).batch[key]
-        else:
-            values = getattr(cluster, method)(view).batch["log_probs"]
-        batch.batch[key] = values[: len(batch)]
-
-    def compute_values(self, batch: DataProto) -> None:
-        view = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
-        view, _ = view.pad_to_multiple(self.critic.world_size)
-        self.memory.use("critic")
-        self.threads.enter({"critic"})
-        batch.batch["values"] = self.critic.compute_values(view).batch["values"][: len(batch)]
-
-    def train(self, batch: DataProto, step: int) -> dict:
-        loss_settings(self.config, step).attach(batch)
-        metrics = {}
-        if self.critic is not None:
-            self.memory.use("critic")
-            self.threads.enter({"critic"})
-            metrics.update(mean_of_ranks(self.critic.train_step(batch)))
-        self.memory.use("actor_train")
-        self.threads.enter({"actor_train"})
-        metrics.update(mean_of_ranks(self.actor_train.train_step(batch)))
-        return metrics
-
-    def update(self, batch: DataProto, step: int, timer: StepTimer, alongside: tuple = ()) -> dict:
-        """Everything after the rewards: old/ref log-probs (and values), advantages, the PPO update and the
-        weight sync; returns their metrics. `alongside`: more phases (name, roles, call) that need only the
-        generated batch, run with the forward passes (e.g. RLVR's reward scoring)."""
-        config, metrics = self.config, {}
-        self._forward_passes(batch, timer, alongside)
-        with timer.phase("advantages"):
-            metrics.update(step_maths.apply_rollout_is(batch, config))  # on the generated tokens, before masks
-            metrics.update(self.old_log_probs.settle(batch))  # the rollout log-probs where they are the old ones
-            metrics.update(step_maths.apply_reward_shaping(batch, config))
-            metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
-            step_maths.compute_advantages(batch, config)
-            metrics.update(step_maths.apply_train_infer_correction(batch, config))  # after, as ROLL's pipelines
-        with timer.phase("train"):
-            metrics.update(self.train(batch, step))
-        self._before_weight_sync(timer)
-        with timer.phase("weight_sync"):
-            self.memory.use("actor_train", "actor_infer")
-            self.threads.enter({"actor_train"}, {"actor_infer"})
-            metrics.update(self.weight_sync.sync_and_verify(step))
-        self._after_weight_sync()
-        return metrics
-
-    def _before_weight_sync(self, timer: StepTimer) -> None:
-        """Hook: the last moment the engine serves the weights it has (async rollout waits here for its turns)."""
-
-    def _after_weight_sync(self) -> None:
-        """Hook: the engine now serves the weights of the step just trained (async rollout's policy version)."""
-
-    def _forward_passes(self, batch: DataProto, timer: StepTimer, alongside: tuple = ()) -> None:
-        """old log-probs (actor_train), reference log-probs and critic values of the generated samples, and the
-        `alongside` phases: at once where their roles share no device (roll.pipeline.core.concurrency)."""
-        train = self.actor_train
-        phases = []
-        if self.old_log_probs.needs_pass(batch):  # skipped where the rollout log-probs are the old ones
-            phases.append(
-                ("old_log_probs", "actor_train", lambda: self.forward_log_probs(train, batch, "old_log_probs"))
-            )
-        for key in get_adv_estimator_spec(self.config.adv_estimator).forward_passes:  # e.g. Σπ²
-            phases.append((key, "actor_train", lambda key=key: self.forward_log_probs(train, batch, key)))
-        if self.reference is not None:
-            ref = self.reference
-            phases.append(("ref_log_probs", "reference", lambda: self.forward_log_probs(ref, batch, "ref_log_probs")))
-        elif reference_source(self.config) == "actor_train":  # LoRA: the base model = adapters disabled
-            method = "compute_reference_log_probs"
-            call = lambda: self.forward_log_probs(train, batch, "ref_log_probs", method=method)  # noqa: E731
-            phases.append(("ref_log_probs", "actor_train", call))
-        if self.critic is not None:
-            phases.append(("values", "critic", lambda: self.compute_values(batch)))
-        lanes = lanes_by_devices([*phases, *alongside], self.memory.devices)
-        with self.threads.together(lane_roles(lanes)):  # the same threads whether or not the lanes overlap
-            run_lanes(lanes, timer, parallel=self.overlap_phases)
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> dict:
@@ -353,12 +252,12 @@ class BasePipeline:
         return history
 
     def _run_from(self, first_step: int, history: dict) -> None:
-        self.memory.use("actor_train", "actor_infer")
-        self.threads.enter({"actor_train"}, {"actor_infer"})
-        self.weight_sync.sync_and_verify(first_step - 1, initial=True)  # the engine starts from the trainer's weights
+        for component in self.components:
+            component.start(first_step)
         if history["first_step"] is None:
             history["first_step"] = first_step
-            history["before"] = self._validate_before(first_step)
+            if self.validates_before_training:
+                history["before"] = self._validate_before(first_step)
         eta = ETA(first_step, self.config.max_steps - 1)
         stop_point(self, first_step)  # a signal before the first step: stop, nothing new to save
         for step in range(first_step, self.config.max_steps):
@@ -370,7 +269,7 @@ class BasePipeline:
     def _restart_roles(self):
         """Tear every role down and start it again; returns what to resume from: "latest" (the newest complete
         checkpoint under output_dir, else the configured resume_from_checkpoint) or False (start over, with
-        the driver's seed, data order and KL controller reset)."""
+        the driver's seed, data order and the components' state reset)."""
         started = time.perf_counter()
         for cluster in self.clusters.values():
             cluster.shutdown()
@@ -379,7 +278,8 @@ class BasePipeline:
             self.resource_manager.shutdown()
             self.resource_manager = None
         self._create_clusters()
-        self._create_weight_sync()
+        for component in self.components:
+            component.attach()
         logger.info("recovery: roles restarted in %.1f s", time.perf_counter() - started)
         if self.checkpointer.latest() is not None:
             return "latest"
@@ -388,8 +288,8 @@ class BasePipeline:
         logger.warning("recovery: no checkpoint saved yet: starting over from step 1")
         set_seed(self.config.seed)
         self._setup_data()
-        self.kl_ctrl = get_kl_controller(_kl_ctrl_settings(self.config))
-        self.old_log_probs.reset()
+        for component in self.components:
+            component.reset()
         return False
 
     def _validate_before(self, first_step: int) -> dict:
@@ -460,14 +360,4 @@ def _nsight_env(config, name: str, worker_config) -> dict | None:
             "capture-range-end": "repeat",
             "o": f"{settings['save_path']}/{name}/nsys/worker_%p",
         },
-    }
-
-
-def _kl_ctrl_settings(config) -> dict:
-    kind = "fixed" if config.target_kl is None else "adaptive"
-    return {
-        "type": kind,
-        "kl_coef": config.init_kl_coef,
-        "horizon": config.kl_horizon,
-        "target_kl": config.target_kl if config.target_kl is not None else 0.0,
     }

@@ -79,6 +79,9 @@ class InferenceStrategy:
     stop_strings = False  # generating_args.stop_strings end a sample
     lora_adapters = False  # load_adapter(named_tensors, adapter_config): serves a LoRA adapter (adapter-only sync)
     lora_limit: str | None = None  # why `lora` is False, where there is a reason to tell (the config checks show it)
+    # vision-language models (roll/models/vl.py): images in generate and in the scoring/training forwards
+    vision_language = False
+    vision_language_limit: str | None = None  # why not, for the config checks (None: "not built for this engine")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -136,7 +139,15 @@ class InferenceStrategy:
                 "model_args.dtype=%s on a CPU-only machine: expect it to be several times slower than float32",
                 args.dtype,
             )
+        from roll.models.vl import load_vl_model, vl_model_type
+
+        vision_language = vl_model_type(args.model_name_or_path)
         if getattr(self.worker, "model_kind", "causal_lm") == "value":
+            if vision_language:
+                raise ValueError(
+                    f"{self.config.name}: a critic (value model) of the vision-language model "
+                    f"{args.model_name_or_path} ({vision_language}) is not built; use a critic-free estimator"
+                )
             # No dropout before the value head (HF's default is 0.1): value targets are regressed exactly,
             # as in verl, and a resumed run does not depend on the worker's dropout RNG stream.
             config = AutoConfig.from_pretrained(args.model_name_or_path, num_labels=1)
@@ -144,6 +155,8 @@ class InferenceStrategy:
             return AutoModelForTokenClassification.from_pretrained(
                 args.model_name_or_path, config=config, dtype=dtype, **attention_kwargs(args)
             )
+        if vision_language:  # the whole model: vision tower, language model, output layer
+            return load_vl_model(args.model_name_or_path, dtype, **attention_kwargs(args))
         return AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=dtype, **attention_kwargs(args))
 
     @property

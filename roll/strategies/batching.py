@@ -22,6 +22,7 @@ attention reductions.
 import torch
 
 from roll.distributed.data_proto import DataProto
+from roll.strategies import vl_forward
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -134,19 +135,23 @@ def hf_logits(model, micro: DataProto, device, packing: bool) -> torch.Tensor:
     runs on the micro-batch's `real_columns` only (padded to its longest row) and the logits come back at the
     full width T, zeros in the cut columns; with `packing` computed on one packed row and scattered back
     (zeros at padding positions). Differentiable either way."""
+    vision = vl_forward.is_vl_batch(micro)
     if not packing:
         width, cols = micro.batch["attention_mask"].shape[1], real_columns(micro.batch["attention_mask"])
         inputs = {key: micro.batch[key][:, cols].to(device) for key in FORWARD_KEYS}
+        if vision:  # pixel values and the (4, rows, width) M-RoPE position ids
+            inputs.update(vl_forward.padded_vision_inputs(model, micro, cols, device))
         logits = model(**inputs, use_cache=False).logits
         if cols.stop - cols.start == width:
             return logits
         return torch.nn.functional.pad(logits, (0, 0, cols.start, width - cols.stop))
     input_ids, position_ids = pack(micro)
+    inputs = {"input_ids": input_ids.to(device), "position_ids": position_ids.to(device)}
+    if vision:  # channel 0 of the (4, 1, N) position ids restarts per row: transformers reads packing from it
+        inputs.update(vl_forward.packed_vision_inputs(model, micro, device))
     # attention_mask=None and use_cache=False: the conditions under which transformers reads packing from
     # the position ids (a padding mask or a cache would switch that off)
-    packed = model(
-        input_ids=input_ids.to(device), position_ids=position_ids.to(device), attention_mask=None, use_cache=False
-    ).logits
+    packed = model(**inputs, attention_mask=None, use_cache=False).logits
     return unpack(packed, micro)
 
 

@@ -136,6 +136,7 @@ class DeepSpeedTrainStrategy(EvalModeScoring, LoraExport, TrainStrategy):
     dynamic_batching_train = True
     dynamic_batching_infer = True
     sequence_packing = True
+    vision_language = True
     log_prob_kernels = "transformers"  # hf_logits through the HF module DeepSpeed wraps
 
     def initialize(self, total_steps: int = 0) -> None:
@@ -393,6 +394,7 @@ class DeepSpeedInferStrategy(InferenceStrategy):
 
     roles = frozenset({"score"})
     sum_pi_squared = True
+    vision_language = True
     dynamic_batching_infer = True
     sequence_packing = True
     log_prob_kernels = "transformers"  # hf_logits through the HF module DeepSpeed wraps

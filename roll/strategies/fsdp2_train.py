@@ -21,6 +21,9 @@ of ranks (roll/strategies/ulysses.py).
                            sharded as their own units
     apply_tiled_mlp        false (default); true: ROLL's tiled MLP (roll/strategies/tiled_mlp.py)
     tiled_num_shards       4 (default): its chunks along the sequence, an integer >= 1
+    keep_resident          false (default); true: the role stays on its GPU while colocated roles run (no
+                           offload/reload around their phases: for a GPU with memory for every role at once;
+                           the round trip is exact, so results are the same). roll's own key
 ROLL's wrap_policy (transformer_layer_cls_to_wrap = wrap_modules; wrap_embeddings / wrap_lm_output /
 moe_experts: extra units, roll/strategies/fsdp2_units.py), offload_policy and fsdp_size are taken too.
 
@@ -38,6 +41,7 @@ from pathlib import Path
 import torch
 
 from roll.distributed.data_proto import DataProto
+from roll.models.vl import ULYSSES_VL_LIMIT, is_vl_config
 from roll.strategies.base import DTYPES, InferenceStrategy, TrainStrategy
 from roll.strategies.batching import hf_logits
 from roll.strategies.fsdp2_units import extra_units
@@ -81,6 +85,7 @@ FSDP2_DEFAULTS = {
     "wrap_modules": None,
     "apply_tiled_mlp": False,  # ROLL's tiled MLP (roll/strategies/tiled_mlp.py)
     "tiled_num_shards": 4,  # its chunks along the sequence (ROLL's default)
+    "keep_resident": False,  # roll's: no offload/reload around colocated roles' phases
 }
 # ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (hybrid sharding when it divides the world);
 # wrap_policy.transformer_layer_cls_to_wrap = wrap_modules
@@ -161,7 +166,7 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
     shard_group = _shard_group(given.pop("fsdp_size", None), world_size)
     config = {**FSDP2_DEFAULTS, **given, "shard_group": shard_group, **WRAP_EXTRA_DEFAULTS, **wrap_extra}
     config["expert_patch"] = expert_patch
-    for key in ("reshard_after_forward", "cpu_offload", "apply_tiled_mlp"):
+    for key in ("reshard_after_forward", "cpu_offload", "apply_tiled_mlp", "keep_resident"):
         if not isinstance(config[key], bool):
             raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}: expected true or false")
     shards = config["tiled_num_shards"]
@@ -292,6 +297,7 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
     dynamic_batching_infer = True
     sequence_packing = True
     ulysses = True  # model_args.ulysses_size: groups of ranks split each row's sequence (roll/strategies/ulysses.py)
+    vision_language = True  # VL models without Ulysses (the config checks refuse the pair)
     log_prob_kernels = "transformers"  # hf_logits through the fully_shard-ed HF module
     ulysses_group = None  # this rank's Ulysses group (None: off)
 
@@ -314,6 +320,8 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         """model_args.ulysses_size > 1: this rank's group, and the model's attention switched to the Ulysses
         wrapper around its own kernel (before sharding and LoRA)."""
         size = ulysses_size_of(self.config.model_args)
+        if size > 1 and is_vl_config(model.config):
+            raise ValueError(f"{self.config.name}: {ULYSSES_VL_LIMIT}")
         if size > 1:
             self.ulysses_group, self._ulysses_kernel = enable_ulysses(model, size)
             self.logger.info(
@@ -401,6 +409,11 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
         return checksum(self.named_hf_parameters())
 
     # --- memory ---------------------------------------------------------------------------------------
+    def offload_frees_memory(self) -> bool:
+        """strategy_config.keep_resident: the pipeline never offloads this role (see the module docstring)."""
+        keep = resolve_fsdp2_config(self.config.strategy_args.strategy_config, self.config.model_args.dtype)
+        return not keep["keep_resident"] and super().offload_frees_memory()
+
     def offload(self) -> None:
         """Frees any gathered (unsharded) weights, then parks this rank's shards (and, training, their
         gradients and AdamW moments) in host memory (roll/strategies/offload.py). With cpu_offload they

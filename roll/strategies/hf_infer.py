@@ -4,15 +4,32 @@ Rollout log-probs are taken from the scores `generate` samples from: the tempera
 logits, after top-k/top-p filtering when those are on. The trainer's log-probs use the same
 temperature without filtering, so keep top_k=0 and top_p=1.0 for exact on-policy log-probs
 (the defaults); filtering shows up as mismatch in the `mismatch/*` metrics.
+
+strategy_config (optional):
+    cache_implementation   null (default): transformers' dynamic KV cache, generating from the batch's longest
+                           prompt. "static": a preallocated cache of prompt_length + max_new_tokens positions and
+                           every prompt at its padded width, so each batch of one size has the same shapes; on a
+                           GPU transformers then compiles the decode step (torch.compile, CUDA graphs), compiled
+                           once per batch size. The same samples and log-probs as the dynamic cache up to float
+                           rounding (tests/strategies/test_hf_infer_static_cache.py); request-level generation
+                           (generate_request) keeps the dynamic cache.
+    keep_resident          false (default); true: the weights stay on the GPU while colocated roles run (no
+                           offload/reload around their phases: for a GPU with memory for every role at once;
+                           compiled decode steps keep their weights' addresses)
 """
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from roll.distributed.data_proto import DataProto
+from roll.models.vl import is_vl_config, vision_placeholder_ids
 from roll.strategies.base import InferenceStrategy, RequestResult
 from roll.strategies.batching import real_columns
+from roll.strategies.vl_forward import is_vl_batch, prompt_vision_inputs
 from roll.utils.functional import rollout_tensors
+
+CACHE_IMPLEMENTATIONS = (None, "dynamic", "static")
+KEYS = ("cache_implementation", "keep_resident")
 
 
 def response_mask_from(responses: torch.Tensor, eos_token_id: int, generated_length: int) -> torch.Tensor:
@@ -30,12 +47,38 @@ class HFInferStrategy(InferenceStrategy):
     sum_pi_squared = True
     dynamic_batching_infer = True
     sequence_packing = True
+    vision_language = True  # pixel values into generate and the forwards (roll/strategies/vl_forward.py)
+
+    @classmethod
+    def check_strategy_config(cls, strategy_config, *, dtype, world_size):
+        config = dict(strategy_config or {})
+        unknown = sorted(set(config) - set(KEYS))
+        if unknown:
+            raise ValueError(f"hf_infer: unknown strategy_config keys {unknown}; valid: {list(KEYS)}")
+        if config.get("cache_implementation") not in CACHE_IMPLEMENTATIONS:
+            raise ValueError(
+                f"hf_infer: strategy_config.cache_implementation = {config['cache_implementation']!r}; valid: "
+                f"{list(CACHE_IMPLEMENTATIONS)} (null = dynamic)"
+            )
+        if not isinstance(config.get("keep_resident", False), bool):
+            raise ValueError(f"hf_infer: strategy_config.keep_resident = {config['keep_resident']!r}: true or false")
 
     def initialize(self, total_steps: int = 0) -> None:
         super().initialize(total_steps)
+        config = self.config.strategy_args.strategy_config or {}
+        self.static_cache = config.get("cache_implementation") == "static"
         gen = self.model.generation_config
         self.eos_token_id = gen.eos_token_id if isinstance(gen.eos_token_id, int) else gen.eos_token_id[0]
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+        # a VL model's image/video placeholders are never sampled: the training forward would look for vision
+        # features at them (roll/strategies/vl_forward.py)
+        model_config = self.model.config
+        self.banned_token_ids = vision_placeholder_ids(model_config) if is_vl_config(model_config) else []
+
+    def offload_frees_memory(self) -> bool:
+        """strategy_config.keep_resident: the pipeline never offloads this role (see the module docstring)."""
+        keep = (self.config.strategy_args.strategy_config or {}).get("keep_resident", False)
+        return not keep and super().offload_frees_memory()
 
     @staticmethod
     def _generate_kwargs(settings: dict) -> dict:
@@ -64,8 +107,18 @@ class HFInferStrategy(InferenceStrategy):
     def _generate_chunk(self, chunk: DataProto, kwargs: dict, response_length: int) -> DataProto:
         prompts, prompt_mask = chunk.batch["prompts"], chunk.batch["attention_mask"]
         # generate from the chunk's longest prompt: the left-padding columns every prompt has (prompt_length is a
-        # maximum) would be attended to, masked, at every new token; positions come from the mask either way
-        first = real_columns(prompt_mask).start
+        # maximum) would be attended to, masked, at every new token; positions come from the mask either way.
+        # A static cache keeps the padded width instead: the same shapes every batch, nothing to recompile
+        first = 0 if self.static_cache else real_columns(prompt_mask).start
+        if self.static_cache:
+            kwargs = {**kwargs, "cache_implementation": "static"}
+        vision = {}
+        if is_vl_batch(chunk):  # pixel values, grids and token types: generate computes the prompt's M-RoPE ids
+            vision = prompt_vision_inputs(
+                self.model, prompts[:, first:], chunk.non_tensor_batch["multi_modal_inputs"], self.device
+            )
+        if self.banned_token_ids:
+            vision["suppress_tokens"] = self.banned_token_ids
         output = self.model.generate(
             input_ids=prompts[:, first:].to(self.device),
             attention_mask=prompt_mask[:, first:].to(self.device),
@@ -74,6 +127,7 @@ class HFInferStrategy(InferenceStrategy):
             output_scores=True,
             return_dict_in_generate=True,
             use_cache=True,
+            **vision,
             **kwargs,
         )
         generated = output.sequences[:, prompts.shape[1] - first :].cpu()
@@ -133,6 +187,7 @@ class HFInferStrategy(InferenceStrategy):
                 return_dict_in_generate=True,
                 use_cache=True,
                 stopping_criteria=StoppingCriteriaList([stop]),
+                **({"suppress_tokens": self.banned_token_ids} if self.banned_token_ids else {}),
                 **kwargs,
             )
         finally:

@@ -48,6 +48,8 @@ def apply_lora(model: torch.nn.Module, model_args, logger=None) -> torch.nn.Modu
             lora_alpha=model_args.resolved_lora_alpha,
             lora_dropout=model_args.lora_dropout,
             target_modules=peft_targets(model_args.lora_target),
+            # a VL model's vision tower keeps its weights: adapters go on the language model only
+            exclude_modules=vision_tower_pattern(model),
             bias="none",
             task_type="CAUSAL_LM",
         )
@@ -59,6 +61,15 @@ def apply_lora(model: torch.nn.Module, model_args, logger=None) -> torch.nn.Modu
         trainable, total = trainable_parameter_count(model)
         logger.info("LoRA: %d trainable parameters of %d (%.2f %%)", trainable, total, 100 * trainable / total)
     return model
+
+
+def vision_tower_pattern(model: torch.nn.Module) -> str | None:
+    """peft's exclude_modules for a VL model: every module under its vision tower (None for a text model)."""
+    from roll.models.vl import VISION_TOWER, is_vl_config
+
+    if not is_vl_config(getattr(model, "config", None)):
+        return None
+    return rf"(.*\.)?{re.escape(VISION_TOWER)}(\..*)?"
 
 
 def trainable_parameter_count(model: torch.nn.Module) -> tuple[int, int]:

@@ -90,6 +90,11 @@ class MegatronInferStrategy(ParkedOffload, InferenceStrategy):
     """Forward only (reference log-probs): the converted GPTModel, TP/PP-sharded."""
 
     roles = frozenset({"score"})
+    vision_language_limit = (
+        "roll's Megatron conversion builds causal-LM families only (megatron/convert.py SUPPORTED_MODEL_TYPES): a "
+        "Qwen-VL vision tower and its M-RoPE have no converter or GPTModel layer spec here; train VL models with "
+        "deepspeed_train or fsdp2_train"
+    )
     sum_pi_squared = True
     dynamic_batching_infer = True  # pipeline_model_parallel_size 1 only (dynamic_batching_limit)
     sequence_packing = True  # the same; one packed row with a block-diagonal causal mask (model.packed_forward)

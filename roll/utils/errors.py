@@ -20,3 +20,8 @@ class MissingInput(UserError, FileNotFoundError):
 
 class SaveFailed(UserError, OSError):
     """A checkpoint could not be written (e.g. no space left on device); the partial save was removed."""
+
+
+class PluginError(UserError, ValueError):
+    """A user's plugin (a reward worker, an environment) broke its contract, e.g. a score that is not a finite
+    number; the message names the class, the row and the rule."""

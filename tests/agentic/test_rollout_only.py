@@ -3,7 +3,8 @@ and the scores it reports. The run itself: tests/pipeline/test_agentic.py::test_
 
 import pytest
 
-from roll.configs import ConfigError, compose_config, load_agentic_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
 from tests.configs.test_roll_compat import CORPUS
 
 
@@ -13,11 +14,10 @@ def rollout_only(*overrides):
 
 def test_a_config_without_actor_train_is_rollout_only():
     from roll.configs import describe_config
-    from roll.configs.checks import tokenizer_role
 
     config = rollout_only()
     assert config.rollout_only and config.actor_train is None
-    assert tokenizer_role(config) == "actor_infer"
+    assert config.tokenizer_role() == "actor_infer"
     text = describe_config(config)
     assert "rollout-only (no actor_train)" in text and "note: reference configured but not started" in text
     assert not load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake")).rollout_only

@@ -14,9 +14,10 @@ from roll.agentic.env_managers import ChatTokens, TrajEnvManager
 from roll.agentic.envs import make_env
 from roll.agentic.envs.tools import PythonCodeTool, SearchTool, ToolEnv
 from roll.agentic.envs.tools.wrapper import MAX_USES_NOTE
-from roll.configs import ConfigError, compose_config, load_agentic_config
+from roll.configs import ConfigError, compose_config
 from roll.configs.agentic import EnvConfig, ToolConfig, ToolWrapperArgs, ToolWrapperConfig
 from roll.demo.tiny_model import build_tokenizer
+from roll.pipeline.agentic.config import load_agentic_config
 from tests.configs.test_roll_compat import CORPUS
 
 WHERE = "custom_envs.T.tool_wrapper.tool_configs[0]"

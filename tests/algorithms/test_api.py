@@ -64,6 +64,32 @@ SIGNATURES = {
     "compute_policy_loss_topr": POLICY_LOSS[:-1] + ", scores=None)",
     "compute_value_loss": "(vpreds, returns, values, response_mask, cliprange_value, loss_agg_mode='token-mean')",
     "compute_entropy_loss": "(logits, response_mask, loss_agg_mode='token-mean')",
+    # the SFT / DPO / distillation / OPD maths (docs/algorithms.md §13): the pipelines build on these
+    "shift_labels_left": "(labels)",
+    "count_loss_tokens": "(batch, loss_mask_keys)",
+    "count_valid_samples": "(batch, loss_mask_keys, rows)",
+    "global_counts": "(local, all_reduce=None, replicas=1)",
+    "mask_prompt_labels": "(input_ids, prompt_length)",
+    "sft_collate": "(input_ids, labels, sequence_length, pad_token_id)",
+    "language_loss": "(token_losses, labels, batch_num_tokens)",
+    "sft_loss": "(logits, labels, batch_num_tokens, metric_name='sft_train/loss@sum')",
+    "token_log_probs": "(logits, input_ids, mask)",
+    "sequence_log_probs": "(per_token_logps, attention_mask, prompt_id_lens)",
+    "split_pairs": "(values)",
+    "interleave_pairs": "(chosen, rejected)",
+    "dpo_loss": "(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps, "
+    "beta=0.1, label_smoothing=0.0, ipo=False)",
+    "dpo_metrics": "(loss, chosen_rewards, rejected_rewards, prefix='actor')",
+    "get_kd_objective": "(name)",
+    "teacher_topk": "(logits, topk, target_vocab_size=None, kd_temperature=1.0, teacher_temperature=1.0)",
+    "compute_various_divergence": "(logits, teacher, labels, kd_objective='forward_kl', reduction='mean', *, "
+    "kd_temperature=1.0, adaptive_kl_alpha=0.5, skew_lambda=0.1)",
+    "distill_loss": "(logits, labels_for_loss, teacher, batch_num_tokens, kd_objective='forward_kl', "
+    "distill_loss_weight=0.5, *, kd_temperature=1.0, adaptive_kl_alpha=0.5, skew_lambda=0.1)",
+    "distill_val_loss": "(logits, labels_for_loss, batch_num_tokens)",
+    "opd_teacher_kl": "(log_probs, teacher_log_probs, response_mask, kl_penalty='kl', kl_coefs=None, row_masks=None)",
+    "opd_advantages": "(kl, response_mask, rl_advantages=None, rl_returns=None, *, whiten_advantages=False, "
+    "advantage_clip=None)",
 }
 
 

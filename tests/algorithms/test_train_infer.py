@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from roll.algorithms import train_infer_correction
-from roll.configs import ConfigError, load_rlvr_config
+from roll.configs import ConfigError
 from roll.configs.train_infer import TrainInferCorrectionConfig, TrainInferFilterConfig, TrainInferISWeightConfig
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.core.step_maths import apply_train_infer_correction
+from roll.pipeline.rlvr.config import load_rlvr_config
 from tests.configs.test_roll_compat import rlvr_dict
 
 MASK = torch.tensor([[1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]])  # row 0 has two turns: positions 0-1 and 3

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roll.configs import ConfigError, compose_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
 from roll.configs.profiler import ProfilerConfig, RoleProfilerConfig, role_profile
+from roll.pipeline.rlvr.config import load_rlvr_config
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny_rlvr"
 

@@ -9,15 +9,16 @@ import typing
 import pytest
 import torch
 
-from roll.configs import ConfigError, compose_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
 from roll.configs.loader import build
-from roll.configs.reference import SECTIONS
+from roll.pipeline.rlvr.config import load_rlvr_config
+from scripts.config_reference import sections
 from tests.configs.test_config import TINY
 
 
 def config_classes() -> list:
     """Every dataclass a config is built from: the documented sections and whatever their fields hold."""
-    found, todo = [], [cls for _, cls in SECTIONS]
+    found, todo = [], [cls for _, cls, _ in sections()]
     while todo:
         cls = todo.pop()
         if cls in found:

@@ -7,7 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from roll.algorithms import ADV_ESTIMATOR_REGISTRY, register_adv_est
-from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 
 REPO = Path(__file__).resolve().parents[2]
 CRITIC = {
@@ -157,7 +159,7 @@ def test_no_module_outside_roll_algorithms_compares_estimator_names():
 def test_every_declarable_forward_pass_has_a_worker_method():
     from roll.algorithms import FORWARD_PASSES
     from roll.distributed.decorator import DISPATCH_ATTR, Dispatch
-    from roll.pipeline.base import FORWARD_PASS_METHODS
+    from roll.pipeline.core.ppo_update import FORWARD_PASS_METHODS
     from roll.workers.actor_worker import ActorWorker
 
     assert set(FORWARD_PASS_METHODS) == set(FORWARD_PASSES)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roll.configs import ConfigError, compose_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = EXAMPLES / "tiny_rlvr"

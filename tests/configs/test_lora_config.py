@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from roll.configs import ConfigError, compose_config, describe_config, load_rlvr_config, reference_source
+from roll.configs import ConfigError, compose_config, describe_config, reference_source
+from roll.pipeline.rlvr.config import load_rlvr_config
 from roll.strategies.lora import peft_targets
 from roll.utils.patterns import is_regex
 

@@ -3,7 +3,8 @@
 
 import pytest
 
-from roll.configs import ConfigError, effective_policy_loss_mode, load_rlvr_config, policy_loss_config
+from roll.configs import ConfigError, effective_policy_loss_mode, policy_loss_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 from tests.configs.test_roll_compat import rlvr_dict
 
 
@@ -51,7 +52,8 @@ def test_rl_loss_coef_is_a_key_with_roll_meaning():
 
 def test_agentic_ratio_type_segment():
     # ROLL: roll/pipeline/agentic/agentic_config.py AgenticConfig.ratio_type (token | segment, default token)
-    from roll.configs import compose_config, load_agentic_config
+    from roll.configs import compose_config
+    from roll.pipeline.agentic.config import load_agentic_config
     from tests.configs.test_roll_compat import CORPUS
 
     def load(*overrides):

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 from tests.configs.test_roll_compat import CORPUS, rlvr_dict
 
 GROUP_OF_ONE = [
@@ -128,7 +130,7 @@ def test_vllm_cuda_graph_sizes_is_the_current_capture_list():
 def test_rollout_mock_stores_and_replays_by_kind_and_step(tmp_path):
     """ROLL (roll/distributed/scheduler/rollout_mock_mixin.py): <dump_dir>/<train|val>/step_<6 digits>.pkl; the
     mock mode loads it without generating and fails on a step that was never dumped."""
-    from roll.configs.base import RolloutMockConfig
+    from roll.configs.rollout import RolloutMockConfig
     from roll.pipeline.core.rollout_dump import RolloutStore
 
     calls = []

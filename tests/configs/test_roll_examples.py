@@ -8,8 +8,10 @@ import re
 import pytest
 import torch
 
-from roll.configs import ConfigError, compose_config, load_agentic_config, load_rlvr_config
-from roll.configs.roll_examples import RESULTS, examples_section, scope
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
+from roll.pipeline.rlvr.config import RLVRConfig, load_rlvr_config
+from scripts.roll_examples import RESULTS, examples_section, scope
 from tests.configs.test_roll_compat import CORPUS, ROOT, rlvr_dict
 
 TINY = ROOT / "examples" / "tiny_rlvr"
@@ -128,7 +130,9 @@ def test_sequence_packing_args_are_checked(packing, message):
 def test_load_balance_train_budget_is_read_only_by_training_roles():
     """ROLL's reference never trains, so its max_packed_sequence_length_train is unread (ROLL's megatron
     sequence-packing example sets it there): only the forward budget becomes the reference's."""
-    from roll.configs.roll_example_keys import sequence_packing_args
+    from roll.configs.roll_compat.example_keys import sequence_packing_args
+
+    translate = sequence_packing_args(RLVRConfig.role_specs())
 
     packing = {
         "algorithm": "load_balance",
@@ -136,13 +140,13 @@ def test_load_balance_train_budget_is_read_only_by_training_roles():
         "max_packed_sequence_length_forward": 48,
     }
     reference, actor = {"use_sequence_packing": True}, {"use_sequence_packing": True}
-    assert sequence_packing_args(reference, dict(packing), "reference.sequence_packing_args") is None
+    assert translate(reference, dict(packing), "reference.sequence_packing_args") is None
     assert reference == {
         "use_sequence_packing": True,
         "max_tokens_per_microbatch_in_infer": 48,
         "use_dynamic_batching_in_infer": True,
     }
-    assert sequence_packing_args(actor, dict(packing), "actor_train.sequence_packing_args") is None
+    assert translate(actor, dict(packing), "actor_train.sequence_packing_args") is None
     assert actor["max_tokens_per_microbatch_in_train"] == 64 and actor["use_dynamic_batching_in_train"]
 
 
@@ -399,9 +403,18 @@ def test_rolls_env_manager_classes_map_or_are_refused_with_their_reason():
     with pytest.raises(ConfigError, match=r"step_concat manager\): placeholders may be \['\{history\}', '\{current"):
         bad = [*concat[:1], "custom_envs.FrozenLake.agent_template='{env_instruction} {current_observation}'"]
         load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", bad))
-    for name, reason in (
-        ("proxy_env_manager.ProxyEnvManager", "OpenAI-style chat endpoint over HTTP"),
-        ("agent_native_env_manager.AgentNativeStepEnvManager", "tool-calling agent environments"),
-    ):
+    for name, reason in (("agent_native_env_manager.AgentNativeStepEnvManager", "tool-calling agent environments"),):
         with pytest.raises(ConfigError, match=f"{name}' is refused: ROLL's .*{reason}"):
             load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", [cls + name]))
+    # ProxyEnvManager = env_manager: proxy, played by an agent runner (ROLL's GEMRunner = roll's EnvRunner)
+    proxy = [cls + "proxy_env_manager.ProxyEnvManager"]
+    with pytest.raises(ConfigError, match="'custom_envs.FrozenLake.agent_runner_cls' is required with env_manager"):
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", proxy))
+    runner = "custom_envs.FrozenLake.agent_runner_cls=roll.pipeline.agentic.agent_runner.gem_runner."
+    gem = [*proxy, f"{runner}GEMRunner"]
+    config = load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", gem))
+    env = config.custom_envs["FrozenLake"]
+    assert (env.env_manager, env.agent_runner_cls) == ("proxy", "roll.agentic.envs.runners.EnvRunner")
+    with pytest.raises(ConfigError, match="ToolCallRunner' is refused: ROLL's ToolCallRunner plays GEM environments"):
+        refused = [*proxy, f"{runner}ToolCallRunner"]
+        load_agentic_config(compose_config(str(CORPUS), "agentic_roll_frozen_lake", refused))

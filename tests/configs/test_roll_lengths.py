@@ -1,12 +1,13 @@
 """ROLL's top-level sequence_length in agentic configs: roll's prompt_length / response_length derived from it
-(roll/configs/roll_lengths.py), never overwriting a length the config set."""
+(roll/configs/roll_compat/lengths.py), never overwriting a length the config set."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-from roll.configs import ConfigError, compose_config, load_agentic_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.agentic.config import load_agentic_config
 
 CORPUS = Path(__file__).parent / "roll_corpus"
 

@@ -4,8 +4,9 @@ tests/strategies/test_ulysses.py)."""
 
 import pytest
 
-from roll.configs import ConfigError, load_rlvr_config
-from roll.configs.checks import batch_plan
+from roll.configs import ConfigError
+from roll.pipeline.rlvr.config import load_rlvr_config
+from roll.pipeline.rlvr.config_checks import batch_plan
 from tests.configs.test_roll_compat import rlvr_dict
 
 

@@ -33,7 +33,7 @@ def dtype_overrides(dtype: str, roles=ROLES) -> list[str]:
 
 
 def _inspect(pipeline) -> dict:
-    return {"sync_method": pipeline.weight_sync.method}
+    return {"sync_method": pipeline.ppo.weight_sync.method}
 
 
 def _assert_trained_and_synced(history: dict, steps: int = 2) -> None:

@@ -51,7 +51,8 @@ def make_config(
     `blocks` are merged into the composed config before interpolation (e.g. a whole `critic` role)."""
     from omegaconf import OmegaConf
 
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     base = [*data_overrides(demo_dir), f"output_dir={output_dir}", *SMALL_RUN]
     composed = compose_config(str(config_path), config_name, [*base, *overrides])
@@ -65,7 +66,8 @@ def agentic_config(
     model: Path, output_dir: Path, overrides=(), config_path=AGENTIC_DEMO, config_name="frozen_lake_traj"
 ):
     """A validated AgenticConfig: the YAML on the `agentic_model` fixture's model, SMALL_AGENTIC, then `overrides`."""
-    from roll.configs import compose_config, load_agentic_config
+    from roll.configs import compose_config
+    from roll.pipeline.agentic.config import load_agentic_config
 
     base = [f"model_path={model}", f"output_dir={output_dir}", *SMALL_AGENTIC]
     return load_agentic_config(compose_config(str(config_path), config_name, [*base, *overrides]))

@@ -93,8 +93,8 @@ def run_two_nodes(demo_dir: Path, result: dict) -> None:
         history = pipeline.run()
         result["placements"] = [{**row, "devices": list(row["devices"])} for row in pipeline.placements]
         result["workers"] = worker_facts(pipeline)
-        result["weight_sync_method"] = pipeline.weight_sync.method
-        result["group_members"] = pipeline.weight_sync.group_members
+        result["weight_sync_method"] = pipeline.ppo.weight_sync.method
+        result["group_members"] = pipeline.ppo.weight_sync.group_members
     result["steps"] = {
         str(step): {k: v for k, v in metrics.items() if k.startswith("weight_sync/")}
         for step, metrics in history["steps"].items()

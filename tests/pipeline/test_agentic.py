@@ -133,8 +133,9 @@ def test_frozen_lake_demo_learns(ray_session, agentic_model, tmp_path):
 def test_rollout_only_config_trains_nothing(ray_session, agentic_model, tmp_path):
     """ROLL's agentic rollout pipeline: no actor_train in the config; two steps play and score episodes with
     actor_infer alone (no trainer, no weight sync, no checkpoint) and write the transcripts."""
-    from roll.configs import compose_config, load_agentic_config
+    from roll.configs import compose_config
     from roll.pipeline.agentic import run_pipeline
+    from roll.pipeline.agentic.config import load_agentic_config
 
     overrides = [
         f"model_path={agentic_model}",

@@ -56,7 +56,16 @@ class _RunsCode:
 
 
 def _stand_in_pipeline(tmp_path, resume_from, saved: dict):
+    """The pipeline as PipelineCheckpointer sees it, its components' state the PPO update's (KL coefficient,
+    old-log-prob choice)."""
     cluster = SimpleNamespace(save_checkpoint=lambda path: None, load_checkpoint=lambda path: None)
+    kl_ctrl = SimpleNamespace(value=np.float64(0.05))  # the adaptive controller's value is a numpy float
+    old_log_probs = OldLogProbs(tiny_config(), rows_are_samples=True)
+
+    def load_components_state(state):
+        kl_ctrl.value = state["kl_coef"]
+        old_log_probs.load_state_dict(state.get("old_log_probs"))
+
     return SimpleNamespace(
         config=SimpleNamespace(
             output_dir=str(tmp_path),
@@ -64,14 +73,16 @@ def _stand_in_pipeline(tmp_path, resume_from, saved: dict):
             resume_from_checkpoint=resume_from,
             max_steps=4,
             max_ckpt_to_keep=0,
+            fingerprint=lambda: {"seed": 1},
         ),
-        actor_train=cluster,
-        critic=None,
+        trained_clusters=lambda: {"actor_train": cluster},
         memory=SimpleNamespace(use=lambda *names: None),
         data_state=lambda: {"sampler": {"epoch": 1, "cursor": 16}},
         load_data_state=lambda state: saved.update(state),
-        kl_ctrl=SimpleNamespace(value=np.float64(0.05)),  # the adaptive controller's value is a numpy float
-        old_log_probs=OldLogProbs(tiny_config(), rows_are_samples=True),
+        components_state=lambda: {"kl_coef": float(kl_ctrl.value), "old_log_probs": old_log_probs.state_dict()},
+        load_components_state=load_components_state,
+        kl_ctrl=kl_ctrl,
+        old_log_probs=old_log_probs,
     )
 
 

@@ -19,7 +19,8 @@ STEPS = 1
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     demo = prepared_code_judge_demo(tmp_path_factory.mktemp("code_judge_demo"))
     root = tmp_path_factory.mktemp("code_judge_run")

@@ -1,5 +1,7 @@
 """Colocated roles take turns on their devices; separate roles are never offloaded."""
 
+import pytest
+
 from roll.pipeline.core.colocation import PhaseMemory
 
 
@@ -74,3 +76,22 @@ def test_engines_say_whether_their_offload_frees_memory(tmp_path):
 
     hf = create_strategy("hf_infer", StandInWorker(_worker_config(build_tiny_model(str(tmp_path / "m"), ["a", "b"]))))
     assert hf.offload_frees_memory() is False  # a CPU node: the weights stay where they are
+
+
+def test_keep_resident_engines_say_their_offload_is_not_wanted(tmp_path):
+    """strategy_config.keep_resident (hf_infer, fsdp2_train): the role answers no, so PhaseMemory never offloads
+    it (test_a_role_whose_offload_frees_nothing_is_left_alone); the default keeps today's answer."""
+    from roll.demo.tiny_model import build_tiny_model
+    from roll.strategies import create_strategy
+    from tests.strategies import harness as h
+
+    model = build_tiny_model(str(tmp_path / "m"), ["a", "b"])
+
+    def engine(name, strategy_config):
+        return create_strategy(name, h.StandInWorker(h.make_worker_config(model, name, strategy_config, 1, 1, 1), 0, 1))
+
+    assert engine("fsdp2_train", None).offload_frees_memory() is True  # host copies on CPU too
+    assert engine("fsdp2_train", {"keep_resident": True}).offload_frees_memory() is False
+    assert engine("hf_infer", {"keep_resident": True}).offload_frees_memory() is False
+    with pytest.raises(ValueError, match=r"keep_resident='yes': expected true or false"):
+        engine("fsdp2_train", {"keep_resident": "yes"}).offload_frees_memory()

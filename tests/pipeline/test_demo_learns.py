@@ -11,8 +11,9 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def test_shipped_demo_config_learns(tmp_path_factory):
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
     from roll.demo.rlvr import DemoSettings
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     demo = prepared_demo(tmp_path_factory.mktemp("demo_default"), DemoSettings())
     overrides = [

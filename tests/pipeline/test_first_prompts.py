@@ -30,8 +30,9 @@ def test_dry_run_names_the_tag_whose_first_prompt_is_too_long(agentic_model, cap
 
 
 def test_the_pipeline_refuses_it_before_ray_starts(agentic_model, monkeypatch, tmp_path):
-    from roll.configs import ConfigError, compose_config, load_agentic_config
+    from roll.configs import ConfigError, compose_config
     from roll.pipeline import base
+    from roll.pipeline.agentic.config import load_agentic_config
     from roll.pipeline.agentic.pipeline import AgenticPipeline
 
     def no_ray(*args, **kwargs):

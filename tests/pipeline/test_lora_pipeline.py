@@ -63,7 +63,7 @@ def test_lora_demo_variant_trains_adapters_with_the_actor_as_reference(lora_demo
 
     def inspect(pipeline):
         assert pipeline.reference is None and "reference" not in pipeline.clusters
-        probe = pipeline._probe_batch()
+        probe = pipeline.probe_batch()
         probe.meta_info.update(generation_config={"num_return_sequences": 1, "do_sample": True}, seed=1)
         generated = pipeline.actor_infer.generate(probe)
         view = generated.select(

@@ -92,11 +92,14 @@ def test_policy_errors_name_the_key_and_the_valid_values(roles):
 def test_config_refuses_a_full_check_interval_that_does_nothing():
     from roll.configs.base import PipelineConfig
     from roll.configs.loader import ConfigError
+    from roll.configs.rollout import RolloutConfig
 
-    assert PipelineConfig().weight_sync_check == "checksum"
+    assert RolloutConfig().weight_sync_check == "checksum"
+    assert not hasattr(PipelineConfig(), "weight_sync_check")  # a kind without generation has no weight sync keys
     with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = 5 has no effect with weight_sync_check"):
-        PipelineConfig(weight_sync_check="full", weight_sync_full_check_steps=5)
-    from roll.configs import compose_config, load_rlvr_config
+        RolloutConfig(weight_sync_check="full", weight_sync_full_check_steps=5)
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     tiny = str(Path(__file__).resolve().parents[2] / "examples" / "tiny_rlvr")
     with pytest.raises(ConfigError, match="'weight_sync_full_check_steps' = -2: must be ≥ 0"):  # the loader's range

@@ -51,12 +51,15 @@ CHILD = textwrap.dedent(
 
     pipeline = SimpleNamespace(
         config=SimpleNamespace(
-            output_dir=out, checkpoint_dir=None, resume_from_checkpoint=False, max_steps=4, max_ckpt_to_keep=keep
+            output_dir=out, checkpoint_dir=None, resume_from_checkpoint=False, max_steps=4, max_ckpt_to_keep=keep,
+            fingerprint=lambda: {"seed": 1},
         ),
-        actor_train=SimpleNamespace(save_checkpoint=worker_save), critic=None,
+        trained_clusters=lambda: {"actor_train": SimpleNamespace(save_checkpoint=worker_save)},
         memory=SimpleNamespace(use=lambda *names: None), data_state=lambda: {},
-        kl_ctrl=SimpleNamespace(value=np.float64(0.1)),
-        old_log_probs=SimpleNamespace(state_dict=lambda: {"setting": None, "blockers": [], "measured": 2e-7}),
+        components_state=lambda: {
+            "kl_coef": float(np.float64(0.1)),
+            "old_log_probs": {"setting": None, "blockers": [], "measured": 2e-7},
+        },
     )
     for step in (1, 2):
         saving["step"] = step

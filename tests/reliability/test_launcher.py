@@ -109,7 +109,8 @@ def test_ray_starts_while_the_config_is_checked_and_stops_after_a_refusal(small_
     assert no_ray == [("stop",)]  # nothing started: stopping is a no-op then
     no_ray.clear()
     assert rlvr.main([*args, f"model_path={tmp_path}/no_such_model"]) == 2
-    from roll.configs import compose_config, load_rlvr_config
+    from roll.configs import compose_config
+    from roll.pipeline.rlvr.config import load_rlvr_config
 
     config = load_rlvr_config(compose_config(str(EXAMPLES / "tiny_rlvr"), "rlvr_tiny", args))
     # the checked config's values, so that the pipeline's init_ray takes the early start instead of a second one

@@ -137,7 +137,8 @@ def test_a_full_disk_during_a_save_is_named_cleaned_up_and_resumable(tmp_path, r
             torch.save({"weights": torch.zeros(300_000)}, Path(path) / "model.pt")
 
         pipeline = _stand_in_pipeline(out, False, {})
-        pipeline.actor_train = SimpleNamespace(save_checkpoint=worker_save, load_checkpoint=lambda path: None)
+        trainer = SimpleNamespace(save_checkpoint=worker_save, load_checkpoint=lambda path: None)
+        pipeline.trained_clusters = lambda: {"actor_train": trainer}
         saver = PipelineCheckpointer(pipeline)
         saver.save(completed_steps=1)
         free = shutil.disk_usage(out).free

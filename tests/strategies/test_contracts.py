@@ -190,7 +190,7 @@ def test_critic_and_megatron_limits_come_from_the_classes():
         "actor_train.training_args.per_device_train_batch_size=256",
     )
     config = tiny(*megatron, "actor_train.strategy_args.strategy_config={tensor_model_parallel_size: 2}")
-    from roll.configs import batch_plan
+    from roll.pipeline.rlvr.config_checks import batch_plan
 
     assert batch_plan(config).dp_size["actor_train"] == 1  # 2 workers / TP 2
     message = error_of(*megatron, "actor_train.strategy_args.strategy_config={tensor_model_parallel_size: 3}")

@@ -127,6 +127,20 @@ def test_train_batch_must_be_micro_times_accumulation(tmp_path):
         split_train_batch(config, batch[slice(0, 5)])
 
 
+def test_loss_mask_keys_give_every_micro_batch_the_steps_global_counts(tmp_path):
+    """SFT/DPO/distillation losses divide by counts over the whole optimizer step (here one rank), and multiply
+    by loss_scale = ranks × micro-batches to cancel the engines' averaging; labels_for_loss skips column 0."""
+    config = make_worker_config(tmp_path, "fsdp2_train", None, micro=1, accumulation=2, world_size=1)
+    labels = torch.tensor([[-100, 5, 6, -100], [7, -100, -100, -100]])
+    batch = DataProto.from_dict(tensors={"labels": labels, "labels_for_loss": labels})
+    batch.meta_info["loss_mask_keys"] = ["labels", "labels_for_loss", "absent"]
+    micros = split_train_batch(config, batch)
+    for micro in micros:
+        assert micro.meta_info["batch_num_tokens"] == {"labels": 3, "labels_for_loss": 2}
+        assert micro.meta_info["global_valid_samples"] == {"default": 2, "labels": 2, "labels_for_loss": 1}
+        assert micro.meta_info["loss_scale"] == 2
+
+
 def test_aligned_micro_batches_single_process():
     batch = DataProto.from_dict(tensors={"x": torch.arange(7)})
     parts = aligned_micro_batches(batch, 3)

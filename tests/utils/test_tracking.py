@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
-from roll.configs import ConfigError, compose_config, load_rlvr_config
+from roll.configs import ConfigError, compose_config
+from roll.pipeline.rlvr.config import load_rlvr_config
 from roll.utils.tracking import Tracker
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny_rlvr"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from roll.configs import ConfigError, load_rlvr_config
+from roll.configs import ConfigError
+from roll.pipeline.rlvr.config import load_rlvr_config
 from roll.utils.tracking import Tracker
 
 

@@ -109,7 +109,7 @@ def test_program_extraction():
 
 
 def test_roll_path_and_refusal_without_isolation(monkeypatch):
-    from roll.configs.roll_keys import ROLL_REWARD_WORKERS
+    from roll.configs.roll_compat.keys import ROLL_REWARD_WORKERS
     from roll.sandbox import SandboxUnavailable, runner
 
     # ROLL's dotted path is rewritten to ours at load time (no shim module under roll.pipeline.rlvr.rewards)

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from roll.algorithms import PolicyLossConfig
-from roll.configs import compose_config, load_rlvr_config, policy_loss_config
+from roll.configs import compose_config, policy_loss_config
 from roll.configs.policy_loss import loss_settings
 from roll.distributed.data_proto import DataProto
+from roll.pipeline.rlvr.config import load_rlvr_config
 from roll.strategies.loss_settings import LOSS_KEY, LossSettings
 from roll.workers.actor_worker import ActorWorker
 from roll.workers.critic_worker import CriticWorker

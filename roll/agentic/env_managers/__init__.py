@@ -2,11 +2,17 @@
 
 from roll.agentic.env_managers.base import EnvManager, Episode, Turn
 from roll.agentic.env_managers.chat import ChatTokens, TokenTrajectory
+from roll.agentic.env_managers.proxy import ProxyEnvManager
 from roll.agentic.env_managers.step import StepEnvManager
 from roll.agentic.env_managers.step_concat import StepConcatEnvManager
 from roll.agentic.env_managers.traj import TrajEnvManager
 
-MANAGERS = {"traj": TrajEnvManager, "step": StepEnvManager, "step_concat": StepConcatEnvManager}
+MANAGERS = {
+    "traj": TrajEnvManager,
+    "step": StepEnvManager,
+    "step_concat": StepConcatEnvManager,
+    "proxy": ProxyEnvManager,
+}
 
 __all__ = [
     "EnvManager",
@@ -17,5 +23,6 @@ __all__ = [
     "TrajEnvManager",
     "StepEnvManager",
     "StepConcatEnvManager",
+    "ProxyEnvManager",
     "MANAGERS",
 ]

@@ -10,12 +10,13 @@ Subclasses decide what the model sees (`request`) and what becomes a training sa
 `TrajEnvManager` (one sample per trajectory) and `StepEnvManager` (one sample per turn).
 """
 
-import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from roll.agentic.env_managers.chat import ChatTokens
 from roll.agentic.envs import make_env
 from roll.agentic.envs.tools import wrap_with_tools
+from roll.agentic.envs.turn_text import compile_action_pattern, fill_template, parse_action, with_instructions
 
 
 @dataclass
@@ -54,6 +55,10 @@ class Episode:
 
 
 class EnvManager:
+    # False for a manager whose episodes an outside agent plays (the proxy manager): the driver cannot build its
+    # first prompt, so the first-prompt check and the weight-sync probe do not start one
+    plays_in_driver: ClassVar[bool] = True
+
     def __init__(
         self,
         env_id: int,
@@ -65,12 +70,13 @@ class EnvManager:
         response_length: int,
         gamma: float = 1.0,
         env_cls=None,
+        manager_config=None,
     ):
         self.env_id, self.tag, self.env_config, self.chat = env_id, tag, env_config, chat
         self.gamma = gamma  # step manager: discount of later turns' rewards
         # the environment's own penalty (custom_envs.<tag>.format_penalty) wins over the env manager's
         self.format_penalty = format_penalty if env_config.format_penalty is None else env_config.format_penalty
-        self.action_re = re.compile(env_config.action_pattern, re.DOTALL) if env_config.action_pattern else None
+        self.action_re = compile_action_pattern(env_config)
         self.prompt_length, self.response_length = prompt_length, response_length
         # env_cls: the class the driver resolved (a user's class arrives by value, needing no import here)
         self.env = (
@@ -98,36 +104,21 @@ class EnvManager:
     def user_text(self, observation: str) -> str:
         """The environment's instructions, then this turn's text."""
         instructions = self.env_config.env_instruction or getattr(self.env, "instructions", "")
-        text = self.turn_text(observation)
-        return f"{instructions}\n{text}" if instructions else text
+        return with_instructions(instructions, self.turn_text(observation))
 
     def turn_text(self, observation: str) -> str:
         """The observation, or custom_envs.<tag>.agent_template filled in (ROLL's placeholders)."""
-        template = self.env_config.agent_template
-        if not template:
-            return observation
         taken = len(self.episode.turns) if self.episode is not None else 0
-        values = {
-            "observation": observation,
-            "turn_idx": taken + 1,
-            "actions_left": self.env_config.max_turns - taken,
-            "max_response_length": self.env_config.max_tokens_per_step,
-            "suffix": getattr(self, "suffix", ""),
-        }
-        return template.format(**values)
+        return fill_template(
+            self.env_config.agent_template, observation, taken, self.env_config, getattr(self, "suffix", "")
+        )
 
     def system_text(self) -> str | None:
         return self.env_config.agent_system_template or None
 
     def parse_action(self, reply: str) -> str:
         """What the environment gets: the reply, or the last group action_pattern matched ('' if none)."""
-        if self.action_re is None:
-            return reply
-        match = self.action_re.search(reply)
-        if match is None:
-            return ""
-        groups = [group for group in match.groups() if group is not None]
-        return groups[-1] if groups else match.group(0)
+        return parse_action(self.action_re, reply)
 
     def request(self) -> list[int] | None:
         """Token ids to generate the next reply from, or None when the episode is over."""

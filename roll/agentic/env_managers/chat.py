@@ -11,6 +11,7 @@ finished assistant turn and before the next assistant turn (e.g. `<|user|>...<|a
 
 from dataclasses import dataclass, field
 
+from roll.data.chat_template import render_chat
 from roll.utils.errors import InputError
 
 
@@ -28,7 +29,7 @@ class ChatTokens:
             )
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+        return render_chat(self.tokenizer, messages, add_generation_prompt=generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

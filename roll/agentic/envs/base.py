@@ -53,6 +53,12 @@ class BaseEnv(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook: most envs hold nothing to release
         pass
 
+    def least_observation_tokens(self) -> int:
+        """A lower bound on the tokens of any observation, known without reset (a board's cells, one token each
+        at least): the config check compares it with prompt_length before a reset builds a board too large to
+        show (a 100000 × 100000 FrozenLake map asked numpy for 74.5 GiB). 0 = no bound known."""
+        return 0
+
 
 def check_positive_int(env: BaseEnv, key: str, minimum: int = 1) -> int:
     value = env.config[key]

@@ -41,6 +41,9 @@ class FrozenLakeEnv(BaseEnv):
         self.gym_env = None
         self.desc = None
 
+    def least_observation_tokens(self) -> int:
+        return self.size * self.size  # every cell is one symbol (CELL, PLAYER)
+
     def reset(self, seed: int) -> str:
         # The map depends only on the seed, so a group of rollouts with one seed sees one map.
         self.desc = generate_random_map(size=self.size, p=self.p, seed=seed + self.config["map_seed_offset"])

@@ -6,6 +6,13 @@ import numpy as np
 import torch
 
 EPS = 1e-6
+KEYS = ("success", "score", "num_turns", "invalid_actions", "truncated")
+AGENT_KEYS = (
+    "agent_error",
+    "timeout",
+    "bad_requests",
+    "malformed_tool_calls",
+)  # the proxy manager's episodes: how their agents ended
 
 
 def normalize_scores(
@@ -33,13 +40,14 @@ def normalize_scores(
 
 
 def episode_metrics(episodes: list[dict], prefix: str) -> dict:
-    """Mean success, score, turns, invalid-action and truncation rates, per tag and over all episodes."""
+    """Mean success, score, turns, invalid-action and truncation rates, per tag and over all episodes (and, for an
+    agent's episodes, the rates of agent errors, timeouts and refused requests)."""
     metrics = {}
     by_tag = defaultdict(list)
     for episode in episodes:
         by_tag[episode["tag"]].append(episode)
     for tag, items in sorted(by_tag.items()):
-        for key in ("success", "score", "num_turns", "invalid_actions", "truncated"):
+        for key in KEYS + tuple(key for key in AGENT_KEYS if all(key in e for e in items)):
             metrics[f"{prefix}/{tag}/{key}"] = float(np.mean([e[key] for e in items]))
     metrics[f"{prefix}/success"] = float(np.mean([e["success"] for e in episodes])) if episodes else 0.0
     return metrics

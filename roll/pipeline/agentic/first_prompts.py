@@ -9,11 +9,15 @@ from roll.agentic.env_managers import MANAGERS
 from roll.configs.agentic import group_tags
 from roll.configs.loader import ConfigError
 
+PROBE_TEXT = "Reply with one word."  # the weight-sync probe's prompt where no first prompt can be built
+
 
 def first_prompt_ids(config, tag: str, chat, env_cls, seed: int) -> list[int]:
     """The token ids the env manager of `tag` would generate the first reply from, at `seed`; raises
     ValueError naming the tag when they do not fit prompt_length."""
     env = config.custom_envs[tag]
+    if not MANAGERS[env.env_manager].plays_in_driver:  # an outside agent writes the first prompt: a fixed one probes
+        return chat.prompt_ids(PROBE_TEXT)
     manager = MANAGERS[env.env_manager](
         0, tag, env, chat, 0.0, config.prompt_length, config.response_length, env_cls=env_cls
     )
@@ -54,7 +58,7 @@ def resets_in_driver(env) -> bool:
     from roll.agentic.envs.registry import resolve_env_class
     from roll.agentic.envs.tools import TOOLS
 
-    if not resolve_env_class(env.env_type).reset_in_driver:
+    if not MANAGERS[env.env_manager].plays_in_driver or not resolve_env_class(env.env_type).reset_in_driver:
         return False
     tools = env.tool_wrapper.tool_configs if env.tool_wrapper is not None else []
     return not any(TOOLS[tool.tool_id].contacts_at_reset for tool in tools)
@@ -68,16 +72,17 @@ def check_first_prompts_on_disk(config):
 
     from roll.agentic.env_managers import ChatTokens
     from roll.agentic.envs.registry import resolve_env_class
-    from roll.configs.checks import tokenizer_role
     from roll.pipeline.core.preflight import TOKENIZER_FILES
 
-    model = Path(getattr(config, tokenizer_role(config)).model_args.model_name_or_path).expanduser()
+    model = Path(getattr(config, config.tokenizer_role()).model_args.model_name_or_path).expanduser()
     if not any((model / name).is_file() for name in TOKENIZER_FILES):
         return config  # no local tokenizer (a hub id, another machine's path): the pipeline checks at start
     from transformers import AutoTokenizer
 
     classes = {}
     for tag, env in config.custom_envs.items():
+        if not MANAGERS[env.env_manager].plays_in_driver:
+            continue  # not reset in the driver
         try:
             classes[tag] = resolve_env_class(env.env_type)
         except (ImportError, TypeError, ValueError):

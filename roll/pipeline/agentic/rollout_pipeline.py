@@ -10,27 +10,18 @@ saved; a val_env_manager, if configured, is validated every eval_steps as in tra
 
 import numpy as np
 
-from roll.pipeline.agentic.pipeline import AgenticPipeline
-from roll.utils.progress import ETA, StepTimer
+from roll.pipeline.agentic.env_pipeline import EnvPipeline
+from roll.utils.progress import StepTimer
 
 
-class AgenticRolloutPipeline(AgenticPipeline):
-    saves_checkpoints = False
+class AgenticRolloutPipeline(EnvPipeline):
+    """The environments' pipeline without the PPO update: actor_infer and the environment workers, no trained
+    role (so no weight sync and nothing to checkpoint)."""
 
-    def _role_configs(self) -> dict:
-        roles = super()._role_configs()  # actor_infer and the environment workers; a reference or critic is unused
-        return {name: worker for name, worker in roles.items() if name not in ("reference", "critic")}
+    validates_before_training = False  # validation every eval_steps and at the end, none before the first step
 
-    def _create_weight_sync(self) -> None:
-        self.weight_sync = None  # one model: the engine keeps the weights it loaded
-
-    def _run_from(self, first_step: int, history: dict) -> None:
-        if history["first_step"] is None:  # not a recovery's restart
-            history["first_step"] = first_step
-        eta = ETA(first_step, self.config.max_steps - 1)
-        for step in range(first_step, self.config.max_steps):
-            history["steps"][step] = metrics = self._run_step(step, eta)
-            history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history["after"]
+    def _model_roles(self) -> dict:
+        return {"actor_infer": self.config.actor_infer}  # a reference or critic is unused: nothing is trained
 
     def step(self, step: int) -> dict:
         timer = StepTimer()

@@ -2,9 +2,11 @@
 
 `<output_dir>/checkpoints/step-<N>/` holds the state after N completed steps (N as in the progress
 line "[N/max_steps]"); a resumed run continues with step N+1 (0-based index N):
-    actor_train/            DeepSpeed engine state (weights, optimizer, LR schedule) + hf/ (loadable copy)
-    critic/                 the same for the value model (GAE only)
-    pipeline_state.pt       completed steps, prompt sampler position, driver RNG, KL coefficient, old-log-prob choice
+    <role>/                 each trained role's engine state (weights, optimizer, LR schedule) + hf/ (loadable
+                            copy): actor_train, and critic (GAE only), for the policy-optimisation kinds
+    pipeline_state.pt       completed steps, the data position (e.g. the prompt sampler's), driver RNG, the
+                            components' state (the PPO update's KL coefficient and old-log-prob choice), and
+                            the config's fingerprint
     MANIFEST.json           written last: every file's size and sha256 (roll.utils.checkpoint)
 
 The driver and the trained roles' workers write into the same step directory, so on a cluster
@@ -19,6 +21,7 @@ import uuid
 
 import torch
 
+from roll.pipeline.core.model_files import check_resumed_shapes
 from roll.utils import checkpoint
 from roll.utils.errors import InputError, MissingInput, SaveFailed
 from roll.utils.logging import get_logger
@@ -26,34 +29,16 @@ from roll.utils.seeding import get_rng_state, set_rng_state
 
 logger = get_logger("roll.checkpoint")
 STATE_FILE = "pipeline_state.pt"
-# What a checkpoint must agree on with the run that resumes it: the trainer's engine state is sharded per
-# strategy and world size, the sampler position counts prompts per step, and the rest changes what a step is.
-FINGERPRINT_KEYS = ("seed", "rollout_batch_size", "num_return_sequences_in_group", "adv_estimator")
-
-
-def config_fingerprint(config) -> dict:
-    """The settings a resumed run must share with the checkpoint (saved in pipeline_state.pt as "config")."""
-    out = {key: getattr(config, key) for key in FINGERPRINT_KEYS if hasattr(config, key)}
-    for role in ("actor_train", "critic"):
-        worker = getattr(config, role, None)
-        if worker is not None and getattr(worker, "strategy_args", None) is not None:
-            out[f"{role}.strategy_args.strategy_name"] = worker.strategy_args.strategy_name
-            out[f"{role}.world_size"] = worker.world_size
-    if hasattr(config, "critic"):
-        out["critic"] = "configured" if config.critic is not None else "none"
-    return out
 
 
 class PipelineCheckpointer:
+    """`pipeline`: its config (output_dir, checkpoint_dir, resume_from_checkpoint, max_steps, max_ckpt_to_keep,
+    fingerprint()), `trained_clusters()`, `memory.use(role)`, `data_state()` / `load_data_state(state)` and
+    `components_state()` / `load_components_state(state)`."""
+
     def __init__(self, pipeline):
         self.pipeline = pipeline
         self._checked = None  # the checkpoint check_resumable found and verified in full
-
-    def _trained_clusters(self) -> dict:
-        clusters = {"actor_train": self.pipeline.actor_train}
-        if self.pipeline.critic is not None:
-            clusters["critic"] = self.pipeline.critic
-        return clusters
 
     def save(self, completed_steps: int) -> None:
         output_dir = checkpoint_base(self.pipeline.config)
@@ -79,7 +64,7 @@ class PipelineCheckpointer:
             ) from error
 
     def _save_into(self, staged, output_dir: str, completed_steps: int) -> None:
-        for name, cluster in self._trained_clusters().items():
+        for name, cluster in self.pipeline.trained_clusters().items():
             self.pipeline.memory.use(name)  # an offloaded engine's state is not where save expects it
             cluster.save_checkpoint(str(staged / name))
         # plain data only: resume loads it with weights_only=True
@@ -87,9 +72,8 @@ class PipelineCheckpointer:
             "completed_steps": int(completed_steps),
             **self.pipeline.data_state(),
             "rng": get_rng_state(),
-            "kl_coef": float(self.pipeline.kl_ctrl.value),
-            "old_log_probs": self.pipeline.old_log_probs.state_dict(),
-            "config": config_fingerprint(self.pipeline.config),
+            **self.pipeline.components_state(),
+            "config": self.pipeline.config.fingerprint(),
         }
         torch.save(state, staged / STATE_FILE)
         final = checkpoint.commit(output_dir, completed_steps, max_to_keep=self.pipeline.config.max_ckpt_to_keep)
@@ -97,7 +81,7 @@ class PipelineCheckpointer:
 
     def check_resumable(self) -> None:
         """Start-up check, before any worker starts: the checkpoint a resume would load is complete and was
-        saved by a compatible configuration (config_fingerprint)."""
+        saved by a compatible configuration (the config's `fingerprint()`: what a resumed run must share)."""
         config = self.pipeline.config
         path = checkpoint.find_checkpoint(checkpoint_base(config), config.resume_from_checkpoint, checksums=True)
         self._checked = path  # verified in full: resume loads it without hashing it again
@@ -108,10 +92,12 @@ class PipelineCheckpointer:
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
+        trained = {role: getattr(config, role, None) for role in ("actor_train", "critic")}
+        check_resumed_shapes(path, {r: w.model_args.model_name_or_path for r, w in trained.items() if w is not None})
         saved = checkpoint.load_state(path / STATE_FILE).get("config")
         if saved is None:  # written before fingerprints existed
             return
-        current = config_fingerprint(config)
+        current = config.fingerprint()
         differ = [
             f"{key} = {saved[key]!r} there, {current[key]!r} here"
             for key in current
@@ -158,13 +144,12 @@ class PipelineCheckpointer:
                 completed,
                 config.max_steps,
             )
-        for name, cluster in self._trained_clusters().items():
+        for name, cluster in self.pipeline.trained_clusters().items():
             self.pipeline.memory.use(name)
             cluster.load_checkpoint(str(path / name))
         self.pipeline.load_data_state(state)
         set_rng_state(state["rng"])
-        self.pipeline.kl_ctrl.value = state["kl_coef"]
-        self.pipeline.old_log_probs.load_state_dict(state.get("old_log_probs"))  # absent: written before it existed
+        self.pipeline.load_components_state(state)
         logger.info("resumed from %s: continuing at step %d", path, completed + 1)
         return completed
 

@@ -1,27 +1,110 @@
 """Start-up checks that need the file system or imports but no worker: run by the pipeline before it loads
-the tokenizer or starts Ray, so a wrong path or class fails in a second with a message naming its key.
+the tokenizer or starts Ray, and by `--dry_run` for what is on this machine, so a wrong path, class, model
+directory, template or size fails in a second with one message naming its key (every problem found at once).
 
-Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a machine without the model.
+Config loading (`roll.configs`) cannot do these: `--dry_run` must work on a machine without the model, so there
+a path that does not exist here is listed as not checked (`check_roles(config, missing_ok=True)`) instead.
 """
 
 import os
+import sys
 from pathlib import Path
 
-from roll.configs.checks import roles, tokenizer_role
-from roll.configs.loader import ConfigError, closest
+from roll.configs.loader import ConfigError, closest, collected
+from roll.configs.sizes import check_rollout_memory
+from roll.pipeline.core import model_files, run_paths
+from roll.pipeline.core.reward_check import check_reward_worker, raised_at
+from roll.utils.errors import UserError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-MODEL_ROLES = ("actor_train", "actor_infer", "reference", "critic")
+FAILED = object()  # a check that raised (its problems are collected)
 
 
-def check_roles(config) -> None:
-    tokenizer = tokenizer_role(config)
-    for name, worker in roles(config).items():
-        if name in MODEL_ROLES and worker.model_args is not None:
+def check_roles(config, missing_ok: bool = False) -> list[str]:
+    """Every start-up check, all problems in one ConfigError. `missing_ok` (--dry_run): a model directory or data
+    file that is not on this machine is skipped; returns a note per skipped path."""
+    problems, missing = [], []
+
+    def attempt(check, *args):  # the check's result, or FAILED with its problems collected
+        try:
+            return check(*args)
+        except UserError as error:
+            problems.extend(getattr(error, "problems", None) or [("", str(error))])
+            return FAILED
+
+    tokenizer, models = config.tokenizer_role(), config.role_specs()
+    local_models: dict[str, object] = {}  # path → its transformers config (FAILED: refused or a hub id), checked once
+    for name, worker in config.roles().items():
+        if name in models and worker.model_args is not None:
             key, path = f"{name}.model_args.model_name_or_path", worker.model_args.model_name_or_path
-            check_download_source(key, path, config.model_download_type)
-            check_model_dir(key, path, name == tokenizer)
-        check_worker_cls(f"{name}.worker_cls", worker.worker_cls, reward=name.startswith("rewards."))
+            attempt(check_download_source, key, path, config.model_download_type)
+            if missing_ok and not _looks_like_hub_id(path) and not Path(path).expanduser().exists():
+                missing.append((key, path))
+            elif path not in local_models:  # another role's directory: checked once (with the tokenizer's needs)
+                needs_tokenizer = getattr(config, tokenizer).model_args.model_name_or_path == path
+                local_models[path] = attempt(check_model_dir, key, path, needs_tokenizer)
+                if local_models[path] is not FAILED and not _looks_like_hub_id(path):
+                    local_models[path] = attempt(_check_model_contents, key, path)
+                    if local_models[path] is not FAILED:
+                        attempt(model_files.check_sequence_length, key, path, local_models[path], config.longest_row())
+                elif local_models[path] is not FAILED:
+                    local_models[path] = FAILED  # a hub id: nothing on disk to read before transformers fetches it
+        reward = name not in models  # a kind's extra role: RLVR's reward scorers
+        cls = attempt(check_worker_cls, f"{name}.worker_cls", worker.worker_cls, reward)
+        if reward and cls is not FAILED:
+            attempt(check_reward_worker, f"{name}.worker_cls", cls, worker, config.system_envs)
+    tokenizer_dir = getattr(config, tokenizer).model_args.model_name_or_path
+    if local_models.get(tokenizer_dir, FAILED) is not FAILED:  # a readable local model directory: the kind's own
+        for check in config.start_up_checks(tokenizer_dir):
+            attempt(check)
+    attempt(run_paths.check_data_files, config, missing)
+    attempt(run_paths.check_tracker_dir, config)
+    attempt(check_rollout_memory, config)
+    cluster = cluster_problem(config)
+    if cluster and not missing_ok:
+        problems.append(("num_nodes", cluster))
+    if problems:
+        raise collected(problems)
+    notes = [f"not on this machine, checked at start-up: {key} = {path!r}" for key, path in missing]
+    # a dry run on a machine other than the cluster's (a multi-node recipe planned on a laptop) is not refused
+    return notes + ([f"note: a run started here would be refused: {cluster}"] if cluster else [])
+
+
+def _check_model_contents(key: str, value: str):
+    """config.json, model type, architecture and weight shapes; returns the transformers config."""
+    path = Path(value).expanduser()
+    model = model_files.check_model_config(key, path)
+    model_files.check_weight_shapes(key, path, model)
+    return model
+
+
+def cluster_problem(config) -> str | None:
+    """num_nodes against the nodes there are: this process's Ray session's, else one for the local Ray roll would
+    start when no cluster is given; a cluster to attach to is counted by init_ray when it attaches."""
+    if config.num_nodes <= 1:
+        return None
+    from roll.distributed.ray_utils import existing_cluster_address
+
+    ray = sys.modules.get("ray")
+    connected = ray is not None and ray.is_initialized()  # the launcher's early local Ray, or a test's session
+    address = existing_cluster_address()
+    if address is not None and not connected:
+        return None  # init_ray counts the nodes when it attaches
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive")) if connected else 1
+    if address is not None:
+        where = f"the Ray cluster at {address} has"
+    else:
+        where = (
+            "no Ray cluster is given (RAY_ADDRESS is unset and no `ray start` cluster runs here), and the local "
+            "Ray roll starts has"
+        )
+    if nodes >= config.num_nodes:
+        return None
+    return (
+        f"'num_nodes' = {config.num_nodes}, but {where} {nodes} node{'s' * (nodes != 1)}: set num_nodes: {nodes} "
+        f"(and num_gpus_per_node to the devices of each), or start a {config.num_nodes}-node cluster and set "
+        f"RAY_ADDRESS (docs/cluster.md)"
+    )
 
 
 def _looks_like_hub_id(value: str) -> bool:
@@ -94,7 +177,9 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
+def check_worker_cls(key: str, dotted: str, reward: bool):
+    """The class `dotted` names (imported), or a ConfigError naming the key: a module that is not there, one that
+    raises while it is imported (with where it raised), a missing name, or a class of the wrong base."""
     import importlib
 
     from roll.distributed.worker import Worker
@@ -103,11 +188,16 @@ def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
     module_name, _, class_name = dotted.rpartition(".")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigError(
-            f"'{key}' = {dotted!r}: cannot import the module {module_name!r} ({error}); is it installed or on "
-            f"PYTHONPATH?"
-        ) from None
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):  # not there at all
+            raise ConfigError(
+                f"'{key}' = {dotted!r}: cannot import the module {module_name!r} ({error}); is it installed or on "
+                f"PYTHONPATH?"
+            ) from None
+        raise _raised_on_import(key, dotted, module_name, error) from None
+    except Exception as error:  # the module is there and raised while it ran (a SyntaxError included)
+        raise _raised_on_import(key, dotted, module_name, error) from None
     cls = getattr(module, class_name, None)
     if cls is None:
         names = [n for n, v in vars(module).items() if isinstance(v, type)]
@@ -125,3 +215,14 @@ def check_worker_cls(key: str, dotted: str, reward: bool) -> None:
                 else "a role's worker class subclasses roll.distributed.worker.Worker"
             )
         )
+    return cls
+
+
+def _raised_on_import(key: str, dotted: str, module_name: str, error: Exception) -> ConfigError:
+    where = raised_at(error)
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f" (at {error.filename} line {error.lineno})"
+    text = " ".join(str(error).split())
+    return ConfigError(
+        f"'{key}' = {dotted!r}: importing the module {module_name!r} raised {type(error).__name__}: {text}{where}"
+    )

@@ -91,3 +91,11 @@ class RolloutDumpLogger(StepCallback):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(columns, ensure_ascii=False, default=str) + "\n")
         tmp.replace(path)
+
+
+def rollout_records(config, callbacks: list) -> RolloutStore:
+    """A rollout kind's two records: appends the rollout_dump_dir logger to `callbacks` (when set) and returns the
+    rollout_mock store (ROLL's rollout dump / replay)."""
+    if config.rollout_dump_dir:
+        callbacks.append(RolloutDumpLogger(config.rollout_dump_dir))
+    return RolloutStore(config.rollout_mock)

@@ -10,8 +10,15 @@ from roll.utils.import_utils import import_class
 
 def ground_truth_readers(reward) -> list[str]:
     """The worker classes of a reward domain that grade against a ground truth (RewardWorker.needs_ground_truth)."""
-    classes = [import_class(worker.worker_cls) for _, _, worker in reward.scorer_roles().values()]
-    return [cls.__name__ for cls in classes if getattr(cls, "needs_ground_truth", False)]
+    names = []
+    for _, _, worker in reward.scorer_roles().values():
+        try:
+            cls = import_class(worker.worker_cls)
+        except (ImportError, ValueError):  # the start-up checks name a class that does not import
+            continue
+        if getattr(cls, "needs_ground_truth", False):
+            names.append(cls.__name__)
+    return names
 
 
 def check_data_files(config) -> None:
@@ -26,10 +33,11 @@ def check_data_files(config) -> None:
         files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
         rows = []
         wanted = [data_args.tag_key, data_args.ground_truth_key, "test_cases", "case_type"]
+        prompts = [data_args.prompt_key, data_args.messages_key]
         for source, name in enumerate(files):
-            columns = read_columns(name, wanted)
-            if columns is None:
-                return
+            columns = read_columns(name, wanted + prompts)
+            if columns is None or all(v is None for key in prompts for v in columns.pop(key)):
+                return  # unreadable, or no prompt at all (a CSV without header): the row loader names it
             for index, values in enumerate(zip(*columns.values())):
                 row = dict(zip(wanted, values))
                 where = f"{key} {name} row {index}"

@@ -1,8 +1,9 @@
 """The synchronous RLVR loop: rollout → reward → ref/old log-probs → advantages → PPO update → weight sync.
 
 The driver owns the data, the RL maths and the bookkeeping; every model lives in a role's Cluster of
-Ray workers. One pipeline step is a sequence of small methods, each one phase, timed separately; the
-phases shared with the agentic pipeline live in `roll.pipeline.base`.
+Ray workers. One pipeline step is a sequence of small methods, each one phase, timed separately; the loop is the thin
+pipeline's (`roll.pipeline.base`) and everything after the rewards is the PPO update it composes
+(`roll.pipeline.core.ppo_update`), shared with the agentic pipeline.
 """
 
 import math
@@ -18,6 +19,9 @@ from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
 from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
+from roll.pipeline.core.ppo_update import PPOUpdate
+from roll.pipeline.core.rollout_dump import rollout_records
+from roll.pipeline.core.score_watch import ConstantScoreWarning
 from roll.pipeline.rlvr.data_checks import ground_truth_readers
 from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_metrics
 from roll.pipeline.rlvr.rollout import Rollout, RolloutParts, build_rollout
@@ -35,9 +39,23 @@ class RLVRPipeline(BasePipeline):
     """Prompts with verifiable rewards: `RLVRPipeline(config).run()`; see `BasePipeline`."""
 
     rollout: Rollout | None = None  # the config's rollout mode (roll.pipeline.rlvr.rollout), set by _setup_data
-    rows_are_samples = True  # a training row is the engine's prompt + sample, token for token
+
+    def __init__(self, config, callbacks=()):
+        callbacks = [*callbacks, ConstantScoreWarning()]  # a domain whose scores are all the same for N steps
+        self.rollout_store = rollout_records(config, callbacks)  # ROLL's rollout dump / replay
+        super().__init__(config, callbacks)
 
     # ---- set-up -------------------------------------------------------------------------------
+    def _build_components(self) -> list:
+        # a training row is the engine's prompt + sample, token for token
+        self.ppo = PPOUpdate(
+            self,
+            rows_are_samples=True,
+            before_sync=lambda timer: self.rollout.before_weight_sync(timer),
+            after_sync=lambda: self.rollout.after_weight_sync(),
+        )
+        return [self.ppo]
+
     def _setup_data(self) -> None:
         config = self.config
         self.routes = build_tag_routes(config.rewards)
@@ -105,10 +123,7 @@ class RLVRPipeline(BasePipeline):
         return [role for reward in self.config.rewards.values() for role in reward.scorer_roles()]
 
     def _role_configs(self) -> dict:
-        roles = super()._role_configs()
-        for reward in self.config.rewards.values():
-            roles.update({role: worker for role, (_, _, worker) in reward.scorer_roles().items()})
-        return roles
+        return {**self.ppo.role_configs(), **self.config.extra_roles()}  # the model roles, then the graders
 
     def compose_rollout(self) -> None:
         """`self.rollout` ← the mode the config asks for, on the current sampler. Called by _setup_data (again
@@ -137,18 +152,12 @@ class RLVRPipeline(BasePipeline):
         self.rollout.start(first_step)
         super()._run_from(first_step, history)
 
-    def _before_weight_sync(self, timer: StepTimer) -> None:
-        self.rollout.before_weight_sync(timer)
-
-    def _after_weight_sync(self) -> None:
-        self.rollout.after_weight_sync()
-
     def close(self) -> None:
         if self.rollout is not None:
             self.rollout.close()
         super().close()
 
-    def _probe_batch(self) -> DataProto:
+    def probe_batch(self) -> DataProto:
         rows = (self.val_rows or self.train_rows)[:1]
         return collate_prompts(rows, self.config.prompt_length, self.pad_token_id)
 
@@ -286,7 +295,7 @@ class RLVRPipeline(BasePipeline):
             with timer.phase("remax_baseline"):
                 graded.append(self.remax_baselines(batch, rows, step))
         alongside = () if scoring is None else (("reward", frozenset(self._reward_roles()), scoring),)
-        metrics.update(self.update(batch, step, timer, alongside))  # the rewards are in before the advantages
+        metrics.update(self.ppo.update(batch, step, timer, alongside))  # the rewards are in before the advantages
         metrics.update(self.reward_failures(*graded))
         metrics.update(reduce_worker_metrics(batch))
         metrics.update(self.domain_scores(batch))

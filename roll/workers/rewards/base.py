@@ -19,6 +19,7 @@ import torch
 from roll.distributed.data_proto import DataProto
 from roll.distributed.decorator import Dispatch, register
 from roll.distributed.worker import Worker
+from roll.utils.errors import PluginError
 from roll.utils.grading import GRADED, TIMEOUT, grade_each_with_time_limit
 
 LOGGED_FAILURES = 5  # per worker: the first failures are logged with their row, all are counted
@@ -40,7 +41,7 @@ class RewardWorker(Worker):
     def score(self, batch: DataProto) -> list[float]:
         raise NotImplementedError(f"{type(self).__name__} must implement score(batch) -> list[float]")
 
-    def grade_rows(self, batch: DataProto, grade, fast=None) -> list[float]:
+    def grade_rows(self, batch: DataProto, grade, fast=None, truths=None) -> list[float]:
         """`grade(response_text, ground_truth) -> float` for every row, each within worker_config.timeout
         seconds. A grader that raises or times out gives 0.0 for that row, counted (the row's
         `grading_status`) and logged for the first few; a RewardDataError stops the step. Pass the batch
@@ -49,9 +50,15 @@ class RewardWorker(Worker):
         fast: an optional `fast(response_text, ground_truth) -> float | None` tried first, in this thread
         and without a time limit (it must be cheap and bounded, e.g. one regular expression): a number is
         the row's score, None hands the row to `grade`. The other rows are graded one after another in one
-        background thread (roll.utils.grading.grade_each_with_time_limit)."""
+        background thread (roll.utils.grading.grade_each_with_time_limit).
+
+        truths: what `grade` gets as each row's second argument instead of its ground truth (e.g. the ground
+        truth with row settings the worker read from other columns); one per row."""
         columns = batch.non_tensor_batch
-        rows = list(zip(columns["response_text"], columns["ground_truth"]))
+        truths = columns["ground_truth"] if truths is None else truths
+        if len(truths) != len(batch):
+            raise ValueError(f"grade_rows: {len(truths)} truths for {len(batch)} rows")
+        rows = list(zip(columns["response_text"], truths))
         scores = [fast(*row) if fast is not None else None for row in rows]
         slow = [index for index, value in enumerate(scores) if value is None]
         outcomes = grade_each_with_time_limit(grade, [rows[index] for index in slow], self.worker_config.timeout)
@@ -103,15 +110,15 @@ class RewardWorker(Worker):
         finally:
             self._grading_status = self._row_metrics = None
         if len(scores) != len(batch):
-            raise ValueError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
+            raise PluginError(f"{type(self).__name__}.score returned {len(scores)} scores for {len(batch)} rows")
         for row, value in enumerate(scores):  # Python or numpy numbers; not tensors, strings or None
             if not isinstance(value, Real) or not math.isfinite(value):
-                raise ValueError(
+                raise PluginError(
                     f"{type(self).__name__}.score: row {row} has score {value!r}; scores must be finite numbers"
                 )
         for name, values in row_metrics.items():
             if len(values) != len(batch):
-                raise ValueError(
+                raise PluginError(
                     f"{type(self).__name__}.record_metric: {name} has {len(values)} values for {len(batch)} rows"
                 )
         scores = torch.tensor([float(v) for v in scores], dtype=torch.float32)

@@ -12,15 +12,12 @@ first capital letter is compared with the truth's first character, and (right, f
 right but unformatted → 1 / 0.5 / −1; wrong but formatted → −1 / −0.5 / −1; wrong and unformatted → −1.
 """
 
-import re
-
 import torch
 
 from roll.distributed.data_proto import DataProto
 from roll.workers.rewards.base import RewardWorker
-from roll.workers.rewards.choice_rule import grade_choice
+from roll.workers.rewards.choice_rule import boxed_choice, grade_choice
 
-_BOXED = re.compile(r"\\boxed\{([^}]+)\}")
 # (right, formatted) → reward for loose, soft, strict
 TABLE = {
     (True, True): (1.0, 1.0, 1.0),
@@ -31,15 +28,9 @@ TABLE = {
 
 
 def graded_by_type(response: str, ground_truth: str, reward_type: str) -> float:
-    boxed = _BOXED.findall(response)
-    if boxed:
-        answer = boxed[-1]
-    else:
-        cut = response.lower().rfind("answer is")
-        answer = response if cut < 0 else response[cut + len("answer is") :]
-    letter = next((c for c in answer if c.isupper()), None)
+    letter, boxed = boxed_choice(response)
     right = letter is not None and letter == str(ground_truth)[:1]
-    return TABLE[(right, bool(boxed))][("loose", "soft", "strict").index(reward_type)]
+    return TABLE[(right, boxed)][("loose", "soft", "strict").index(reward_type)]
 
 
 def length_reward(width: int) -> float:

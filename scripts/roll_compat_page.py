@@ -1,0 +1,270 @@
+"""docs/roll_compatibility.md, generated: ROLL's keys and what each is here (roll/configs/roll_compat/keys.py),
+the reward-worker mapping, the keys shared under ROLL's names, where a shared name means something else here
+(DIFFERENCES), and ROLL's own example YAMLs checked (scripts/roll_examples.py).
+
+    python scripts/roll_compat_page.py > docs/roll_compatibility.md
+"""
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: this checkout's roll and scripts
+    sys.path.insert(0, str(ROOT))
+
+from roll.configs.roll_compat.keys import EXAMPLE_DIFFERENCES, ROLL_KEYS, ROLL_REWARD_WORKERS  # noqa: E402
+from scripts.roll_examples import examples_section, load_results  # noqa: E402
+
+# Keys roll declares under ROLL's name whose meaning differs; the algorithm-key differences are added by the
+# branches that implement those keys.
+DIFFERENCES = [
+    (
+        "logging_dir",
+        "the TensorBoard/wandb/swanlab root (runs under <logging_dir>/<exp_name>); ROLL writes its log files "
+        "there. roll's log lines go to the console (stderr) and Ray's session logs",
+    ),
+    (
+        "output_dir",
+        "samples and learning curves; checkpoints go to <checkpoint_dir>/checkpoints/step-N, where ROLL's "
+        "checkpoint_config.output_dir becomes checkpoint_dir (null: output_dir)",
+    ),
+    (
+        "track_with",
+        "wandb and swanlab default to offline mode (files under the run directory); ROLL's default is online. "
+        "Set tracker_kwargs.mode: online to upload",
+    ),
+    (
+        "generate_opt_level",
+        "default 0 (one batched generate call per step, reproducible); ROLL's default is 1 (its request "
+        "scheduler, which roll has as generate_opt_level: 1). ROLL requires 1 for async_generation_ratio > 0; "
+        "roll runs async with either (0: whole steps queued ahead, docs/async.md)",
+    ),
+    # ROLL defects in its algorithm keys: roll implements the evident intent (docs/algorithms.md §11)
+    (
+        "error_max_len_clip",
+        "judges only samples with score ≤ 0; ROLL drops every sample whose score is not exactly 0 or 1",
+    ),
+    (
+        "norm_std_type: group",
+        "each row is divided by its own group's std, also with a non-group mean; ROLL crashes on that mix",
+    ),
+    (
+        "norm_mean_type / norm_std_type: group",
+        "with one sample per prompt, or a constant group, the score becomes 0 (ROLL's agentic rule); ROLL's RLVR "
+        "gives NaN",
+    ),
+    (
+        "adv_estimator: grpo",
+        "leaves norm_mean_type / norm_std_type as set (grpo normalises in the estimator); ROLL overwrites them",
+    ),
+    (
+        "difficulty_loss_weight",
+        "applied, or a clear error when the difficulty column is missing; ROLL silently skips it for object arrays",
+    ),
+    (
+        "use_reward_scaling",
+        "divides the scores by their batch std (a constant batch: 0); ROLL declares the key and reads it nowhere",
+    ),
+    ("reward_clip", "applied once, at response level; ROLL applies it twice (response and token level)"),
+    (
+        "adv_estimator: gigpo",
+        "step groups are formed within each episode group (the GiGPO paper); ROLL pools equal states across groups",
+    ),
+    ("use_pg_clip_range", "the dual clip uses dual_clip_ratio_c; ROLL uses the constant 1 + 2·pg_clip"),
+    ("norm_mean_type / norm_std_type: running", "not offered (batch, group, null); ROLL raises KeyError"),
+    # maths kept from verl on purpose, each with ROLL's behaviour and how to get ROLL's numbers (issue 34)
+    (
+        "dual_clip_loss",
+        "default true, capping a negative-advantage token's loss at dual_clip_ratio_c·|A| (3.0, verl); ROLL's "
+        "default is false and its cap 1 + 2·pg_clip. For ROLL's: dual_clip_loss: false, or dual_clip_ratio_c: "
+        "1 + 2·pg_clip (1.4 at pg_clip 0.2)",
+    ),
+    (
+        "adv_estimator: gae",
+        "verl's GAE: advantages are always whitened over the batch's valid tokens, and the (value, advantage) "
+        "state is carried across masked positions (γ once per gap, 0 after the last valid token). ROLL whitens "
+        "only with whiten_advantages: true (then the two agree) and runs GAE over every column on the unmasked "
+        "critic values, padding included; no key gives that",
+    ),
+    (
+        "returns",
+        "reinforce / step_reinforce / gigpo returns are masked to the response (= the advantages); ROLL keeps the "
+        "discounted sums on prompt and padding columns. Only the value loss reads returns, on the response "
+        "mask, so no loss differs",
+    ),
+    (
+        "empty response",
+        "its score sits nowhere, so grpo and norm_* count it as 0 in the group and batch statistics; ROLL puts "
+        "it on the last prompt column (masked out later) and normalises with the real score. The same whenever "
+        "an empty response scores 0 (the rule rewards do)",
+    ),
+    (
+        "loss_agg_mode: seq-mean-*",
+        "divides by the non-empty rows of the optimizer step over all ranks (verl), as ROLL's strategies do "
+        "(global_valid_samples); ROLL's agg_loss called without counts divides by all B rows: pass "
+        "global_batch_size=B to roll.algorithms.agg_loss for that",
+    ),
+    (
+        "entropy_loss_coef",
+        "the entropy bonus is taken over the tokens the sample masks keep; ROLL's RLVR actor takes it over every "
+        "response token, samples dropped by max_len_mask / difficulty_mask / error_max_len_clip included",
+    ),
+    (
+        "difficulty_loss_weight / length_loss_weight",
+        "min, max and the mean-1 renormalisation over the step's batch (lengths before the sample masks, as "
+        "ROLL); ROLL computes them per micro-batch. The same when one micro-batch holds the step "
+        "(per_device_train_batch_size = rows per step, gradient_accumulation_steps 1, one rank)",
+    ),
+    ("rl_loss_coef", "also applies in the agentic pipeline; ROLL declares it for RLVR only"),
+    (
+        "ratio_type: segment",
+        "the PPO loss only (refused with tis, topr, cispo, kimi15); ROLL's agentic ActorPGWorker feeds the turn "
+        "ratio to those too",
+    ),
+    (
+        "pg_variant",
+        "a top-level key (ROLL's actor_train.pg_variant is taken as an alias); roll's ActorWorker runs every "
+        "variant, so ROLL's ActorPGWorker path maps to it",
+    ),
+    (
+        "pretrain / reward_pretrain",
+        "fill only the model paths left unset; ROLL overwrites the paths of actor_train, actor_infer and reference "
+        "with pretrain as soon as one of them is unset",
+    ),
+    (
+        "interleave_probs",
+        "draws each prompt's file with these probabilities; ROLL declares the key and reads it nowhere (a single "
+        "1.0 is taken as ROLL's no-op)",
+    ),
+    (
+        "eval_steps",
+        "without validation data, a warning says no validation will run; ROLL skips validation silently",
+    ),
+    (
+        "custom_envs.<tag>.agent_template",
+        "the traj manager renders it for every turn with {observation}, {turn_idx}, {actions_left}, "
+        "{max_response_length}, {suffix}; the step manager with ROLL's step placeholders (see below)",
+    ),
+    (
+        "importance_sampling: seq",
+        "refused with any loss but PPO (pg_variant ppo / policy_loss_mode vanilla); ROLL's ActorPGWorker "
+        "silently ignores it",
+    ),
+    # ROLL's tool wrapper and GEM dataset environments (docs/agentic_envs.md)
+    (
+        "custom_envs.<tag>.tool_wrapper (python_code)",
+        "the program always runs in roll's kernel sandbox (namespaces, read-only file system, seccomp, memory_mb "
+        "256 for the whole sandbox); ROLL's sandbox_type: none runs it in a plain child process, and both of "
+        "ROLL's values (none, bwrap) mean roll's sandbox here",
+    ),
+    (
+        "custom_envs.<tag>.tool_wrapper (search)",
+        "the query is POSTed as JSON (Search-R1's retriever protocol), and again as msgpack when the server "
+        "refuses JSON with HTTP 400/415/422 (GEM's mosec retriever); GEM's tool sends one fixed encoding. A failed "
+        "request reads [search error: custom_envs.<tag>: search request to <url> failed: …] and counts as a "
+        "failed call",
+    ),
+    (
+        "custom_envs.<tag>.tool_wrapper (mcp)",
+        "one SSE session per exchange (tool list, call), each within tool_args.timeout; ROLL keeps one connection "
+        "open. As ROLL, tools are built (and their tool_args checked) only for the tags an env manager runs, so "
+        "ROLL's unused placeholder server_url: xxx loads; on a tag that runs it is a config error",
+    ),
+    (
+        "custom_envs.<tag>.tool_wrapper.tool_configs (several tools)",
+        "a reply goes to the first tool whose call ran well, else to the first that was called; GEM's loop keeps "
+        "the last tool it tried, so a failed call of an earlier tool can pass the reply to the environment",
+    ),
+    (
+        "env_type: roll_math / roll_qa",
+        "validation episodes draw rows by their seeds, as training ones; ROLL's validation walks the dataset in "
+        "order. Each environment worker process reads the dataset once (ROLL: one Ray actor per dataset)",
+    ),
+    # GEM's environments that roll builds itself (gem-llm cannot be installed beside roll; docs/agentic_envs.md)
+    (
+        "env_type: game:GuessTheNumber-v0",
+        "GEM 0.0.4's rules, rewards (-0.1 for a reply without \\boxed{<digits>}, which ends the game; 0 for a hint, "
+        "a repeat or an out-of-range guess; 1 for the target; 1 − distance/(max − min) for an in-range last guess) "
+        "and the target a seed draws; the instructions, hints and info['suffix'] ('Give your next guess.', GEM: "
+        "'Enter your next guess.') are roll's own words. \\boxed{0} is a guess of 0 (GEM reads it as no guess). "
+        "env_config takes min_number, max_number, max_turns only, as integers with 0 ≤ min < max (GEM ignores "
+        "other keys); GEM's -easy/-hard/-random variants are not built",
+    ),
+    (
+        "env_type: rg:letter_counting",
+        "reasoning-gym's task and scoring through GEM 0.0.4 (5–15 consecutive words, a letter that occurs in "
+        "them; 1 for the exact count, len(count)/len(answer) when the count is inside a longer \\boxed{} answer), "
+        "and GEM's choice of question index for a reset seed; the words come from roll's own text (236 words), "
+        "not reasoning-gym's book, and the question is worded differently, so the questions differ. The question "
+        "depends on (seed, size, reset seed) only: GEM regenerates one instance's dataset after every size "
+        "resets. The answer is the last closed \\boxed{…} (GEM also reads \\fbox and gives no answer when the "
+        "last \\boxed is unclosed). env_config takes size and seed only",
+    ),
+    (
+        "custom_envs.<tag>.format_penalty with a GEM environment",
+        "GEM's own -0.1 is in the reward; a reply without \\boxed{} is also an invalid action, so a nonzero "
+        "format_penalty is added on top (roll's default is 0; ROLL's env managers add none to GEM's reward)",
+    ),
+]
+
+
+def compatibility_page() -> str:
+    """docs/roll_compatibility.md: the table, the reward mapping, and the keys shared under ROLL's names."""
+    from roll.configs.worker import DataArgs, GeneratingArgs, ModelArgs, RewardConfig, TrainingArgs
+    from roll.pipeline.kinds import kind_configs
+
+    lines = [
+        "# ROLL compatibility",
+        "",
+        "<!-- generated by `python scripts/roll_compat_page.py > docs/roll_compatibility.md`; a test checks it -->",
+        "",
+        "A ROLL YAML loads here unedited when every key it uses is *supported* (same name, same meaning) or an",
+        "*alias* (ROLL's spelling, rewritten to roll's before the strict loader). A *refused* key or value fails",
+        "with the reason, and says what to set instead.",
+        "All problems of a file are reported together, grouped by block.",
+        "",
+        "## Keys under other names, and refused keys",
+        "",
+        "| block | ROLL key | status | meaning here / reason |",
+        "|---|---|---|---|",
+    ]
+    for entry in ROLL_KEYS:
+        note = entry.note.replace("|", "\\|")  # a literal bar would split the table cell
+        lines.append(f"| {entry.block or 'top level'} | `{entry.key}` | {entry.status} | {note} |")
+    lines += [
+        "",
+        "## Reward workers by ROLL's dotted paths",
+        "",
+        "| ROLL worker_cls | roll class | status |",
+        "|---|---|---|",
+    ]
+    for roll_path, ours in ROLL_REWARD_WORKERS.items():
+        exists = importlib.util.find_spec(ours.rpartition(".")[0]) is not None
+        lines.append(f"| `{roll_path}` | `{ours}` | {'supported' if exists else 'pending (module not built yet)'} |")
+    lines += ["", "## Keys with ROLL's name and meaning (supported)", ""]
+    blocks = [
+        *((f"top level ({name})", cls) for name, cls in kind_configs().items()),
+        ("every role", RewardConfig),
+        ("model_args", ModelArgs),
+        ("training_args", TrainingArgs),
+        ("data_args", DataArgs),
+        ("generating_args", GeneratingArgs),
+    ]
+    for title, cls in blocks:
+        names = ", ".join(f"`{f.name}`" for f in dataclasses.fields(cls) if f.init and f.name != "name")
+        lines.append(f"- **{title}**: {names}")
+    lines += ["", "## Same name, different meaning here", ""]
+    lines += [f"- `{key}`: {text}" for key, text in DIFFERENCES + EXAMPLE_DIFFERENCES]
+    lines += [
+        "",
+        "strategy_config keys are checked by `--dry_run` with each engine's own validator (vllm, sglang,",
+        "megatron_train/megatron_infer, fsdp2_train/fsdp2_infer); see docs/strategies.md for the key lists.",
+    ]
+    lines += examples_section(load_results())
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(compatibility_page(), end="")
