@@ -13,10 +13,14 @@ with the batch arithmetic and the placement plan, and exits without starting Ray
 A refusal of the user's config, data, model or checkpoint (roll.utils.errors.UserError, ConfigError included)
 prints its message alone and exits with status 2; --traceback or ROLL_TRACEBACK=1 adds the traceback. Any other
 error is unexpected and keeps its traceback.
+
+SIGTERM or Ctrl-C stops the run at the end of the current step, after a checkpoint (a second one: at once), stops
+Ray, prints one line with the command that resumes, and exits 143 or 130 (roll.pipeline.core.stopping).
 """
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -61,14 +65,21 @@ def launch(
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides such as max_steps=5")
     args = parser.parse_args(argv)
+    from roll.pipeline.core.stopping import STOPPER, StopRequested
+
+    STOPPER.install()  # SIGTERM / Ctrl-C: a clean stop with one line (issue 42), also during start-up
+    from roll.distributed.ray_utils import mark_run_processes
+
+    mark_run_processes()  # so that a stop can end every process the run started
     show_traceback = args.traceback or os.environ.get("ROLL_TRACEBACK", "").lower() in ("1", "true", "yes")
 
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         os.environ.setdefault(name, "1")  # one readable line per step instead of a bar per file read
-    from roll.configs import ConfigError, compose_config, describe_config
     from roll.utils.errors import UserError
 
     try:
+        from roll.configs import ConfigError, compose_config, describe_config  # seconds of imports: a stop point
+
         composed = compose_config(str(config_dir(args.config_path, examples)), args.config_name, args.overrides)
         config = load(composed) if args.dry_run else load_while_ray_starts(load, composed)
         notes = _check_here(config) if args.dry_run else []  # a run: the pipeline runs these before Ray's roles
@@ -78,13 +89,53 @@ def launch(
     except UserError as error:
         if show_traceback:
             traceback.print_exception(error)
+        from roll.configs import ConfigError
+
         print(f"{'config error' if isinstance(error, ConfigError) else 'error'}: {error}", file=sys.stderr)
         return 2
+    except (StopRequested, KeyboardInterrupt) as stop:  # KeyboardInterrupt: a Ctrl-C before the handler took over
+        return _stopped(stop, sys.argv[1:] if argv is None else list(argv), show_traceback)
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM:
+            raise
+        # Ray's own SIGTERM handler, in place while ray.init runs (ray_utils puts ours back after it): sys.exit(15)
+        return _stopped(StopRequested(signal.SIGTERM, True), sys.argv[1:] if argv is None else list(argv), False)
     finally:
         from roll.distributed.ray_utils import stop_early_ray
 
         stop_early_ray()  # a refused config, or a run that stopped before starting its roles: no Ray left behind
+        STOPPER.uninstall()
     return 0
+
+
+def _stopped(stop: BaseException, argv: list[str], show_traceback: bool) -> int:
+    """After a stop on a signal: end every Ray process the run started, print the one line, return the exit code."""
+    from roll.pipeline.core.stopping import STOPPER, StopRequested
+
+    STOPPER.finishing = True  # further signals: the stop is under way
+    if not isinstance(stop, StopRequested):
+        stop = StopRequested(signal.SIGINT, True)
+    if show_traceback:
+        traceback.print_exception(stop)
+    import ray
+
+    from roll.distributed.ray_utils import end_run_processes
+
+    ray.shutdown()  # a local Ray ends with its workers; attached, the job's actors end with the job
+    end_run_processes()  # what a stop inside ray.init left: processes started before Ray recorded them
+    print(stop.line(_command(argv), _command(argv, resume=True)), file=sys.stderr, flush=True)
+    return stop.exit_code
+
+
+def _command(argv: list[str], resume: bool = False) -> str:
+    """This run's command line again (without --dry_run); `resume`: with resume_from_checkpoint=true."""
+    import shlex
+
+    args = [a for a in argv if a != "--dry_run"]
+    if resume:
+        args = [a for a in args if a.lstrip("+~").partition("=")[0] != "resume_from_checkpoint"]
+        args.append("resume_from_checkpoint=true")
+    return shlex.join([sys.executable, sys.argv[0], *args])
 
 
 def _check_here(config) -> list[str]:

@@ -34,6 +34,8 @@ TIERS = {
     "workers/": "quick",
     "reliability/test_broken_inputs.py": "quick",  # config and start-up checks, Ray never starts
     "reliability/test_checkpoint_crash.py": "quick",  # checkpoint files; saves killed in a child process
+    "reliability/test_garbage_data.py": "quick",  # data checks by --dry_run and start-up, Ray never starts
+    "reliability/test_stopping.py": "quick",  # the stop logic with real signals against a test double
     "strategies/test_contracts.py": "quick",
     "strategies/test_micro_batching.py": "quick",
     "strategies/test_hf_infer_static_cache.py": "quick",  # one hf_infer strategy in-process, tiny model

@@ -115,6 +115,12 @@ class PipelineConfig:
         "logged and counted in system/recoveries); 0 = the run stops at the first failure",
         bounds="[0, inf)",
     )
+    checkpoint_on_stop: bool = field_help(
+        True,
+        "on SIGTERM or Ctrl-C the run finishes its step and writes a checkpoint of it before it stops (a second "
+        "signal stops at once); false stops after the step without writing one (the newest earlier checkpoint is "
+        "the one to resume; docs/reliability.md)",
+    )
     eval_steps: int = field_help(
         0, "validate every N steps, before training and at the last step; 0 = never", bounds="[0, inf)"
     )

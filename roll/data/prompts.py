@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from roll.data.chat_template import render_chat
+from roll.data.checks import truth_defect
 from roll.distributed.data_proto import DataProto
 from roll.utils.errors import InputError, MissingInput
 from roll.utils.functional import left_pad
@@ -100,12 +101,21 @@ def _ground_truth(row: dict, data_args, where: str):
         return json.dumps({"case_type": row.get("case_type") or "input", "test_cases": cases})
     if truth is None or isinstance(truth, str):
         return truth
+    if isinstance(truth, float) and truth != truth:  # a bare JSON NaN: no answer (roll.data.checks counts it)
+        return None
     if isinstance(truth, Real) and not isinstance(truth, bool):
         return str(truth)
     raise InputError(
         f"{where}: '{data_args.ground_truth_key}' = {truth!r} ({type(truth).__name__}): expected a string or a "
         f'number (the reference answer the reward compares with), e.g. "5"'
     )
+
+
+def row_truth(row: dict, data_args, where: str) -> tuple[str | None, str | None]:
+    """The row's ground truth as the rewards get it, and why it is unusable (roll.data.checks.truth_defect:
+    missing, NaN, empty) or None."""
+    truth = _ground_truth(row, data_args, where)
+    return truth, truth_defect(truth if truth is not None else row.get(data_args.ground_truth_key))
 
 
 # ChatML, the format of data_args.chat_template: chatml (role headers between <|im_start|> and <|im_end|>)
@@ -143,6 +153,12 @@ def render_prompt(text: str, data_args, tokenizer) -> str:
 def read_column(name: str, column: str) -> list | None:
     """One column of a data file, read without tokenizing (None where the file does not exist or cannot be
     read: the start-up checks name those problems); a file without the column gives one None per row."""
+    columns = read_columns(name, [column])
+    return None if columns is None else columns[column]
+
+
+def read_columns(name: str, columns: list[str]) -> dict[str, list] | None:
+    """Several columns of a data file at one read (see read_column): column → its values."""
     import datasets
 
     suffix = Path(name).suffix.lower()
@@ -150,9 +166,9 @@ def read_column(name: str, column: str) -> list | None:
         return None
     try:
         table = datasets.load_dataset(_LOADERS[suffix], data_files=[name], split="train")
-    except Exception:  # load_prompt_rows reports it, naming the file
+        return {c: list(table[c]) if c in table.column_names else [None] * len(table) for c in columns}
+    except Exception:  # bytes that are not UTF-8 fail here, as the columns decode: load_prompt_rows names them
         return None
-    return list(table[column]) if column in table.column_names else [None] * len(table)
 
 
 def check_template_available(data_args, tokenizer, files) -> None:
@@ -195,7 +211,7 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
                 too_long.append(where)
                 too_long_lengths.append(len(ids))
                 continue
-            truth = _ground_truth(row, data_args, where)
+            truth, defect = row_truth(row, data_args, where)
             rows.append(
                 {
                     "prompt_ids": ids,
@@ -203,7 +219,10 @@ def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
                     "ground_truth": truth,
                     "tag": row.get(data_args.tag_key),
                     "source": source,
+                    "index": index,
                     "where": where,  # file and row, for errors found later (routing, a missing ground truth)
+                    # why the truth is unusable (None: it is usable), for the domains that grade against one
+                    "truth_defect": defect,
                 }
             )
     if too_long:
@@ -244,8 +263,8 @@ def collate_prompts(rows: list[dict], prompt_length: int, pad_token_id: int) -> 
 class PromptSampler:
     """Shuffled epochs over the rows; its position is part of every checkpoint."""
 
-    def __init__(self, rows: list[dict], seed: int):
-        self.rows, self.seed = rows, seed
+    def __init__(self, rows: list[dict], seed: int, label: str = "the data"):
+        self.rows, self.seed, self.label = rows, seed, label  # label: how messages name these prompts
         self.epoch, self.cursor = 0, 0
         self._order = self._permutation()
 
@@ -261,6 +280,10 @@ class PromptSampler:
             picked.append(self.rows[self._order[self.cursor]])
             self.cursor += 1
         return picked
+
+    def shortfalls(self, count: int) -> list[tuple[str, int, int]]:
+        """[(label, prompts, count)] if a batch of `count` would draw a prompt twice (roll.data.checks)."""
+        return [(self.label, len(self.rows), count)] if count > len(self.rows) else []
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "cursor": self.cursor}
@@ -278,12 +301,15 @@ class MixedPromptSampler:
     draw: every prompt's pool is drawn with probabilities p (data_args.interleave_probs), from a generator
     seeded by (seed, batch number) so a resume redraws the same."""
 
-    def __init__(self, pools: dict, probs: dict, seed: int, mode: str):
+    def __init__(self, pools: dict, probs: dict, seed: int, mode: str, labels: dict | None = None):
         if mode not in ("quota", "draw"):
             raise ValueError(f"mode must be 'quota' or 'draw', got {mode!r}")
         self.names = list(probs)
+        labels = labels or {name: repr(name) for name in self.names}  # how messages name each pool
         self.probs = np.array([probs[name] for name in self.names], dtype=float)
-        self.samplers = {name: PromptSampler(pools[name], seed + 7919 * (i + 1)) for i, name in enumerate(self.names)}
+        self.samplers = {
+            name: PromptSampler(pools[name], seed + 7919 * (i + 1), labels[name]) for i, name in enumerate(self.names)
+        }
         self.seed, self.mode, self.batches = seed, mode, 0
 
     def _counts(self, count: int) -> list[int]:
@@ -296,6 +322,15 @@ class MixedPromptSampler:
         last = max(i for i, p in enumerate(self.probs) if p > 0)  # the rest goes to the last pool in use
         counts[last] += count - sum(counts)
         return counts
+
+    def shortfalls(self, count: int) -> list[tuple[str, int, int]]:
+        """[(pool, prompts, drawn)] for each pool a batch of `count` draws more prompts from than it has (quota:
+        its share; draw: the expected share, rounded)."""
+        if self.mode == "quota":
+            counts = self._counts(count)
+        else:
+            counts = [round(p * count) for p in self.probs]
+        return [short for name, n in zip(self.names, counts) for short in self.samplers[name].shortfalls(n)]
 
     def next_rows(self, count: int) -> list[dict]:
         picked = []
@@ -316,14 +351,15 @@ class MixedPromptSampler:
 
 def prompt_sampler(rows: list[dict], data_args, seed: int):
     """The training prompts' sampler: plain shuffled epochs, or mixed by domain / by file (data_args)."""
+    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name or ())
     if data_args.domain_interleave_probs is not None:
         probs, key, what = data_args.domain_interleave_probs, "domain", "domain_interleave_probs"
-        mode = "quota"
+        mode, labels = "quota", {name: f"domain {name!r}" for name in probs}
     elif data_args.interleave_probs is not None:
         probs, key, what = dict(enumerate(data_args.interleave_probs)), "source", "interleave_probs"
-        mode = "draw"
+        mode, labels = "draw", {i: files[i] if i < len(files) else f"file {i}" for i in probs}
     else:
-        return PromptSampler(rows, seed)
+        return PromptSampler(rows, seed, ", ".join(map(str, files)))
     pools = {name: [row for row in rows if row[key] == name] for name in probs}
     present = sorted({str(row[key]) for row in rows})
     unlisted = sorted({row[key] for row in rows} - set(probs), key=str)
@@ -335,4 +371,4 @@ def prompt_sampler(rows: list[dict], data_args, seed: int):
     empty = [name for name, pool in pools.items() if probs[name] > 0 and not pool]
     if empty:
         raise InputError(f"actor_train.data_args.{what}: no rows for {empty} (present: {present})")
-    return MixedPromptSampler(pools, probs, seed, mode)
+    return MixedPromptSampler(pools, probs, seed, mode, labels)

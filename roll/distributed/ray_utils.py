@@ -10,10 +10,14 @@ device). Device id `d` is device `d % num_gpus_per_node` of node `d // num_gpus_
 numbered by `device_nodes`: the driver's node first (when it has devices), then by IP address.
 """
 
+import contextlib
 import ipaddress
 import os
+import signal
 import socket
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 from roll.distributed.attach import AUTH_MODE_ENV, ClusterAttachError, check_cluster_address, local_ray_hint
@@ -175,7 +179,8 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
     from_env = bool(os.environ.get("RAY_ADDRESS", "").strip())
     check_cluster_address(address, from_env)  # fails within ~20 s naming the cause; ray.init would retry ~10 min
     try:  # attached: a job may only bring its runtime env; resources and memory are the cluster's
-        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
+        with keeping_sigterm_handler():
+            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True, configure_logging=False)
     except ConnectionError as error:
         raise ClusterAttachError(
             f"could not attach to the Ray cluster at {address!r}: {error}. Check that it is up (`ray status` on "
@@ -189,6 +194,53 @@ def init_ray(num_devices: int, env_vars: dict | None = None, num_nodes: int = 1)
         raise
     logger.info("attached to the Ray cluster at %s; devices on %s", address, ", ".join(map(str, nodes)))
     return began, time.perf_counter()
+
+
+@contextlib.contextmanager
+def keeping_sigterm_handler():
+    """ray.init replaces the process's SIGTERM handler with sys.exit (which, mid-run, ends in an abort with Ray's
+    workers left behind); a handler the process installed itself (the launcher's clean stop,
+    roll.pipeline.core.stopping) is put back. A process without one keeps Ray's."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGTERM, previous)
+
+
+RUN_ID_ENV = "ROLL_RUN_ID"  # set by the launcher; every process it starts inherits it (end_run_processes)
+
+
+def mark_run_processes() -> str:
+    """Tag this process's environment with a value of its own, so that the processes it starts — a local Ray's
+    GCS, raylet, agents and workers inherit it — can be found from outside (end_run_processes). Workers of an
+    attached cluster are started by that cluster and do not carry it."""
+    os.environ[RUN_ID_ENV] = f"{os.getpid()}-{uuid.uuid4().hex}"
+    return os.environ[RUN_ID_ENV]
+
+
+def end_run_processes() -> list[int]:
+    """SIGKILL every other process whose environment carries this process's RUN_ID_ENV value; returns their pids.
+    After ray.shutdown() only what it could not know of is left: the processes of a ray.init that a stop
+    interrupted before Ray recorded them."""
+    run_id = os.environ.get(RUN_ID_ENV)
+    if not run_id:
+        return []
+    wanted, ended = f"{RUN_ID_ENV}={run_id}".encode(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if wanted not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            ended.append(int(entry))
+        except OSError:  # gone meanwhile, or another user's
+            pass
+    return ended
 
 
 def _worker_env(env_vars: dict | None) -> dict:
@@ -213,14 +265,15 @@ def _start_local(num_devices: int, env_vars: dict) -> None:
     gpus = has_gpus()
     if not gpus:
         env_vars.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed otherwise warns that it found no GPU
-    ray.init(
-        resources={} if gpus else {VIRTUAL_DEVICE: num_devices},
-        include_dashboard=False,
-        object_store_memory=1 << 30,
-        runtime_env={"env_vars": env_vars},
-        log_to_driver=True,
-        configure_logging=False,
-    )
+    with keeping_sigterm_handler():
+        ray.init(
+            resources={} if gpus else {VIRTUAL_DEVICE: num_devices},
+            include_dashboard=False,
+            object_store_memory=1 << 30,
+            runtime_env={"env_vars": env_vars},
+            log_to_driver=True,
+            configure_logging=False,
+        )
 
 
 def device_resource() -> str:

@@ -25,6 +25,7 @@ from roll.pipeline.core.concurrency import ThreadPlan
 from roll.pipeline.core.metrics import fmt, progress
 from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
+from roll.pipeline.core.stopping import STOPPER, stop_point
 from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
 from roll.utils.progress import ETA, StepTimer, process_age
@@ -151,7 +152,7 @@ class BasePipeline:
         self.placements = describe_workers(self.clusters, timeout=start_timeout)
         processes_up = time.perf_counter()
         logger.info("%s", check_placements(self.placements, self.resource_manager))
-        if self.saves_checkpoints and (config.save_steps or config.resume_from_checkpoint):
+        if self.saves_checkpoints and (config.save_steps or config.resume_from_checkpoint or config.checkpoint_on_stop):
             check_output_dir(checkpoint_base(config), self.clusters)
         for name in config.role_specs():
             setattr(self, name, self.clusters.get(name))
@@ -231,7 +232,8 @@ class BasePipeline:
         source = None  # the first attempt resumes as configured
         while True:
             try:
-                self._run_from(self.checkpointer.resume(source), history)
+                with STOPPER.safe_points():  # SIGTERM / Ctrl-C stop between steps (roll.pipeline.core.stopping)
+                    self._run_from(self.checkpointer.resume(source), history)
                 break
             except RoleFailure as failure:
                 if self.recoveries >= self.config.max_failures:
@@ -257,10 +259,12 @@ class BasePipeline:
             if self.validates_before_training:
                 history["before"] = self._validate_before(first_step)
         eta = ETA(first_step, self.config.max_steps - 1)
+        stop_point(self, first_step)  # a signal before the first step: stop, nothing new to save
         for step in range(first_step, self.config.max_steps):
             metrics = self._run_step(step, eta)
             history["steps"][step] = metrics
             history["after"] = {k: v for k, v in metrics.items() if k.startswith("val/")} or history["after"]
+            stop_point(self, step + 1)  # a signal during the step: checkpoint, then StopRequested
 
     def _restart_roles(self):
         """Tear every role down and start it again; returns what to resume from: "latest" (the newest complete

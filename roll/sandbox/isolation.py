@@ -9,17 +9,24 @@ capability dropped and cannot create further user namespaces; on the host it is 
 (hostuid.py: never uid 0, whatever uid the caller has).
 When the sandbox's first process (its PID 1) dies, the kernel kills everything in the PID namespace, so no
 descendant outlives a run, whatever it did with setsid or double forks.
+
+That PID 1 is the program itself (--as-pid-1), started with a clean environment and argv: no process the
+program can see through /proc carries a host path, the run's cgroups or the caller's environment (bubblewrap's
+own process, whose command line names host paths, stays in the host's PID namespace). The program's files
+are copied into the sandbox's tmpfs from memory (hygiene.py), so /sandbox is no bind of a host directory.
+The interpreter and the system libraries are bound read-only at their own paths, so the program can see
+where its Python is installed, as any program sees its own executable.
 """
 
-import atexit
 import errno
 import os
 import shutil
 import sys
 import sysconfig
-import tempfile
 import threading
 import uuid
+
+from roll.sandbox import hygiene
 
 SANDBOX_UID = 65534  # "nobody" inside the user namespace
 CGROUP_V1 = "/sys/fs/cgroup"
@@ -107,14 +114,20 @@ AF_UNIX = 1
 CLONE_NEW_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 
 _filter_lock = threading.Lock()
-_filter_path: str | None = None
+_filter: bytes | None = None
 
 
-def seccomp_filter_path() -> str:
-    """A compiled BPF seccomp program (built once per process) for bubblewrap's --seccomp."""
-    global _filter_path
+def seccomp_filter_fd() -> int:
+    """A memory file (no file on disk to leave behind) holding the compiled BPF seccomp program, for one
+    bubblewrap --seccomp, which reads it to the end; the caller closes it."""
+    return hygiene.memory_file("roll_seccomp", seccomp_filter())
+
+
+def seccomp_filter() -> bytes:
+    """The compiled BPF seccomp program (built once per process)."""
+    global _filter
     with _filter_lock:
-        if _filter_path is None:
+        if _filter is None:
             import pyseccomp as sc
 
             rules = sc.SyscallFilter(defaction=sc.ALLOW)
@@ -128,20 +141,26 @@ def seccomp_filter_path() -> str:
                 rules.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
             # clone3 passes its flags in memory, where seccomp cannot look: ENOSYS makes libc fall back to clone.
             rules.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-            handle, path = tempfile.mkstemp(prefix="roll_seccomp_", suffix=".bpf")
-            with os.fdopen(handle, "wb") as out:
+            fd = os.memfd_create("roll_seccomp_export", os.MFD_CLOEXEC)
+            with os.fdopen(fd, "w+b") as out:
                 rules.export_bpf(out)
-            atexit.register(_unlink, path)  # one file per process, not one per process ever started
-            _filter_path = path
-        return _filter_path
+                out.seek(0)
+                _filter = out.read()
+        return _filter
+
+
+def base_paths() -> dict[str, str]:
+    """sysconfig's paths of the base interpreter: in a virtualenv, sysconfig puts platstdlib (and purelib) under the
+    venv, whose packages the sandbox must not see."""
+    return sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
 
 
 def read_only_paths() -> list[str]:
     """What the interpreter needs: its binary, standard library, and the shared libraries it links."""
     paths = {
         os.path.dirname(os.path.realpath(sys.executable)),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["platstdlib"],
+        base_paths()["stdlib"],
+        base_paths()["platstdlib"],
     }
     libdir = sysconfig.get_config_var("LIBDIR")
     if libdir and sysconfig.get_config_var("Py_ENABLE_SHARED"):
@@ -155,18 +174,20 @@ def read_only_paths() -> list[str]:
 def bwrap_command(
     bwrap: str,
     seccomp_fd: int,
-    inputs_dir: str,
+    files: dict[str, int],
     argv: list[str],
     scratch_mb: int,
     tmp_mb: int,
     info_fd: int,
     block_fd: int,
 ) -> list[str]:
-    """bubblewrap's arguments for running `argv` with `inputs_dir` visible read-only at /sandbox. bubblewrap
-    writes the sandbox's host PID to `info_fd`, then waits for a byte on `block_fd` before running `argv`."""
+    """bubblewrap's arguments for running `argv` as the sandbox's PID 1, with `files` (name → an fd to read it
+    from, e.g. a memory file) in a read-only /sandbox. bubblewrap writes the sandbox's host PID to `info_fd`,
+    then waits for a byte on `block_fd` before running `argv`."""
     command = [
         bwrap,
         "--unshare-all",  # user, ipc, pid, net, uts, cgroup namespaces
+        "--as-pid-1",  # the program is PID 1: no bubblewrap process, with its host paths, inside
         "--unshare-user",
         "--disable-userns",  # no nested user namespace, so no capabilities to regain
         "--uid",
@@ -204,10 +225,12 @@ def bwrap_command(
     ]
     for path in read_only_paths():
         command += ["--ro-bind", path, path]
-    site = sysconfig.get_paths()["purelib"]
-    if os.path.isdir(site) and site.startswith(sysconfig.get_paths()["stdlib"]):
+    site = base_paths()["purelib"]
+    if os.path.isdir(site) and site.startswith(base_paths()["stdlib"]):
         command += ["--tmpfs", site]  # the host's installed packages stay out of view
-    command += ["--ro-bind", inputs_dir, "/sandbox"]
+    command += ["--dir", "/sandbox"]
+    for name, fd in files.items():  # copied into the root tmpfs, which is made read-only below
+        command += ["--perms", "0444", "--file", str(fd), f"/sandbox/{name}"]
     command += ["--size", str(scratch_mb * 1024 * 1024), "--tmpfs", "/work"]
     command += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     command += ["--remount-ro", "/", "--chdir", "/work", "--seccomp", str(seccomp_fd), "--", *argv]
@@ -220,7 +243,7 @@ class Cgroup:
 
     def __init__(self, memory_mb: int, max_processes: int):
         self.dirs: list[str] = []
-        name = uuid.uuid4().hex[:12]
+        name = hygiene.cgroup_name(uuid.uuid4().hex[:12])  # names the caller: a killed caller's are reaped
         parent_name = cgroup_parent()
         if os.path.exists(os.path.join(CGROUP_V1, "memory", "cgroup.procs")):
             memory = _make(os.path.join(CGROUP_V1, "memory", parent_name), name)
@@ -291,11 +314,10 @@ class Cgroup:
                 pass  # a process still exiting; the empty group is harmless and removed next time
 
 
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+def cgroup_parents() -> list[str]:
+    """The directories run cgroups are made in (cgroup_parent under each hierarchy Cgroup uses)."""
+    parent = cgroup_parent()
+    return [os.path.join(CGROUP_V1, hierarchy, parent) for hierarchy in ("memory", "pids", "")]
 
 
 def _make(parent: str, name: str) -> str:

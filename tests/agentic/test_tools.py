@@ -45,8 +45,8 @@ def chat():
 
 def test_python_tool_runs_in_the_sandbox_inside_an_episode(chat):
     """A calculator episode wrapped with ROLL's python_code tool: the first reply's <code> runs in the sandbox
-    (its own PID namespace: the program is PID 2, its parent bubblewrap PID 1), the output is the next observation
-    the model reads, and the next reply (no call) goes to the environment, which grades it."""
+    (its own PID namespace, where the program is PID 1: no bubblewrap process inside), the output is the next
+    observation the model reads, and the next reply (no call) goes to the environment, which grades it."""
     config = EnvConfig(
         env_type="calculator",
         max_turns=3,
@@ -61,7 +61,7 @@ def test_python_tool_runs_in_the_sandbox_inside_an_episode(chat):
     play(manager, [f"<code>import os\nprint({expression}, os.getpid())</code>", f"<answer>{answer}</answer>"])
     first, second = manager.episode.turns
     assert first.reward == pytest.approx(0.3)  # tool_reward + tool_success_reward
-    assert second.observation == f"Code execution result: {answer} 2\n\n"  # stdout as printed, then ROLL's "\n"
+    assert second.observation == f"Code execution result: {answer} 1\n\n"  # stdout as printed, then ROLL's "\n"
     assert second.reward == 1.0 and manager.episode.success and manager.episode.end_reason == "done"
     assert manager.episode.score == pytest.approx(1.3)
     (row,) = manager.samples()

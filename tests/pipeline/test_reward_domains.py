@@ -95,6 +95,7 @@ def run(rlvr_config, demo_dir, tmp_path_factory):
     mix = ",".join(f"{domain}:{p}" for domain, p in PROBS.items())
     overrides += [
         "rollout_batch_size=10",
+        "allow_repeated_prompts_in_step=true",  # 2 rows a domain, math's quota is 3: repeats are fine here
         "actor_train.infer_batch_size=40",
         f"actor_train.data_args.domain_interleave_probs={{{mix}}}",
     ]

@@ -228,8 +228,16 @@ def test_refuses_a_host_root_sandbox(monkeypatch):
     assert time.monotonic() - start < 3 and set(_sandboxed_pids()) - before == set()
 
 
+def _interpreter_paths() -> list[str]:
+    """What the inner pytest must reach as the unprivileged uid: the base interpreter, the virtualenv (if any)
+    and every directory on sys.path (site-packages, a user's ~/.local, editable installs)."""
+    paths = {os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))), sys.prefix, sys.base_prefix}
+    paths.update(entry for entry in sys.path if entry and os.path.isdir(entry))
+    return sorted(os.path.realpath(path) for path in paths)
+
+
 def test_corpus_runs_as_an_unprivileged_caller():
-    """The host-global and hostile corpora again, with the trainer itself as uid 65534 (launch.py drops to it
+    """The host-global, hostile and hygiene tests again, with the trainer itself as uid 65534 (launch.py drops to it
     and makes the interpreter and the repo reachable at their paths), judged again from outside here."""
     if os.getuid() != 0:
         pytest.skip(f"this session already runs as uid {os.getuid()}: the corpus above ran unprivileged")
@@ -240,10 +248,10 @@ def test_corpus_runs_as_an_unprivileged_caller():
     if not os.path.isdir(os.path.join(CGROUP_V1, "pids")):
         delegated = [os.path.join(CGROUP_V1, parent)]
     sentinel = _sentinel_cgroup()
-    launch = hostuid.Launch()  # as uid 65534, with the interpreter and the repo reachable at their paths
-    for path in (os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))), REPO):
+    launch = hostuid.Launch()  # as uid 65534, with the interpreter, its packages and the repo at their paths
+    for path in _interpreter_paths() + [REPO]:
         launch.reach(path)
-    files = ["tests/sandbox/test_host_global.py", "tests/sandbox/test_hostile.py"]
+    files = ["tests/sandbox/test_host_global.py", "tests/sandbox/test_hostile.py", "tests/sandbox/test_hygiene.py"]
     # left out for time: limits enforced by the cgroup and wall clock whoever the caller is (the fork storm
     # stays: RLIMIT_NPROC counts per uid, and every sandbox of this caller has the same one)
     slow = "spawn or memory_split or infinite or flood or fd_and_disk or caller_can_be_killed or controls or hang"
@@ -262,7 +270,9 @@ def test_corpus_runs_as_an_unprivileged_caller():
         for group in delegated:
             os.makedirs(group)
             os.chown(group, launch.uid, launch.gid)
-        inner = [os.path.realpath(sys.executable), "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+        # sys.executable as it is, not its realpath: a virtualenv's python is a link to the base interpreter, and
+        # only started through the link does it find the venv's pyvenv.cfg and so its packages (bwrap, pyseccomp)
+        inner = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
         ran = subprocess.run(
             launch.command([*inner, "-k", f"not ({slow})"]),
             env=env,

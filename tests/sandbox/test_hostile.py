@@ -4,11 +4,13 @@ host processes killed. Every test also checks (autouse fixture) that no sandboxe
 cgroup outlives its run. Host-global writes, the program's host uid, and this corpus re-run by an
 unprivileged caller are in test_host_global.py."""
 
+import glob
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -137,7 +139,8 @@ def test_writes_outside_the_scratch_reach_nothing_on_the_host(tmp_path):
     for path in targets + [f"/usr/lib/{mark}"]:
         assert not os.path.exists(path), f"{path} appeared on the host"
     assert "wrote via dir_fd" not in result.stdout
-    assert "OSError" in result.stderr  # the program's own file is read-only too
+    # the program's own file is read-only too (mode 0444 on a read-only tmpfs)
+    assert "PermissionError" in result.stderr or "Read-only file system" in result.stderr, result.stderr
 
 
 def test_host_files_and_secrets_stay_unread(tmp_path, monkeypatch):
@@ -346,6 +349,56 @@ def test_no_capabilities_inside():
     assert status["Seccomp"].strip() == "2" and "uid 65534 65534" in result.stdout
 
 
+PROC_DUMP = """
+import os
+def show(path, read):
+    try:
+        print(path, read(path))
+    except OSError as error:
+        print('unreadable', path, error.errno)
+pids = [p for p in os.listdir('/proc') if p.isdigit()]
+print('pids', *pids)
+for pid in [*pids, 'self', 'thread-self']:
+    for name in ('cmdline', 'environ', 'maps', 'mountinfo', 'mounts', 'cgroup', 'status', 'stat', 'comm'):
+        show(f'/proc/{pid}/{name}', lambda path: open(path, 'rb').read().replace(bytes(1), b' ').decode())
+    for name in ('exe', 'cwd', 'root'):
+        show(f'/proc/{pid}/{name}', os.readlink)
+    for fd in sorted(os.listdir(f'/proc/{pid}/fd')) if pid in ('1', 'self') else ():
+        show(f'/proc/{pid}/fd/{fd}', os.readlink)
+print('environ', dict(os.environ))
+"""
+
+
+def test_proc_inside_names_no_host_path(monkeypatch):
+    """Everything the program can read under /proc (every process it sees, itself included): none of the caller's
+    environment, the run's cgroups, temp files, roll's source tree, the venv or the bubblewrap binary. Only the
+    program itself is there, as PID 1 (the interpreter and system libraries are bound at their own paths)."""
+    import roll
+    from roll.sandbox.isolation import bwrap_binary
+
+    secret = f"roll-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ROLL_TEST_SECRET", secret)
+    result = run_python(PROC_DUMP, timeout=10)
+    assert result.returncode == 0, result.stderr
+    seen = result.stdout + result.stderr
+    assert seen.splitlines()[0] == "pids 1", seen.splitlines()[0]  # bubblewrap is not in the sandbox
+    host = {
+        "the caller's environment": secret,
+        "the cgroups' parent": cgroup_parent(),
+        "the cgroup filesystem": CGROUP_V1,
+        "the caller's pid in a cgroup name": f"/{os.getpid()}-",
+        "a temp directory of the run": "roll_sandbox_",
+        "a seccomp file": "roll_seccomp_",
+        "roll's source tree": os.path.dirname(os.path.dirname(os.path.abspath(roll.__file__))),
+        "the bubblewrap binary": os.path.dirname(bwrap_binary()),
+    }
+    if sys.prefix != sys.base_prefix:
+        host["the virtualenv"] = sys.prefix
+    leaked = {what: text for what, text in host.items() if text in seen}
+    assert leaked == {}, f"/proc inside the sandbox shows host paths: {leaked}\n{seen[:3000]}"
+    assert "LANG=C.UTF-8" in seen and "/sandbox/main.py" in seen  # the dump did read PID 1's environ and argv
+
+
 def test_the_caller_can_be_killed_mid_run_without_leftovers():
     # A Ray worker that dies mid-grading must not leave the sandbox running: bubblewrap dies with its parent.
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -354,7 +407,8 @@ def test_the_caller_can_be_killed_mid_run_without_leftovers():
         "from roll.sandbox import run_python\n"
         "run_python('import time\\ntime.sleep(60)', timeout=60)\n"
     )
-    before_pids, before_groups = set(_sandboxed_pids()), set(_run_cgroups())
+    before_pids = set(_sandboxed_pids())
+    before_files = set(glob.glob(os.path.join(tempfile.gettempdir(), "roll_*")))
     caller = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     deadline = time.monotonic() + 10
     while not set(_sandboxed_pids()) - before_pids and time.monotonic() < deadline:
@@ -366,8 +420,10 @@ def test_the_caller_can_be_killed_mid_run_without_leftovers():
     while set(_sandboxed_pids()) - before_pids and time.monotonic() < deadline:
         time.sleep(0.05)
     assert set(_sandboxed_pids()) - before_pids == set()
-    for group in set(_run_cgroups()) - before_groups:  # the killed caller could not remove its (empty) cgroup
-        try:
-            os.rmdir(group)
-        except OSError:
-            pass  # another session's live run
+    # its cgroups are removed by the run's watcher; it wrote no file (source, prelude, filter came from memory)
+    mine = f"{caller.pid}-"
+    while any(os.path.basename(g).startswith(mine) for g in _run_cgroups()) and time.monotonic() < deadline + 3:
+        time.sleep(0.05)
+    assert [g for g in _run_cgroups() if os.path.basename(g).startswith(mine)] == []
+    new_files = set(glob.glob(os.path.join(tempfile.gettempdir(), "roll_*"))) - before_files
+    assert not {f for f in new_files if f.startswith(os.path.join(tempfile.gettempdir(), "roll_s"))}, new_files

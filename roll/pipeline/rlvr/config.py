@@ -37,6 +37,12 @@ class RLVRConfig(RLAlgorithmConfig):
     )
     validation: ValidationConfig | None = field_help(None, "held-out prompts scored every eval_steps")
     rollout_batch_size: int = field_help(8, "prompts per pipeline step", bounds="[1, inf)")
+    allow_repeated_prompts_in_step: bool = field_help(
+        False,
+        "a training file (or a domain_interleave_probs domain) with fewer prompts than one step draws "
+        "(rollout_batch_size, or the domain's share): false refuses to start (the step would train on copies of "
+        "the same prompts); true trains on the repeats with a warning (docs/reliability.md)",
+    )
     num_return_sequences_in_group: int = field_help(
         1, "samples per prompt (the group for GRPO-style estimators)", bounds="[1, inf)"
     )
@@ -143,10 +149,14 @@ class RLVRConfig(RLAlgorithmConfig):
         return [*reward_mapping(self), *super().describe_notes()]
 
     def check_inputs(self) -> "RLVRConfig":
-        """A data tag no reward domain takes is refused here, by --dry_run too."""
+        """A data tag no reward domain takes, ground truths a domain grades against that are missing, NaN or empty,
+        too few prompts for one step: refused here, by --dry_run too."""
+        from roll.pipeline.rlvr.data_checks import check_data_files
         from roll.pipeline.rlvr.routing import check_data_routes
 
-        return check_data_routes(self)
+        config = check_data_routes(self)
+        check_data_files(config)
+        return config
 
     @classmethod
     def roll_translate(cls, data: dict, problems: list, first: bool) -> None:

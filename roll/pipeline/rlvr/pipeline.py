@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from roll.algorithms import get_adv_estimator_spec
+from roll.data.checks import check_ground_truths, check_prompts_per_step
 from roll.data.prompts import collate_prompts, load_prompt_rows, prompt_sampler
 from roll.distributed.data_proto import DataProto
 from roll.pipeline.base import BasePipeline
@@ -20,14 +21,14 @@ from roll.pipeline.core.callbacks import SampleLogger
 from roll.pipeline.core.metrics import batch_metrics, report_learning_curves
 from roll.pipeline.core.ppo_update import PPOUpdate
 from roll.pipeline.core.rollout_dump import rollout_records
+from roll.pipeline.core.score_watch import ConstantScoreWarning
+from roll.pipeline.rlvr.data_checks import ground_truth_readers
 from roll.pipeline.rlvr.reward_metrics import reduce_worker_metrics, worker_row_metrics
 from roll.pipeline.rlvr.rollout import Rollout, RolloutParts, build_rollout
 from roll.pipeline.rlvr.routing import build_tag_routes, route
 from roll.pipeline.rlvr.validation_metrics import validation_metrics
-from roll.utils.errors import InputError
 from roll.utils.functional import scores_on_last_token
 from roll.utils.grading import ERROR, TIMEOUT
-from roll.utils.import_utils import import_class
 from roll.utils.logging import get_logger
 from roll.utils.progress import StepTimer
 
@@ -40,7 +41,7 @@ class RLVRPipeline(BasePipeline):
     rollout: Rollout | None = None  # the config's rollout mode (roll.pipeline.rlvr.rollout), set by _setup_data
 
     def __init__(self, config, callbacks=()):
-        callbacks = list(callbacks)
+        callbacks = [*callbacks, ConstantScoreWarning()]  # a domain whose scores are all the same for N steps
         self.rollout_store = rollout_records(config, callbacks)  # ROLL's rollout dump / replay
         super().__init__(config, callbacks)
 
@@ -60,6 +61,12 @@ class RLVRPipeline(BasePipeline):
         self.routes = build_tag_routes(config.rewards)
         self.train_rows = self._load_rows(config.actor_train.data_args, "actor_train.data_args")
         self.sampler = prompt_sampler(self.train_rows, config.actor_train.data_args, config.seed)
+        check_prompts_per_step(  # issue 42: one row and rollout_batch_size 64 trained on 64 copies of it
+            self.sampler.shortfalls(config.rollout_batch_size),
+            config.rollout_batch_size,
+            config.allow_repeated_prompts_in_step,
+            "actor_train.data_args.file_name",
+        )
         self._run_length()
         self.compose_rollout()
         self.val_rows = (
@@ -88,15 +95,12 @@ class RLVRPipeline(BasePipeline):
     def _load_rows(self, data_args, key: str) -> list[dict]:
         rows = load_prompt_rows(data_args, self.tokenizer, self.config.prompt_length)
         domains = list(self.config.rewards)
-        graders = {domain: _ground_truth_readers(reward) for domain, reward in self.config.rewards.items()}
-        for index, row in enumerate(rows):  # fail at start-up, not mid-run, on an unroutable tag or a missing truth
+        graders = {domain: ground_truth_readers(reward) for domain, reward in self.config.rewards.items()}
+        for index, row in enumerate(rows):  # fail at start-up, not mid-run, on an unroutable tag
             row["domain"] = route(row["tag"], self.routes, domains, f"{key} row {index}")
-            if row["ground_truth"] is None and graders[row["domain"]]:
-                raise InputError(
-                    f"{row['where']}: no '{data_args.ground_truth_key}' value, but rewards.{row['domain']} grades "
-                    f"against it ({', '.join(graders[row['domain']])}); add the column to every row (or set "
-                    f"{key}.ground_truth_key to the column's name)"
-                )
+        files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
+        # missing, NaN or empty truths where a domain grades against them: refused with the file, column and count
+        check_ground_truths(rows, files, graders, data_args.ground_truth_key, key)
         return rows
 
     def _create_clusters(self) -> None:
@@ -361,12 +365,6 @@ def beside(batch: DataProto, scoring) -> Callable[[], None]:
         batch.meta_info.update(scored.meta_info)
 
     return score
-
-
-def _ground_truth_readers(reward) -> list[str]:
-    """The worker classes of a reward domain that grade against a ground truth (RewardWorker.needs_ground_truth)."""
-    classes = [import_class(worker.worker_cls) for _, _, worker in reward.scorer_roles().values()]
-    return [cls.__name__ for cls in classes if getattr(cls, "needs_ground_truth", False)]
 
 
 def run_pipeline(config) -> dict:
