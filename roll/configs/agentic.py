@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from roll.configs.agentic_proxy import (
+    PROXY_DEFAULTS,
     LLMProxyConfig,
     check_llm_proxy,
     check_proxy_env,
-    gives_step_rows,
 )
 from roll.configs.loader import ConfigError, field_help
 from roll.configs.rl_checks import check_async, check_stop_strings
@@ -24,6 +24,22 @@ from roll.configs.worker import GeneratingArgs
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.config")
+TRAJECTORY_ROWS = ("traj", "tir")  # managers whose training row is the whole episode (the others: one per turn)
+
+
+def rows_per_episode(env) -> int:
+    """Training rows one episode of this environment gives at most (the LR schedule's estimate)."""
+    if env.env_manager == "proxy":
+        mode = env.env_config.get("trajectory_mode", PROXY_DEFAULTS["trajectory_mode"])
+        return 1 if mode == "traj" else env.max_turns
+    return 1 if env.env_manager in TRAJECTORY_ROWS else env.max_turns
+
+
+def gives_step_rows(env) -> bool:
+    """One row per turn (what step-wise estimators such as GiGPO need)."""
+    if env.env_manager == "proxy":
+        return env.env_config.get("trajectory_mode", PROXY_DEFAULTS["trajectory_mode"]) == "step"
+    return env.env_manager not in TRAJECTORY_ROWS
 
 
 @dataclass
@@ -39,17 +55,20 @@ class ToolWrapperArgs:
 
 @dataclass
 class ToolConfig:
-    tool_id: Literal["python_code", "search", "mcp"] = field_help(
+    tool_id: Literal["python_code", "search", "mcp", "calculator"] = field_help(
         help="python_code: the reply's <code>…</code> or ```python block runs in roll's kernel sandbox (roll.sandbox); "
         "search: <search>query</search> goes to a retrieval server over HTTP; mcp: <tool_call>{json}</tool_call> "
-        "calls a tool of a Model Context Protocol server (needs the mcp extra)"
+        "calls a tool of a Model Context Protocol server (needs the mcp extra); calculator (roll's): "
+        "<calculator>expression</calculator>, whole-number arithmetic. With env_manager agent_native each is a "
+        "function the chat template declares (python, search, the server's tools, calculator)"
     )
     tool_args: dict[str, Any] = field_help(
         default_factory=dict,
         help="python_code: timeout (5 s), sandbox_type (none | bwrap: both run in roll's sandbox), "
         "keep_error_last_line, tool_instruction, patterns (ROLL's), memory_mb (256), allow_unsafe_local_sandbox "
         "(false); search: search_url (null = $SEARCH_URL), topk (3), timeout (5 s per request), num_workers; mcp: "
-        "server_url (its SSE endpoint), tool_names_subset, custom_prompt, num_workers, timeout (30 s per exchange)",
+        "server_url (its SSE endpoint), tool_names_subset, custom_prompt, num_workers, timeout (30 s per exchange); "
+        "calculator: tool_instruction",
     )
 
 
@@ -72,14 +91,18 @@ class EnvConfig:
     env_config: dict[str, Any] = field_help(
         default_factory=dict, help="keyword arguments of the environment's constructor"
     )
-    env_manager: Literal["traj", "step", "step_concat", "proxy"] = field_help(
+    env_manager: Literal["traj", "step", "step_concat", "agent_native", "tir", "proxy"] = field_help(
         "traj",
         "traj: one training sample per trajectory (loss on every model turn, episode reward at the end); "
         "step: one sample per turn with a history window and discounted step returns; step_concat (ROLL's "
         "StepConcatEnvManager): step's samples and returns, the prompt = the window's earlier observations joined "
-        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']; proxy "
-        "(ROLL's ProxyEnvManager): an agent runner (agent_runner_cls) plays each episode through an OpenAI-compatible "
-        "endpoint served by actor_infer, and the requests it made train (docs/agents.md)",
+        "(no actions, no env_instruction) and the current observation followed by the last info['suffix']; "
+        "agent_native (ROLL's AgentNativeStepEnvManager): native tool calling, tool_wrapper's tools declared to the "
+        "chat template as functions, calls parsed from the reply and answered as tool messages, one sample per "
+        "turn (its prompt the exact context); tir: code (a tool call) executed in the middle of a reply, its "
+        "output inserted before generation continues, traj's samples; proxy (ROLL's ProxyEnvManager): an agent runner "
+        "(agent_runner_cls) plays each episode through an OpenAI-compatible endpoint served by actor_infer, and the "
+        "requests it made train (docs/agents.md)",
     )
     agent_runner_cls: str | None = field_help(
         None,
@@ -129,6 +152,12 @@ class EnvConfig:
         "window)",
     )
 
+    max_episode_seconds: float | None = field_help(
+        None,
+        "agent_native and tir managers: an episode ends (stop reason 'time') once this much wall-clock time has "
+        "passed at the end of a turn or tool call; null = no limit",
+        bounds="(0, inf)",
+    )
     tool_wrapper: ToolWrapperConfig | None = field_help(
         None,
         "ROLL's tool wrapper: tools the model may call before the environment steps (docs/agentic_envs.md, Tools); "
@@ -222,8 +251,8 @@ def check_agentic(config) -> None:
         if traj:
             raise ConfigError(
                 f"adv_estimator {config.adv_estimator!r} needs one row per turn: set "
-                f"custom_envs.<tag>.env_manager: step (or step_concat; proxy: env_config.trajectory_mode: step) for "
-                f"{traj}"
+                f"custom_envs.<tag>.env_manager: step (or step_concat, agent_native; proxy: "
+                f"env_config.trajectory_mode: step) for {traj}"
             )
     if config.partial_rollout and config.async_generation_ratio == 0:
         raise ConfigError(
@@ -423,10 +452,23 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             re.compile(env.action_pattern)
         except re.error as error:
             raise ConfigError(f"'{where}.action_pattern' = {env.action_pattern!r} is not a regex: {error}") from None
+    if env.env_manager == "tir" and (env.tool_wrapper is None or not env.tool_wrapper.tool_configs):
+        raise ConfigError(f"'{where}.env_manager' = 'tir' runs the calls of tools: set '{where}.tool_wrapper'")
+    if env.env_manager == "agent_native":  # ROLL's AgentNativeStepEnvManager reads neither
+        unread = [key for key in ("agent_template", "agent_system_template") if getattr(env, key) is not None]
+        if unread:
+            logger.warning(
+                "%s.%s: not read by env_manager agent_native (as ROLL's AgentNativeStepEnvManager): the system "
+                "message is the environment's instructions (or env_instruction), each observation is a user message",
+                where,
+                " and ".join(unread),
+            )
+        return
     if env.agent_template is None:
         return
     fields = {  # proxy: roll's EnvRunner renders an episode as the traj manager does
         "traj": TEMPLATE_FIELDS,
+        "tir": TEMPLATE_FIELDS,
         "proxy": TEMPLATE_FIELDS,
         "step": STEP_TEMPLATE_FIELDS,
         "step_concat": STEP_CONCAT_TEMPLATE_FIELDS,
@@ -439,6 +481,6 @@ def _check_env_templates(tag: str, env: EnvConfig) -> None:
             f"{['{' + n + '}' for n in fields]} ({error!r}); "
             "write literal braces as {{ }}"
         ) from None
-    seen = "{observation}" if env.env_manager in ("traj", "proxy") else "{current_observation}"
+    seen = "{observation}" if env.env_manager in (*TRAJECTORY_ROWS, "proxy") else "{current_observation}"
     if seen not in env.agent_template:
         raise ConfigError(f"'{where}.agent_template' has no {seen}: the model would never see the board")

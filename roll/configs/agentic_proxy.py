@@ -142,20 +142,3 @@ def check_runner(tag: str, env, runner_settings: dict) -> None:
                 f"{unread} set, but {runner.__name__} plays no environment of roll's and reads none of them; remove "
                 "them"
             )
-
-
-def rows_per_episode(env) -> int:
-    """Training rows one episode of this environment gives at most (the LR schedule's estimate)."""
-    if env.env_manager == "traj":
-        return 1
-    if env.env_manager == "proxy":
-        mode = env.env_config.get("trajectory_mode", PROXY_DEFAULTS["trajectory_mode"])
-        return 1 if mode == "traj" else env.max_turns
-    return env.max_turns
-
-
-def gives_step_rows(env) -> bool:
-    """One row per turn (what step-wise estimators such as GiGPO need)."""
-    if env.env_manager == "proxy":
-        return env.env_config.get("trajectory_mode", PROXY_DEFAULTS["trajectory_mode"]) == "step"
-    return env.env_manager != "traj"

@@ -38,6 +38,79 @@ def build_tokenizer(texts: list[str], extra_special_tokens: tuple[str, ...] = ()
     """A Qwen2 byte-level BPE tokenizer whose merges cover every pre-token of `texts` (whole sentences
     or single words). Deterministic for the same texts; special tokens get ids 0..3 (pad 0, eos 1), then
     `extra_special_tokens` (e.g. a VL model's image placeholders) the next ids."""
+    extra = list(extra_special_tokens)
+    tokenizer = _bpe_tokenizer(texts, SPECIAL_TOKENS + extra, PAD, EOS, [USER, ASSISTANT, *extra])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+# The tool-calling chat layout of Qwen2.5 / Qwen3 (their template's shape, in our own words): turns are
+# <|im_start|>role\n...<|im_end|>\n; the functions are listed in the system turn as one JSON schema per line between
+# <tools> and </tools>; the model calls one as <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>; the results
+# come back in one user turn, each between <tool_response> and </tool_response>. The end of a turn, <|im_end|>, is
+# the end-of-sequence token, so a reply is exactly what the model writes after "<|im_start|>assistant\n".
+IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+TOOL_MARKERS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+TOOL_CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nFunctions you can call, one JSON schema per line:"
+    "\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nCall one by writing its name and arguments between the tags:"
+    '\\n<tool_call>\\n{"name": <function name>, "arguments": <object of arguments>}\\n</tool_call><|im_end|>\\n\' }}'
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{%- if call.function is defined %}{%- set call = call.function %}{%- endif %}"
+    '{{- \'\\n<tool_call>\\n{"name": "\' + call.name + \'", "arguments": \' }}'
+    "{%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def build_tool_tokenizer(texts: list[str], tools: list[dict] = ()) -> Qwen2Tokenizer:
+    """As build_tokenizer, with Qwen2.5's tool-calling chat layout (TOOL_CHAT_TEMPLATE) and Qwen2.5's special tokens:
+    <|endoftext|> pads (id 0), <|im_end|> ends a turn and the sequence (id 1), <|im_start|> opens a turn; the tool
+    markers are added tokens that decoding keeps (as Qwen2.5's), so a reply's tool calls survive
+    `decode(ids, skip_special_tokens=True)`. The texts the template writes (its tools section with `tools`, a call,
+    a result) are trained on too, so they take few tokens."""
+
+    def make(corpus):
+        tokenizer = _bpe_tokenizer(corpus, [ENDOFTEXT, IM_END, IM_START], ENDOFTEXT, IM_END, [IM_START])
+        tokenizer.add_tokens(TOOL_MARKERS)  # not special: part of what the model writes and reads
+        tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+        return tokenizer
+
+    calls = [{"type": "function", "function": {"name": t["function"]["name"], "arguments": {}}} for t in tools]
+    probe = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a", "tool_calls": calls},
+        {"role": "tool", "content": "t"},
+    ]
+    template_text = make(texts).apply_chat_template(probe, tools=list(tools) or None, tokenize=False)
+    return make([*texts, *template_text.split("\n")])
+
+
+def _bpe_tokenizer(texts: list[str], special: list[str], pad: str, eos: str, extra_special: list[str]):
     core = Tokenizer(models.BPE())
     core.normalizer = normalizers.NFC()
     core.pre_tokenizer = pre_tokenizers.Sequence(
@@ -50,7 +123,7 @@ def build_tokenizer(texts: list[str], extra_special_tokens: tuple[str, ...] = ()
     trainer = trainers.BpeTrainer(
         vocab_size=100_000,
         min_frequency=1,
-        special_tokens=SPECIAL_TOKENS + list(extra_special_tokens),
+        special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -58,16 +131,14 @@ def build_tokenizer(texts: list[str], extra_special_tokens: tuple[str, ...] = ()
     merges = [
         tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in json.loads(core.to_str())["model"]["merges"]
     ]
-    tokenizer = Qwen2Tokenizer(
+    return Qwen2Tokenizer(
         vocab=core.get_vocab(),
         merges=merges,
-        pad_token=PAD,
-        eos_token=EOS,
+        pad_token=pad,
+        eos_token=eos,
         unk_token=None,
-        additional_special_tokens=[USER, ASSISTANT, *extra_special_tokens],
+        additional_special_tokens=extra_special,
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
 
 
 def build_tiny_model(

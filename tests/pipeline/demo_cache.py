@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.build_cache import REPO, cache_root, cached_copy, cached_entry, key_inputs, package_root
 
-RLVR_DEMO, AGENTIC_DEMO, CODE_JUDGE_DEMO = "rlvr-demo", "agentic-demo", "code-judge-demo"
+RLVR_DEMO, AGENTIC_DEMO, CODE_JUDGE_DEMO, TOOL_DEMO = "rlvr-demo", "agentic-demo", "code-judge-demo", "tool-demo"
 
 
 @contextlib.contextmanager
@@ -59,6 +59,21 @@ def prepared_code_judge_demo(directory: Path) -> Path:
         (out.parent / f".{out.name}.lock").unlink(missing_ok=True)
 
     return cached_copy(directory, CODE_JUDGE_DEMO, ["roll.demo.code_judge"], dataclasses.asdict(settings), build)
+
+
+def prepared_tool_demo(directory: Path, settings=None) -> Path:
+    """`directory` ← the tool-calling demo (roll.demo.tool_calling; default: the shipped settings) from the build
+    cache; the model is `directory / "model"`."""
+    from roll.demo.tool_calling import ToolDemoSettings, prepare_tool_demo
+
+    settings = settings or ToolDemoSettings()
+
+    def build(out: Path) -> None:
+        with one_thread():
+            prepare_tool_demo(out, settings, log=lambda *_: None)
+        (out.parent / f".{out.name}.lock").unlink(missing_ok=True)
+
+    return cached_copy(directory, TOOL_DEMO, ["roll.demo.tool_calling"], dataclasses.asdict(settings), build)
 
 
 def _agentic_settings():

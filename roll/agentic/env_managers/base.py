@@ -38,7 +38,8 @@ class Episode:
     turns: list[Turn] = field(default_factory=list)
     done: bool = False
     success: bool = False
-    end_reason: str = ""  # "done" (the env ended it), "max_turns", or "length" (token budget)
+    end_reason: str = ""  # "done" (the env ended it), "max_turns", "length" (token budget) or "time"
+    extra: dict = field(default_factory=dict)  # a manager's own per-episode numbers (tool calls ...), logged too
 
     @property
     def score(self) -> float:
@@ -51,10 +52,14 @@ class Episode:
             "num_turns": len(self.turns),
             "invalid_actions": sum(not t.valid for t in self.turns),
             "truncated": float(self.end_reason == "length"),
+            **self.extra,
         }
 
 
 class EnvManager:
+    # custom_envs.<tag>.tool_wrapper wraps the environment (ROLL's GEM tool wrapper: a reply that calls a tool is
+    # answered by it instead of the env); managers that call the tools themselves set False
+    wraps_tools: ClassVar[bool] = True
     # False for a manager whose episodes an outside agent plays (the proxy manager): the driver cannot build its
     # first prompt, so the first-prompt check and the weight-sync probe do not start one
     plays_in_driver: ClassVar[bool] = True
@@ -84,7 +89,7 @@ class EnvManager:
             if env_cls is not None
             else make_env(env_config.env_type, dict(env_config.env_config))
         )
-        if env_config.tool_wrapper is not None:  # ROLL's tool wrapper: tools answer calls before the env steps
+        if env_config.tool_wrapper is not None and self.wraps_tools:  # tools answer calls before the env steps
             self.env = wrap_with_tools(self.env, env_config.tool_wrapper, tag)
         self.episode: Episode | None = None
         self.observation = ""

@@ -33,7 +33,7 @@ from roll.agentic.envs.runners import AgentFailed, as_result, resolve_runner_cla
 from roll.agentic.envs.runners.base import EpisodeResult
 from roll.agentic.proxy.conversation import Conversation, Prompt, RequestError
 from roll.agentic.proxy.server import MODEL_NAME, error_body, shared_server
-from roll.agentic.proxy.tool_calls import parse_tool_calls
+from roll.agentic.tool_calls import openai_tool_calls, parse_tool_calls
 from roll.configs.agentic_proxy import split_settings
 from roll.utils.logging import get_logger
 
@@ -165,8 +165,11 @@ class ProxyEnvManager(EnvManager):
             live = self._live
             pending, live.pending = live.pending, None
             text = self.chat.decode(reply_ids)
-            content, calls, malformed = parse_tool_calls(text) if pending.parse_tools else (text, [], False)
-            self.episode.malformed_tool_calls += malformed  # answered as text, as ROLL does
+            reply = parse_tool_calls(text) if pending.parse_tools else None
+            malformed = reply is not None and bool(reply.errors)  # a block that does not parse, or left open
+            self.episode.malformed_tool_calls += malformed  # the whole reply answered as text, as ROLL does
+            calls = [] if reply is None or malformed else openai_tool_calls(reply)
+            content = reply.content if calls else text
             message = {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
             self.conversation.record(pending.prompt, reply_ids, log_probs, message)
             self.episode.turns.append(

@@ -16,12 +16,14 @@ AST_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 
 def evaluate(expression: str) -> int:
-    """Integer value of a generated +, -, * expression with Python precedence (no eval)."""
+    """Integer value of a +, -, * expression of whole numbers (unary minus too) with Python precedence (no eval)."""
 
     def walk(node):
         if isinstance(node, ast.BinOp) and type(node.op) in AST_OPS:
             return AST_OPS[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return node.value
         raise ValueError(f"unexpected node {ast.dump(node)}")
 

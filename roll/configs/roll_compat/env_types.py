@@ -19,10 +19,6 @@ ROLL_ENV_TYPES = {
         "shell session; roll has no ROCK client and that server is not in ROLL's tree (roll's in-process Sokoban "
         "is env_type: sokoban)"
     ),
-    "sokoban_native_env": (
-        "ROLL's SokobanNativeEnv answers in chat messages with tool schemas for the AgentNativeStepEnvManager, "
-        "which roll does not build (roll's in-process Sokoban is env_type: sokoban)"
-    ),
     "rock_tb_native_env": (
         "ROLL's RockTBNativeEnv runs terminal-bench tasks in ROCK sandbox containers; roll has no ROCK client"
     ),

@@ -212,6 +212,7 @@ def aliases(blocks: tuple, named_maps: tuple, specs: dict) -> dict:
         ("", "profiler_memory"): profiler_switch,
         ("", "profiler_output_dir"): profiler_output_dir,
         ("", "enable_old_logprobs_recompute"): boolean,
+        ("", "parse_tool_call_parameter_to_dict"): boolean,
         ("<role>", "offload_nccl"): boolean,
         ("<role>", "sequence_packing_args"): sequence_packing_args(specs),
         ("generating_args", "include_stop_str_in_output"): include_stop_str_in_output,

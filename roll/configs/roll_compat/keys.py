@@ -194,9 +194,10 @@ ROLL_KEYS: list[RollKey] = [
     RollKey(
         "",
         "parse_tool_call_parameter_to_dict",
-        REFUSED,
-        "it converts tool-call arguments for ROLL's agent-native env managers (tool-calling agents), which roll "
-        "does not build",
+        ALIAS,
+        "true | false, no effect: ROLL decodes tool-call arguments given as JSON strings to objects before its "
+        "agent-native manager re-renders a conversation; roll's agent_native manager never re-renders a reply "
+        "(token in, token out) and always decodes parsed arguments to objects (roll.agentic.tool_calls)",
     ),
     RollKey(
         "",
@@ -233,8 +234,8 @@ ROLL_KEYS: list[RollKey] = [
         "env_manager_cls",
         ALIAS,
         "ROLL's TrajEnvManager = env_manager: traj, StepEnvManager = env_manager: step, StepConcatEnvManager = "
-        "env_manager: step_concat, ProxyEnvManager = env_manager: proxy (docs/agents.md); AgentNativeStepEnvManager "
-        "and other classes are refused, each with its reason",
+        "env_manager: step_concat, AgentNativeStepEnvManager = env_manager: agent_native, ProxyEnvManager = "
+        "env_manager: proxy (docs/agents.md); other classes are refused, each with its reason",
     ),
     RollKey(
         "custom_envs",

@@ -33,7 +33,9 @@ def derive_agentic_lengths(cls, data: dict, extra: dict) -> list:
     envs = [env for env in (data.get("custom_envs") or {}).values() if isinstance(env, dict)]
     steps = [env.get("max_tokens_per_step", env_defaults["max_tokens_per_step"]) for env in envs]
     longest = max((s for s in steps if isinstance(s, int)), default=env_defaults["max_tokens_per_step"])
-    step_only = bool(envs) and all(env.get("env_manager", env_defaults["env_manager"]) == "step" for env in envs)
+    step_only = bool(envs) and all(
+        env.get("env_manager", env_defaults["env_manager"]) in ("step", "agent_native") for env in envs
+    )
     if given == ["prompt_length"]:
         prompt = data["prompt_length"]
         how = "sequence_length − prompt_length (set)"

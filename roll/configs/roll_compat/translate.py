@@ -288,6 +288,7 @@ ROLL_ENV_MANAGERS = {
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "traj",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
     "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
+    "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": "agent_native",
     "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy",
 }
 
@@ -295,11 +296,6 @@ ROLL_ENV_MANAGERS = {
 _ROLL_MANAGER_PREFIX = "roll.pipeline.agentic.env_manager."
 # why each ROLL env manager class that roll does not map is refused (read from ROLL's env_manager/ sources)
 REFUSED_ENV_MANAGERS = {
-    "agent_native_env_manager.AgentNativeStepEnvManager": (
-        "ROLL's AgentNativeStepEnvManager plays tool-calling agent environments (sokoban_native_env, SWE and "
-        "terminal sandboxes) whose reset/step exchange chat message lists and tool schemas rendered by the "
-        "tokenizer's tools template; roll's environments exchange text, and no tool-calling env manager is built"
-    ),
     "vl_traj_env_manager.VLTrajEnvManager": (
         "ROLL's VLTrajEnvManager feeds image observations to a vision-language policy; roll builds text-only models"
     ),

@@ -21,8 +21,8 @@ from roll.configs.agentic import (
     check_agentic,
     group_tags,
     num_env_workers,
+    rows_per_episode,
 )
-from roll.configs.agentic_proxy import rows_per_episode
 from roll.configs.algorithm import RLAlgorithmConfig
 from roll.configs.checks import (
     check_micro_batching,

@@ -6,13 +6,8 @@ import numpy as np
 import torch
 
 EPS = 1e-6
-KEYS = ("success", "score", "num_turns", "invalid_actions", "truncated")
-AGENT_KEYS = (
-    "agent_error",
-    "timeout",
-    "bad_requests",
-    "malformed_tool_calls",
-)  # the proxy manager's episodes: how their agents ended
+EPISODE_KEYS = ("success", "score", "num_turns", "invalid_actions", "truncated")
+EPISODE_IDS = ("tag", "env_id", "traj_group_id", "seed")  # what an episode record names, not measures
 
 
 def normalize_scores(
@@ -47,7 +42,10 @@ def episode_metrics(episodes: list[dict], prefix: str) -> dict:
     for episode in episodes:
         by_tag[episode["tag"]].append(episode)
     for tag, items in sorted(by_tag.items()):
-        for key in KEYS + tuple(key for key in AGENT_KEYS if all(key in e for e in items)):
-            metrics[f"{prefix}/{tag}/{key}"] = float(np.mean([e[key] for e in items]))
+        # every env manager's five, and whatever numbers a manager adds (tool calls, stop reasons, how an agent
+        # ended: 0 where absent); words (an agent's end_reason) are the transcripts', not metrics
+        numbers = {key for e in items for key, value in e.items() if isinstance(value, (bool, int, float))}
+        for key in (*EPISODE_KEYS, *sorted(numbers - set(EPISODE_KEYS) - set(EPISODE_IDS))):
+            metrics[f"{prefix}/{tag}/{key}"] = float(np.mean([e.get(key, 0.0) for e in items]))
     metrics[f"{prefix}/success"] = float(np.mean([e["success"] for e in episodes])) if episodes else 0.0
     return metrics

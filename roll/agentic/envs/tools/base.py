@@ -1,5 +1,9 @@
 """The tool interface of ROLL's tool wrapper (custom_envs.<tag>.tool_wrapper): a tool recognises its call in the
-model's reply, runs it, and returns the text the model reads next."""
+model's reply, runs it, and returns the text the model reads next.
+
+Two more forms of the same tool serve the other env managers: `functions` / `invoke` (the agent_native manager:
+the tool declared as JSON-schema functions the chat template renders, called with parsed arguments) and
+`locate` (the tir manager: where the first call in a text ends, without running it)."""
 
 import abc
 from dataclasses import dataclass
@@ -38,6 +42,19 @@ class Tool(abc.ABC):
     @abc.abstractmethod
     def call(self, action: str) -> ToolCall | None:
         """Run the call in `action`, or None when the reply holds no call for this tool."""
+
+    def locate(self, text: str) -> int | None:
+        """The end offset of the call `call(text)` would run, or None; runs nothing."""
+        raise NotImplementedError(f"tool {self.tool_id!r} cannot be located in a reply")
+
+    def functions(self) -> list[dict]:
+        """The function schemas this tool offers to native tool calling (roll.agentic.tool_calls.function_schema)."""
+        raise NotImplementedError(f"tool {self.tool_id!r} has no function form")
+
+    def invoke(self, name: str, arguments: dict) -> ToolCall:
+        """Run one of `functions()` with arguments checked against its schema (roll.agentic.envs.tools.functions
+        .check_arguments); ValueError when a check of the tool's own rejects them (a malformed call)."""
+        raise NotImplementedError(f"tool {self.tool_id!r} has no function form")
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass

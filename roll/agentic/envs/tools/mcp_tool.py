@@ -113,6 +113,10 @@ class MCPTool(Tool):
             f"<tool_call>{json.dumps(example)}</tool_call>"
         )
 
+    def locate(self, text: str) -> int | None:
+        match = CALL_RE.search(text)
+        return None if match is None else match.end()
+
     def call(self, action: str) -> ToolCall | None:
         match = CALL_RE.search(action)
         if match is None:
@@ -122,7 +126,24 @@ class MCPTool(Tool):
             name, params = self._validate(match.group(1).strip())
         except ValueError as error:
             return ToolCall(f"[Validation Error: the tool call is not valid: {error}]", False, parsed_action)
+        return self._call(name, params, parsed_action)
 
+    # native tool calling: the server's tools, each a function with its own parameter schema
+    def functions(self) -> list[dict]:
+        if self.tools is None:
+            self.tools = self._list_tools()
+        return [
+            {"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                              "parameters": t["input_schema"] or {"type": "object"}}}
+            for t in self.tools
+        ]  # fmt: skip
+
+    def invoke(self, name: str, arguments: dict) -> ToolCall:
+        # the server's schemas may use all of JSON Schema: checked with jsonschema (ValueError: they do not fit)
+        name, params = self._validate(json.dumps({"tool_name": name, "tool_params": arguments}))
+        return self._call(name, params, "", wrap=False)
+
+    def _call(self, name: str, params: dict, parsed_action: str, wrap: bool = True) -> ToolCall:
         async def work(session):
             return await session.call_tool(name, params)
 
@@ -140,9 +161,8 @@ class MCPTool(Tool):
         if getattr(result, "is_error", getattr(result, "isError", False)):
             return ToolCall(f"[Execution Error: {text or 'the server reported an error without details'}]", False,
                             parsed_action)  # fmt: skip
-        return ToolCall(
-            f"<information>{text or 'The tool ran and returned no text.'}</information>", True, parsed_action
-        )
+        text = text or "The tool ran and returned no text."
+        return ToolCall(f"<information>{text}</information>" if wrap else text, True, parsed_action)
 
     def _validate(self, content: str) -> tuple[str, dict]:
         import jsonschema

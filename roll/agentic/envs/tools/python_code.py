@@ -5,6 +5,7 @@ time limit), never in the environment worker's process, and what it printed is t
 import re
 
 from roll.agentic.envs.tools.base import Tool, ToolCall
+from roll.agentic.envs.tools.functions import function_schema
 from roll.sandbox import require_isolation, run_python
 
 # ROLL's default call syntax (its PythonCodeTool.patterns)
@@ -15,6 +16,13 @@ INSTRUCTIONS = (
     "You can run Python to help with calculations. Put a complete program (imports included) between "
     "<code> and </code>, or in a ```python code block, and print what you need: the printed output comes back "
     "after 'Code execution result:'. Keep reasoning step by step, then give the final answer."
+)
+
+FUNCTION = function_schema(
+    "python",
+    "Run a Python program in a sandbox (standard library only, no network) and return what it printed.",
+    {"code": {"type": "string", "description": "a complete program; print the values you need"}},
+    ["code"],
 )
 
 
@@ -69,11 +77,20 @@ class PythonCodeTool(Tool):
         first = min(found, key=lambda m: m.end())
         return first.group(1).strip(), action[: first.end()]
 
+    def locate(self, text: str) -> int | None:
+        parsed = self.parse(text)
+        return None if parsed is None else len(parsed[1])
+
     def call(self, action: str) -> ToolCall | None:
         parsed = self.parse(action)
         if parsed is None:
             return None
         code, parsed_action = parsed
+        observation, ok = self.run(code)
+        return ToolCall(observation, ok, parsed_action)
+
+    def run(self, code: str) -> tuple[str, bool]:
+        """(what the model reads, whether the program ran well) for one program, run in the sandbox."""
         result = run_python(code, timeout=self.timeout, memory_mb=self.memory_mb, allow_unsafe=self.allow_unsafe)
         stderr = result.stderr.strip()
         if result.timed_out:
@@ -85,4 +102,12 @@ class PythonCodeTool(Tool):
             stderr = stderr.splitlines()[-1]
         text = (f"{result.stdout}\n{stderr}" if stderr else result.stdout).lstrip(" \n")
         ok = ok and bool(text)  # ROLL: a program that prints nothing is a failed call
-        return ToolCall(f"Code execution result: {text}\n", ok, parsed_action)
+        return f"Code execution result: {text}\n", ok
+
+    # native tool calling: one function, `python`, whose argument is the program
+    def functions(self) -> list[dict]:
+        return [FUNCTION]
+
+    def invoke(self, name: str, arguments: dict) -> ToolCall:
+        observation, ok = self.run(arguments["code"])
+        return ToolCall(observation, ok, "")

@@ -17,6 +17,7 @@ import urllib.request
 from urllib.parse import urlparse
 
 from roll.agentic.envs.tools.base import Tool, ToolCall
+from roll.agentic.envs.tools.functions import function_schema
 from roll.utils.logging import get_logger
 
 logger = get_logger("roll.agentic")
@@ -25,6 +26,13 @@ INSTRUCTIONS = (
     "A search engine can help you answer. Think inside <think> ... </think>. When you are missing a fact, ask "
     "for it with <search> your query </search>; the passages found come back inside <information> ... "
     "</information>. Search as often as you need, then give the final short answer inside <answer> ... </answer>."
+)
+
+FUNCTION = function_schema(
+    "search",
+    "Search a document collection; returns the best matching passages.",
+    {"query": {"type": "string", "description": "what to look for"}},
+    ["query"],
 )
 
 
@@ -54,17 +62,32 @@ class SearchTool(Tool):
     def instructions(self) -> str:
         return INSTRUCTIONS
 
+    def locate(self, text: str) -> int | None:
+        match = CALL_RE.search(text)
+        return None if match is None else match.end()
+
     def call(self, action: str) -> ToolCall | None:
         match = CALL_RE.search(action)
         if match is None:
             return None
+        text, ok = self._answer(match.group(1).strip())
+        return ToolCall(f"\n\n<information>{text}</information>\n\n", ok, action[: match.end()])
+
+    def _answer(self, query: str) -> tuple[str, bool]:
         try:
-            text, ok = passages_text(self.search(match.group(1).strip())), True
+            return passages_text(self.search(query)), True
         except SearchError as error:
             message = f"{self.env_name}: search request to {self.url} failed: {error}"
             logger.warning(message)
-            text, ok = f"[search error: {message}]", False
-        return ToolCall(f"\n\n<information>{text}</information>\n\n", ok, action[: match.end()])
+            return f"[search error: {message}]", False
+
+    # native tool calling: one function, `search`
+    def functions(self) -> list[dict]:
+        return [FUNCTION]
+
+    def invoke(self, name: str, arguments: dict) -> ToolCall:
+        text, ok = self._answer(arguments["query"].strip())
+        return ToolCall(text, ok, "")
 
     def search(self, query: str) -> list[dict]:
         payload = {"queries": [query], "topk": self.topk, "return_scores": True}
