@@ -88,6 +88,7 @@ TIERS = {
     "reliability/": "e2e",
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
+    "pipeline/test_sft.py::test_demo_learns": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
     "pipeline/test_agent_endpoint.py::test_agent_endpoint_demo_learns": "learning",
     # CUDA
