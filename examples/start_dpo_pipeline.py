@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from roll.cli import launch
+from roll.cli import launch_kind
+from roll.pipeline.kinds import kind_config
 
 EXAMPLES = Path(__file__).resolve().parent
 
@@ -47,35 +48,29 @@ def prepare_default(data_dir: str = "dpo_demo_data") -> None:
         )
 
 
-def run_demo(config) -> dict:
-    """The default demo's run, then the greedy held-out accuracy of the model before and after it."""
+def report_demo(overrides: list[str]) -> None:
+    """After the default demo's run: the greedy held-out accuracy of the model before and after DPO."""
+    from roll.configs import compose_config
     from roll.pipeline.dpo.pipeline import final_model_dir
+    from roll.pipeline.kinds import load_kind_config
 
-    history = config.run()
-    demo = _demo_module()
-    heldout = config.validation.data_args.file_name
+    path, name = kind_config("dpo").DEFAULT_CONFIG
+    config = load_kind_config("dpo", compose_config(str(EXAMPLES / path), name, overrides))
+    demo, heldout = _demo_module(), config.validation.data_args.file_name
     before = demo.greedy_accuracy(config.reference.model_args.model_name_or_path, heldout)
     after = demo.greedy_accuracy(final_model_dir(config), heldout)
     print(f"DPO demo: greedy held-out accuracy {100 * before:.1f}% (before) -> {100 * after:.1f}% (after)", flush=True)
-    return history
 
 
 def main(argv=None) -> int:
-    from roll.pipeline.kinds import kind_config
-
     argv = sys.argv[1:] if argv is None else list(argv)
-    cls = kind_config("dpo")
-    default = _is_default(argv)
-    if default and "--dry_run" not in argv:
+    demo = _is_default(argv) and "--dry_run" not in argv
+    if demo:
         prepare_default()
-
-    def load(composed):
-        from roll.configs import load_config
-
-        return load_config(cls, composed).check_inputs()
-
-    path, name = cls.DEFAULT_CONFIG
-    return launch(argv, __doc__, EXAMPLES, path, name, load, run_demo if default else (lambda config: config.run()))
+    code = launch_kind("dpo", argv, __doc__, EXAMPLES)
+    if demo and code == 0:
+        report_demo([arg for arg in argv if not arg.startswith("--")])
+    return code
 
 
 if __name__ == "__main__":

@@ -56,6 +56,15 @@ def greedy_replies(model_dir, problems: list[dict], max_new_tokens: int) -> list
     return greedy_eval(model, tokenizer, problems, max_new_tokens)["replies"]
 
 
+def write_pairs(out: Path, model_dir, settings: DemoSettings) -> dict:
+    """<out>/train.jsonl and heldout.jsonl: the pairs of the demo task's split, against `model_dir`'s replies."""
+    train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings, settings.balance_answers)
+    for name, problems, seed in (("train", train, settings.seed), ("heldout", heldout, settings.seed + 1)):
+        replies = greedy_replies(model_dir, problems, settings.eval_max_new_tokens)
+        write_jsonl(pairs(problems, replies, seed), Path(out) / f"{name}.jsonl")
+    return {"train_pairs": len(train), "heldout_pairs": len(heldout)}
+
+
 def write_jsonl(rows: list[dict], path: Path) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -69,13 +78,9 @@ def prepare_dpo_demo(output_dir, settings: DemoSettings | None = None, force: bo
     def build(out: Path) -> dict:
         started = time.perf_counter()
         base = prepare_demo(out / "base", settings, force=force, log=lambda line: None)
-        train, heldout = demo_task.split_problems(settings.seed, settings.heldout_phrasings, settings.balance_answers)
-        for name, problems, seed in (("train", train, settings.seed), ("heldout", heldout, settings.seed + 1)):
-            replies = greedy_replies(out / "base" / "model", problems, settings.eval_max_new_tokens)
-            write_jsonl(pairs(problems, replies, seed), out / f"{name}.jsonl")
+        counts = write_pairs(out, out / "base" / "model", settings)
         return {
-            "train_pairs": len(train),
-            "heldout_pairs": len(heldout),
+            **counts,
             "base_heldout_accuracy": base["heldout_accuracy"],
             "seconds": round(time.perf_counter() - started, 1),
         }

@@ -25,6 +25,9 @@ from roll.configs.loader import ConfigError, field_help
 from roll.configs.profiler import check_profiler
 from roll.configs.roles import RoleSpec
 from roll.configs.worker import WorkerConfig
+from roll.utils.logging import get_logger
+
+logger = get_logger("roll.config")
 
 DPO_WORKER = "roll.pipeline.dpo.worker.DPOWorker"
 ROLL_DPO_WORKER = "roll.pipeline.dpo.actor_worker.ActorWorker"  # ROLL's path of the same worker
@@ -212,9 +215,18 @@ class DPOConfig(PipelineConfig):
 
     @classmethod
     def roll_translate(cls, data: dict, problems: list, first: bool) -> None:
-        """ROLL's path of its DPO worker names this kind's worker; ROLL's offload switches are noted."""
+        """ROLL's path of its DPO worker names this kind's worker; ROLL's offload switches are noted; a
+        data_args.dataset_dir is dropped: ROLL's DPO pipeline reads file_name as given (the shared alias would
+        join the two, which ROLL's RLVR loader does)."""
         super().roll_translate(data, problems, first)
         if first:
+            for block in ("actor_train", "validation"):
+                args = data.get(block, {}).get("data_args") if isinstance(data.get(block), dict) else None
+                if isinstance(args, dict) and "dataset_dir" in args:
+                    logger.warning(
+                        "'%s.data_args.dataset_dir' = %r is ignored: ROLL's DPO pipeline reads file_name as given, "
+                        "so ROLL ignores it too", block, args.pop("dataset_dir"),
+                    )  # fmt: skip
             for key in ROLL_OFFLOAD_KEYS:
                 if key in data:
                     value = data.pop(key)
@@ -222,11 +234,12 @@ class DPOConfig(PipelineConfig):
                         problems.append((key, f"'{key}' = {value!r}: expected true or false (ROLL's type)"))
                     else:
                         data.setdefault("__roll__", {}).setdefault("offload", {})[key] = value
-            return
-        for role in ("actor_train", "reference"):
-            block = data.get(role)
-            if isinstance(block, dict) and block.get("worker_cls") == ROLL_DPO_WORKER:
-                block["worker_cls"] = DPO_WORKER
+            for role in ("actor_train", "reference"):
+                block = data.get(role)
+                if isinstance(block, dict) and block.get("worker_cls") in (ROLL_DPO_WORKER, DPO_WORKER):
+                    # the role's default (its RoleSpec); removed before the shared alias of actor_train.worker_cls,
+                    # which takes every other roll.pipeline.* path for one of ROLL's RL workers
+                    del block["worker_cls"]
 
     @classmethod
     def roll_blocks(cls, data: dict) -> list:

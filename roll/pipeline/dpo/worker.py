@@ -49,7 +49,7 @@ def step_loss(policy: torch.Tensor, reference: torch.Tensor, batch, settings: di
     loss, chosen_rewards, rejected_rewards = dpo_loss(
         *pair_log_probs(policy, batch), *pair_log_probs(reference, batch), **settings
     )
-    return loss, dpo_metrics(loss, chosen_rewards, rejected_rewards, prefix="actor")
+    return loss, dpo_metrics(loss.detach(), chosen_rewards, rejected_rewards, prefix="actor")
 
 
 class DPOWorker(CheckpointMixin, MemoryMixin, Worker):
