@@ -27,6 +27,7 @@ TIERS = {
     "algorithms/": "quick",
     "configs/": "quick",
     "data/": "quick",
+    "dpo/": "quick",  # the DPO kind without Ray: data layout, config, ROLL keys, loss settings
     "demo/": "quick",
     "models/": "quick",
     "sandbox/": "quick",
@@ -89,6 +90,7 @@ TIERS = {
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
     "pipeline/test_sft.py::test_demo_learns": "learning",
+    "pipeline/test_dpo_demo_learns.py": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
     "pipeline/test_agent_endpoint.py::test_agent_endpoint_demo_learns": "learning",
     # CUDA

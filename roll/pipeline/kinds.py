@@ -13,6 +13,7 @@ KINDS = {
     "rlvr": "roll.pipeline.rlvr.config.RLVRConfig",
     "agentic": "roll.pipeline.agentic.config.AgenticConfig",
     "sft": "roll.pipeline.sft.config.SFTConfig",
+    "dpo": "roll.pipeline.dpo.config.DPOConfig",
 }
 
 

@@ -38,7 +38,8 @@ def test_the_config_class_implements_the_kind_interface(name):
     assert cls.ROLES and all(isinstance(spec, RoleSpec) for spec in cls.ROLES)
     hints = typing.get_type_hints(cls)
     for spec in cls.ROLES:  # one field per role, a WorkerConfig block
-        assert WorkerConfig in typing.get_args(hints[spec.name]) or hints[spec.name] is WorkerConfig, spec.name
+        blocks = typing.get_args(hints[spec.name]) or (hints[spec.name],)  # a kind may extend it (its data_args)
+        assert any(isinstance(b, type) and issubclass(b, WorkerConfig) for b in blocks), spec.name
         assert spec.capability in CAPABILITIES
         module, _, worker = spec.worker_cls.rpartition(".")
         assert hasattr(importlib.import_module(module), worker), spec.worker_cls
