@@ -92,8 +92,8 @@ class PipelineCheckpointer:
                 f"resume_from_checkpoint: {path} has no {STATE_FILE}; it is not a complete "
                 f"pipeline checkpoint (expected <output_dir>/checkpoints/step-N)"
             )
-        trained = {role: getattr(config, role, None) for role in ("actor_train", "critic")}
-        check_resumed_shapes(path, {r: w.model_args.model_name_or_path for r, w in trained.items() if w is not None})
+        trained = {role: getattr(config, role) for role in config.trained_roles()}  # the kind's RoleSpecs
+        check_resumed_shapes(path, {r: w.model_args.model_name_or_path for r, w in trained.items()})
         saved = checkpoint.load_state(path / STATE_FILE).get("config")
         if saved is None:  # written before fingerprints existed
             return
