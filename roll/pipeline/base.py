@@ -22,7 +22,7 @@ from roll.pipeline.core.checkpointing import PipelineCheckpointer, check_output_
 from roll.pipeline.core.colocation import PhaseMemory
 from roll.pipeline.core.component import PipelineComponent
 from roll.pipeline.core.concurrency import ThreadPlan
-from roll.pipeline.core.metrics import fmt, progress
+from roll.pipeline.core.metrics import HEADLINE_METRICS, fmt, progress
 from roll.pipeline.core.output_dir import claim_output_dirs
 from roll.pipeline.core.profiling import StepProfiler, overhead_and_busy
 from roll.utils.import_utils import import_class
@@ -48,6 +48,7 @@ class BasePipeline:
     validates_before_training = True  # validation at step 0 on a fresh start (when eval_steps is set)
     timer: StepTimer | None = None  # the current step's (new_timer)
     components: tuple[PipelineComponent, ...] = ()
+    headline_metrics = HEADLINE_METRICS  # (label, metric) pairs at the front of the progress line, where present
 
     def __init__(self, config, callbacks=()):
         self.config = config
@@ -326,7 +327,8 @@ class BasePipeline:
         # learning_curves.png); validation before training is step 0 (docs/quickstart.md)
         self.tracker.log(metrics, step + 1)
         if step % config.logging_steps == 0 or last:
-            logger.info("%s %s", eta.line(step), progress(metrics, self.timer.concurrent if self.timer else ()))
+            concurrent = self.timer.concurrent if self.timer else ()
+            logger.info("%s %s", eta.line(step), progress(metrics, concurrent, self.headline_metrics))
         if self.saves_checkpoints and config.save_steps and ((step + 1) % config.save_steps == 0 or last):
             self.checkpointer.save(completed_steps=step + 1)
         return metrics

@@ -23,18 +23,22 @@ def batch_metrics(batch: DataProto) -> dict:
     }
 
 
-def progress(metrics: dict, concurrent=()) -> str:
-    """The step's line: headline metrics, then the phases in order; `concurrent` (StepTimer.concurrent): groups
-    of lanes that ran at once, shown as one bracket where its first phase ended, e.g.
-    "[reward 0.1s ‖ old_log_probs 0.1s → ref_log_probs 0.1s]" (→: one after another in a lane)."""
-    keys = [
-        ("reward", "critic/score/mean"),
-        ("len", "response_length/mean"),
-        ("pg_loss", "actor/pg_loss"),
-        ("rollout_kl", "mismatch/mismatch_kl"),  # engine vs trainer log-probs, not the KL to the reference
-        ("val", "val/score/all"),
-    ]
-    parts = [f"{label} {metrics[key]:.3f}" for label, key in keys if key in metrics]
+# (label, metric) shown at the front of the progress line when the step has it: the policy-optimisation kinds'
+HEADLINE_METRICS = (
+    ("reward", "critic/score/mean"),
+    ("len", "response_length/mean"),
+    ("pg_loss", "actor/pg_loss"),
+    ("rollout_kl", "mismatch/mismatch_kl"),  # engine vs trainer log-probs, not the KL to the reference
+    ("val", "val/score/all"),
+)
+
+
+def progress(metrics: dict, concurrent=(), headline=HEADLINE_METRICS) -> str:
+    """The step's line: headline metrics (`headline`: (label, metric) pairs, a pipeline's `headline_metrics`), then
+    the phases in order; `concurrent` (StepTimer.concurrent): groups of lanes that ran at once, shown as one
+    bracket where its first phase ended, e.g. "[reward 0.1s ‖ old_log_probs 0.1s → ref_log_probs 0.1s]" (→: one
+    after another in a lane)."""
+    parts = [f"{label} {metrics[key]:.3f}" for label, key in headline if key in metrics]
     if metrics.get("weight_sync/checked", 0) > 0:  # the step's weight-sync check ran and passed (a failure raises)
         parts.append("sync ok")
     timings = {  # the phases and the overhead; per-role busy/idle go to the tracker only
