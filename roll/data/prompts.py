@@ -45,14 +45,14 @@ def _builder_for(files: list[str]) -> str:
 ROW_EXAMPLE = '{"prompt": "What is 2+3?", "ground_truth": "5", "tag": "math"}'
 
 
-def _check_text_file(name: str, kind: str) -> None:
+def _check_text_file(name: str, kind: str, what: str = "prompt", example: str = ROW_EXAMPLE) -> None:
     """Errors `datasets` reports without the file or line (or not at all): empty files, bytes that are not
     UTF-8, JSON lines that do not parse or are not objects. Parquet files are binary and left to `datasets`."""
     if kind == "parquet":
         return
     raw = Path(name).read_bytes()
     if not raw.strip():
-        raise InputError(f"data_args.file_name: {name!r} is empty; it needs one prompt per row, e.g. {ROW_EXAMPLE}")
+        raise InputError(f"data_args.file_name: {name!r} is empty; it needs one {what} per row, e.g. {example}")
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
         try:
@@ -72,7 +72,7 @@ def _check_text_file(name: str, kind: str) -> None:
         if not isinstance(whole, (list, dict)):
             raise InputError(
                 f"data_args.file_name: {name!r} holds one JSON {type(whole).__name__}, not rows; write a JSON "
-                f"list of objects or one object per line, e.g. {ROW_EXAMPLE}"
+                f"list of objects or one object per line, e.g. {example}"
             )
         return
     for number, line in enumerate(lines, start=1):
@@ -83,12 +83,12 @@ def _check_text_file(name: str, kind: str) -> None:
         except ValueError as error:
             raise InputError(
                 f"data_args.file_name: {name!r} line {number} is not valid JSON ({error}); each line must be one "
-                f"JSON object, e.g. {ROW_EXAMPLE}"
+                f"JSON object, e.g. {example}"
             ) from None
         if not isinstance(row, dict):
             raise InputError(
                 f"data_args.file_name: {name!r} line {number} is a JSON {type(row).__name__}, not an object; "
-                f"each line must be one JSON object, e.g. {ROW_EXAMPLE}"
+                f"each line must be one JSON object, e.g. {example}"
             )
 
 
@@ -166,26 +166,39 @@ def check_template_available(data_args, tokenizer, files) -> None:
         )
 
 
-def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
-    """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
+def data_files(file_name) -> list[str]:
+    """data_args.file_name (one path or a list) as a list."""
+    return [file_name] if isinstance(file_name, str) else list(file_name)
+
+
+def read_tables(file_name, num_proc: int | None = None, what: str = "prompt", example: str = ROW_EXAMPLE):
+    """(file, its `datasets` table) for each data file of `file_name`, in order: one format for all (.json, .jsonl,
+    .csv or .parquet), each a regular file whose text rows are UTF-8 JSON objects; a problem is an InputError naming
+    the file (and line), with `example` as the shape of a row (`what`: what one row holds, for the message)."""
     import datasets
 
-    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
-    check_template_available(data_args, tokenizer, files)
+    files = data_files(file_name)
     kind = _builder_for(files)
     for name in files:
-        _check_text_file(name, kind)
-    rows, too_long, too_long_lengths, total = [], [], [], 0
-    for source, name in enumerate(files):  # file by file: rows know their file (data_args.interleave_probs)
+        _check_text_file(name, kind, what, example)
+    for name in files:
         try:
-            table = datasets.load_dataset(
-                kind, data_files=[name], split="train", num_proc=data_args.preprocessing_num_workers
-            )
+            table = datasets.load_dataset(kind, data_files=[name], split="train", num_proc=num_proc)
         except Exception as error:  # datasets' own message rarely names the file
             raise InputError(
                 f"data_args.file_name: {name} could not be read as {kind} ({type(error).__name__}: {error}); "
-                f"rows look like {ROW_EXAMPLE}"
+                f"rows look like {example}"
             ) from error
+        yield name, table
+
+
+def load_prompt_rows(data_args, tokenizer, prompt_length: int) -> list[dict]:
+    """Read, template and tokenize every row; returns dicts with prompt_ids, prompt_text, ground_truth, tag."""
+    files = data_files(data_args.file_name)
+    check_template_available(data_args, tokenizer, files)
+    rows, too_long, too_long_lengths, total = [], [], [], 0
+    # file by file: rows know their file (data_args.interleave_probs)
+    for source, (name, table) in enumerate(read_tables(files, data_args.preprocessing_num_workers)):
         total += len(table)
         for index, row in enumerate(table):
             where = f"{name} row {index}"
