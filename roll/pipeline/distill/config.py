@@ -34,8 +34,6 @@ ROLL_WORKERS = {  # ROLL's paths of the same workers
 }
 TRANSFER_BACKENDS = ("ipc+nccl", "nccl-only", "ray")
 _ROLL_DISTILL = re.compile(r"^teacher_pretrain:|^teacher:", re.M)
-# strategies that hold the whole model's logits in this process (vLLM / SGLang serve tokens, not logits)
-TEACHER_STRATEGIES = ("hf_infer", "deepspeed_infer", "fsdp2_infer", "megatron_infer")
 
 
 @dataclass
@@ -130,7 +128,7 @@ class DistillConfig(PipelineConfig):
 
     def run_length(self, rows: int) -> tuple[int, str]:
         """(pipeline steps, how counted): max_steps when set, else num_train_epochs × whole global batches per
-        epoch (ROLL's drop_last; DP included, Q19)."""
+        epoch (ROLL's drop_last; the data-parallel size included, which ROLL leaves out)."""
         per_epoch = rows // self.global_batch_size
         if self.max_steps is not None:
             return self.max_steps, f"max_steps = {self.max_steps}"
@@ -205,7 +203,8 @@ class DistillConfig(PipelineConfig):
 
 
 def check_distill(config: DistillConfig) -> None:
-    """Both roles, the row length, the teacher's engine, the clipping threshold and the run length."""
+    """Both roles, the row length, the data files, the clipping threshold and the run length (the teacher's engine
+    must serve "score", which check_roles checks: the strategies whose forward gives the model's logits)."""
     problems = []
     for name in ("student", "teacher"):
         if getattr(config, name) is None:
@@ -214,20 +213,11 @@ def check_distill(config: DistillConfig) -> None:
         problems.append(("sequence_length", "'sequence_length' is required: every row is cut/padded to it, e.g. 2048"))
     if problems:
         raise ConfigError(problems=problems)
-    student, teacher = config.student, config.teacher
+    student = config.student
     if student.data_args.file_name is None:
         problems.append(("student.data_args.file_name", "'student.data_args.file_name' is required: the rows"))
     if config.validation is not None and config.validation.data_args.file_name is None:
         problems.append(("validation.data_args.file_name", "'validation.data_args.file_name' is required"))
-    name = teacher.strategy_args.strategy_name if teacher.strategy_args else None
-    if name not in TEACHER_STRATEGIES:
-        problems.append(
-            (
-                "teacher.strategy_args.strategy_name",
-                f"'teacher.strategy_args.strategy_name' = {name!r}: the teacher's top-k needs the model's logits in "
-                f"the worker; use one of {list(TEACHER_STRATEGIES)}",
-            )
-        )
     own = student.training_args.max_grad_norm
     if own != TrainingArgs().max_grad_norm and own != config.max_grad_norm:
         problems.append(

@@ -1,12 +1,12 @@
 """Distillation rows → token ids and unshifted labels, ROLL's encoder (docs/distill.md, "Data layout").
 
 Per row the user turn is `"\\n" + question` (ROLL's: DistillConfig has no prompt key, so the encoder's
-`prompt + "\\n" + question` starts with the newline; Q8 keeps it) and the assistant turn is the answer.
+`prompt + "\\n" + question` starts with the newline; kept) and the assistant turn is the answer.
 `prompt_text` = the user turn rendered with the generation prompt; `full_text` = the conversation without it, minus
 one trailing newline. The ids are `full_text` tokenized, cut to `sequence_length` and right padded to it (ROLL's
 truncation). `labels_for_loss` (unshifted): IGNORE_INDEX up to the end of the first occurrence of the prompt's
 tokens, the real tokens after it (every real token with distill_on_prompt); padding is IGNORE_INDEX by the
-attention mask (Q8: a real token equal to the pad id is still a label).
+attention mask (ROLL compares with the pad id: a real token equal to it, e.g. EOS as pad, would lose its label).
 Rows with a `split` column other than "train" are dropped, as ROLL's `is_valid_example` does.
 """
 
@@ -14,7 +14,7 @@ import torch
 
 from roll.algorithms.loss_tokens import IGNORE_INDEX
 from roll.data.chat_template import render_chat
-from roll.data.prompts import CHATML, _builder_for, _check_text_file
+from roll.data.prompts import CHATML, data_files, read_tables
 from roll.distributed.data_proto import DataProto
 from roll.utils.errors import InputError
 from roll.utils.functional import compute_position_ids
@@ -71,20 +71,9 @@ def encode_row(row, where, tokenizer, template, question_key, answer_key, sequen
 
 def load_rows(data_args, key: str, config, tokenizer, template) -> list[dict]:
     """Read and encode every row of `data_args.file_name` (`key`: its config key, for errors)."""
-    import datasets
-
-    files = [data_args.file_name] if isinstance(data_args.file_name, str) else list(data_args.file_name)
-    kind = _builder_for(files)
-    for name in files:
-        _check_text_file(name, kind)
+    files = data_files(data_args.file_name)
     rows, cut, dropped = [], 0, 0
-    for name in files:
-        try:
-            table = datasets.load_dataset(
-                kind, data_files=[name], split="train", num_proc=data_args.preprocessing_num_workers
-            )
-        except Exception as error:  # datasets' own message rarely names the file
-            raise InputError(f"{key}: {name} could not be read as {kind} ({type(error).__name__}: {error})") from error
+    for name, table in read_tables(data_args.file_name, data_args.preprocessing_num_workers, "row", ROW_EXAMPLE):
         for index, row in enumerate(table):
             if "split" in row and row["split"] != "train":
                 dropped += 1

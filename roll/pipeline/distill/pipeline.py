@@ -62,7 +62,7 @@ class DistillPipeline(BasePipeline):
             self._steps_from_epochs = True  # a recovery re-runs _setup_data: the same count
             config.max_steps, how = config.run_length(len(self.train_rows))
             logger.info("max_steps = %d: %s", config.max_steps, how)
-        # ROLL's target_vocab_size: the tokenizer's vocab_size (added special tokens excluded, Q9)
+        # ROLL's target_vocab_size: the tokenizer's vocab_size (added special tokens excluded, as ROLL)
         self.distill_settings = {
             "logits_topk": config.logits_topk,
             "target_vocab_size": self.tokenizer.vocab_size,
@@ -107,8 +107,8 @@ class DistillPipeline(BasePipeline):
         return metrics
 
     def validate(self, step: int) -> dict:
-        """student/val_loss: the token-mean cross-entropy of the student over every validation label token (Q12:
-        ROLL's validation cannot run; this is its evident intent)."""
+        """student/val_loss: the token-mean cross-entropy of the student over every validation label token
+        (ROLL's validation cannot run; this is its evident intent)."""
         if not self.val_rows:
             return {}
         self.memory.use("student")
