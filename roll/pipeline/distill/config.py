@@ -33,7 +33,7 @@ ROLL_WORKERS = {  # ROLL's paths of the same workers
     "roll.pipeline.distill.distill_worker.TeacherWorker": TEACHER_WORKER,
 }
 TRANSFER_BACKENDS = ("ipc+nccl", "nccl-only", "ray")
-_ROLL_DISTILL = re.compile(r"^teacher_pretrain:|^teacher:", re.M)
+_ROLL_DISTILL = re.compile(r"^(teacher_pretrain|student):", re.M)  # not OPD's: student_train, student_infer, teacher
 
 
 @dataclass
