@@ -67,6 +67,7 @@ TIERS = {
     "pipeline/test_old_log_probs.py": "quick",  # one hf_infer strategy in-process, no Ray
     "pipeline/test_phase_concurrency.py": "quick",  # lanes and thread plans against test doubles, no Ray
     "pipeline/test_thin_pipeline.py": "quick",  # the thin loop of a kind without generation, roles as test doubles
+    "pipeline/test_distill_units.py": "quick",  # the distillation kind's config, rows and loss contract, no Ray
     "pipeline/test_ray_cluster.py::test_output_dir_probe_names_the_rank_that_cannot_see_or_write_it": "quick",
     "pipeline/test_ray_cluster.py::test_a_worker_whose_devices_span_two_nodes_is_a_config_error": "quick",
     "pipeline/test_reward_workers.py": "quick",
@@ -91,6 +92,7 @@ TIERS = {
     "pipeline/test_demo_learns.py": "learning",
     "pipeline/test_sft.py::test_demo_learns": "learning",
     "pipeline/test_dpo_demo_learns.py": "learning",
+    "pipeline/test_distill_demo_learns.py": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
     "pipeline/test_agent_endpoint.py::test_agent_endpoint_demo_learns": "learning",
     # CUDA

@@ -14,6 +14,7 @@ KINDS = {
     "agentic": "roll.pipeline.agentic.config.AgenticConfig",
     "sft": "roll.pipeline.sft.config.SFTConfig",
     "dpo": "roll.pipeline.dpo.config.DPOConfig",
+    "distill": "roll.pipeline.distill.config.DistillConfig",
 }
 
 

@@ -53,6 +53,18 @@ ROLL_KEYS: list[RollKey] = [
     ),
     RollKey(
         "",
+        "student_pretrain",
+        ALIAS,
+        "offline distillation: the student's model directory where student.model_args.model_name_or_path is unset",
+    ),
+    RollKey(
+        "",
+        "teacher_pretrain",
+        ALIAS,
+        "offline distillation: the teacher's model directory where teacher.model_args.model_name_or_path is unset",
+    ),
+    RollKey(
+        "",
         "sequence_length",
         ALIAS,
         "ROLL's row width (agentic: the whole trajectory). roll's row is prompt_length + response_length, checked "
