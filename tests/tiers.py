@@ -62,6 +62,7 @@ TIERS = {
     "pipeline/test_checkpoint_files.py": "quick",
     "pipeline/test_colocation.py": "quick",  # against a test double
     "pipeline/test_old_log_probs.py": "quick",  # one hf_infer strategy in-process, no Ray
+    "pipeline/test_opd_step.py": "quick",  # on-policy distillation: routing and advantages, a test double
     "pipeline/test_phase_concurrency.py": "quick",  # lanes and thread plans against test doubles, no Ray
     "pipeline/test_thin_pipeline.py": "quick",  # the thin loop of a kind without generation, roles as test doubles
     "pipeline/test_ray_cluster.py::test_output_dir_probe_names_the_rank_that_cannot_see_or_write_it": "quick",
