@@ -87,6 +87,7 @@ TIERS = {
     "reliability/": "e2e",
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
+    "pipeline/test_onpolicy_distill.py::test_shipped_demo_learns_from_the_teacher_alone": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
     # CUDA
     "gpu/": "gpu",
