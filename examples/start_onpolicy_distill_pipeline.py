@@ -23,8 +23,9 @@ DEMO_DATA = Path("demo_data")  # the default YAML's ./demo_data
 
 
 def prepare_default_demo(argv) -> None:
-    """The default run (no --config_path / --config_name): prepare ./demo_data when it is missing or outdated."""
-    if any(arg.startswith(("--config_path", "--config_name", "-h", "--help")) for arg in argv):
+    """The default run (no --config_path / --config_name; not --dry_run, which only checks): prepare ./demo_data
+    when it is missing or outdated."""
+    if any(arg.startswith(("--config_path", "--config_name", "--dry_run", "-h", "--help")) for arg in argv):
         return
     spec = importlib.util.spec_from_file_location("opd_prepare", EXAMPLES / "onpolicy_distill_demo" / "prepare_demo.py")
     prepare = importlib.util.module_from_spec(spec)
