@@ -65,6 +65,7 @@ TIERS = {
     "pipeline/test_checkpoint_files.py": "quick",
     "pipeline/test_colocation.py": "quick",  # against a test double
     "pipeline/test_old_log_probs.py": "quick",  # one hf_infer strategy in-process, no Ray
+    "pipeline/test_opd_step.py": "quick",  # on-policy distillation: routing and advantages, a test double
     "pipeline/test_phase_concurrency.py": "quick",  # lanes and thread plans against test doubles, no Ray
     "pipeline/test_thin_pipeline.py": "quick",  # the thin loop of a kind without generation, roles as test doubles
     "pipeline/test_distill_units.py": "quick",  # the distillation kind's config, rows and loss contract, no Ray
@@ -93,6 +94,7 @@ TIERS = {
     "pipeline/test_sft.py::test_demo_learns": "learning",
     "pipeline/test_dpo_demo_learns.py": "learning",
     "pipeline/test_distill_demo_learns.py": "learning",
+    "pipeline/test_onpolicy_distill.py::test_shipped_demo_learns_from_the_teacher_alone": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
     "pipeline/test_agent_endpoint.py::test_agent_endpoint_demo_learns": "learning",
     # CUDA

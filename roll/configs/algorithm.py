@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from roll.configs.loader import field_help
+from roll.configs.opd import TeacherConfig, name_teachers, opd_notes, teacher_keys, teacher_specs
 from roll.configs.roles import ACTOR_INFER, ACTOR_TRAIN, CRITIC, REFERENCE
 from roll.configs.rollout import RolloutConfig
 from roll.configs.train_infer import TrainInferCorrectionConfig
@@ -195,6 +196,38 @@ class RLAlgorithmConfig(RolloutConfig):
         "rollout_is",
     )
 
+    # --- on-policy distillation (roll.configs.opd; docs/algorithms.md §13.5) -------------------------------------
+    use_opd: bool = field_help(
+        False,
+        "mixed on-policy distillation (ROLL's key): the advantages are the RL estimator's minus Σ over the teachers "
+        "of opd_kl_coef × KL(student ‖ teacher) per response token (kl_penalty's estimator of the student's old "
+        "log-probs against the teacher's), then whitening / mask / clip; an advantage term, not discounted and not "
+        "in the returns. Needs `teacher`",
+    )
+    teacher: TeacherConfig | dict[str, TeacherConfig] | None = field_help(
+        None,
+        "on-policy distillation's teacher(s): one role (role name teacher) or a mapping name → role (roles "
+        "teacher.<name>), each scoring the student's tokens as the reference does, with its opd_kl_coef and "
+        "tag_included; same tokenizer as the student",
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        name_teachers(self)
+
+    @property
+    def opd_mode(self) -> str | None:
+        """On-policy distillation: "mixed" (use_opd), "pure" (a kind whose advantages are the teachers' KL alone),
+        or None (off)."""
+        return "mixed" if self.use_opd else None
+
+    def opd_routing(self) -> tuple[str, dict[str, set]]:
+        """(the rows' routing column, group → its tags) for teacher routing (roll.configs.opd.routes)."""
+        raise NotImplementedError(f"{type(self).__name__}.opd_routing")
+
+    def extra_model_roles(self) -> dict:
+        return teacher_specs(self)
+
     # ---- the kind interface's shared part for the policy-optimisation kinds (roll/configs/base.py) ----------
     @property
     def ratio_level(self) -> str:
@@ -208,6 +241,8 @@ class RLAlgorithmConfig(RolloutConfig):
         roles = super().fingerprint()
         out = {"seed": roles.pop("seed"), **{key: getattr(self, key) for key in self.FINGERPRINT_KEYS}, **roles}
         out["critic"] = "configured" if self.critic is not None else "none"
+        if self.opd_mode is not None:  # absent otherwise: checkpoints of runs without teachers keep their fingerprint
+            out["opd"] = f"{self.opd_mode}: {', '.join(self.extra_model_roles())}"
         return out
 
     def resolved(self) -> dict:
@@ -218,7 +253,7 @@ class RLAlgorithmConfig(RolloutConfig):
         return resolved
 
     def describe_notes(self) -> list[str]:
-        notes = self.loss_notes()
+        notes = [*self.loss_notes(), *opd_notes(self)]
         from roll.configs.rl_checks import describe_reference
 
         reference = describe_reference(self)
@@ -248,6 +283,16 @@ class RLAlgorithmConfig(RolloutConfig):
 
             drop_lora_copies(data)
             example_keys.critic_value_head(data)
+
+    @classmethod
+    def roll_blocks(cls, data: dict) -> list:
+        """The teacher blocks take ROLL's role aliases (sequence_packing_args, ...)."""
+        teacher = data.get("teacher")
+        if not isinstance(teacher, dict):
+            return []
+        if teacher_keys(teacher):  # one role
+            return [("<role>", "teacher", teacher)]
+        return [("<role>", f"teacher.{name}", block) for name, block in teacher.items() if isinstance(block, dict)]
 
     def check_roll_keys(self, extra: dict) -> list:
         from roll.configs.roll_compat import check_roll_keys

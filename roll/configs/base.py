@@ -185,10 +185,22 @@ class PipelineConfig:
         return {spec.name: spec for spec in cls.ROLES}
 
     def roles(self) -> dict:
-        """name → WorkerConfig of every configured role: the model roles in ROLES order, then `extra_roles()`."""
+        """name → WorkerConfig of every configured role: the model roles in ROLES order, then the config's own
+        model roles (`extra_model_roles()`), then `extra_roles()`."""
         out = {spec.name: getattr(self, spec.name) for spec in self.ROLES if getattr(self, spec.name) is not None}
+        out.update({name: worker for name, (_, worker) in self.extra_model_roles().items()})
         out.update(self.extra_roles())
         return out
+
+    def extra_model_roles(self) -> dict:
+        """Model roles whose names come from the YAML rather than from ROLES (e.g. on-policy distillation's
+        teachers, `teacher.<name>`): name → (RoleSpec, WorkerConfig). They are checked, placed, started and
+        colocated like the ROLES; none is trained."""
+        return {}
+
+    def model_role_specs(self) -> dict[str, RoleSpec]:
+        """name → RoleSpec of every model role of this config: the ROLES, then `extra_model_roles()`."""
+        return {**self.role_specs(), **{name: spec for name, (spec, _) in self.extra_model_roles().items()}}
 
     def extra_roles(self) -> dict:
         """Roles outside ROLES (no model the pipeline trains or colocates, e.g. RLVR's reward scorers): name →

@@ -94,7 +94,7 @@ def check_roles(config) -> None:
     if config.num_nodes is None:  # derived from the mappings, as ROLL does
         ids = [d for worker in roles(config).values() for d in worker.device_mapping or []]
         config.num_nodes = max(1, -(-(max(ids, default=0) + 1) // config.num_gpus_per_node))
-    specs = config.role_specs()
+    specs = config.model_role_specs()
     lora_roles = [spec.name for spec in config.ROLES if spec.lora]
     problems = []  # every role's mistakes at once (a misspelled strategy in three roles names all three)
     for name, worker in roles(config).items():
@@ -279,7 +279,7 @@ def check_micro_batching(config) -> None:
     """Dynamic batching and sequence packing keys: only where a strategy reads them (its capability flags),
     with a token budget that fits the longest possible row (the kind's `longest_row`)."""
     longest, how = config.longest_row()
-    specs = config.role_specs()
+    specs = config.model_role_specs()
     for name, worker in roles(config).items():
         strategy = worker.strategy_args.strategy_name if worker.strategy_args else None
         strategy_cls = _strategy_of(worker)

@@ -189,9 +189,14 @@ def convert(hint, value, path: str):
             try:
                 return convert(option, value, path)
             except ConfigError as error:
-                errors.append(error)
+                errors.append((option, error))
         if len(errors) == 1:
-            raise errors[0]
+            raise errors[0][1]
+        mappings = [error for option, error in errors if _is_mapping_type(option)]
+        if isinstance(value, dict) and len(mappings) > 1:
+            # a mapping for several mapping types (one role, or name → role): the problems of the form it comes
+            # closest to (fewest problems; the first such option), not a bare "expected X or Y"
+            raise min(mappings, key=lambda error: len(error.problems))
         raise ConfigError(f"'{path}' = {value!r}: expected {describe(hint)}")
     if origin is Literal:
         if value not in args:
@@ -218,6 +223,10 @@ def convert(hint, value, path: str):
             return value
         raise ConfigError(f"'{path}' = {value!r} ({type(value).__name__}): expected {describe(hint)}")
     raise TypeError(f"roll.configs: no converter for the type {hint!r} of '{path}'")
+
+
+def _is_mapping_type(hint) -> bool:
+    return dataclasses.is_dataclass(hint) or typing.get_origin(hint) is dict or hint is dict
 
 
 def _convert_all(hint, items, name, container):

@@ -103,7 +103,9 @@ def check_algorithm(config) -> None:
         get_adv_estimator_spec,
         get_policy_loss_fn,
     )
+    from roll.configs.opd import check_opd
 
+    check_opd(config)  # first: its kl_penalty and reference rules say why, in OPD's terms
     for key, lookup in (("adv_estimator", get_adv_estimator_fn), ("policy_loss_mode", get_policy_loss_fn)):
         try:
             lookup(getattr(config, key))

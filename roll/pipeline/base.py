@@ -157,10 +157,11 @@ class BasePipeline:
             check_output_dir(checkpoint_base(config), self.clusters)
         for name in config.role_specs():
             setattr(self, name, self.clusters.get(name))
-        models = {name: cluster for name, cluster in self.clusters.items() if name in config.role_specs()}
+        specs, configured = config.model_role_specs(), config.roles()
+        models = {name: cluster for name, cluster in self.clusters.items() if name in specs}
         self.profiler = StepProfiler(config, self.clusters)
         self.threads = ThreadPlan(self.clusters, self.placements, self._background_roles())
-        self.memory = PhaseMemory(models, {name: getattr(config, name).device_mapping for name in models})
+        self.memory = PhaseMemory(models, {name: configured[name].device_mapping for name in models})
         steps = config.optimizer_steps()  # per pipeline step, for LR schedules
         pending = [
             cluster.initialize.submit(total_steps=config.max_steps * steps.get(name, 0))

@@ -15,6 +15,7 @@ KINDS = {
     "sft": "roll.pipeline.sft.config.SFTConfig",
     "dpo": "roll.pipeline.dpo.config.DPOConfig",
     "distill": "roll.pipeline.distill.config.DistillConfig",
+    "onpolicy_distill": "roll.pipeline.onpolicy_distill.config.OnPolicyDistillConfig",
 }
 
 

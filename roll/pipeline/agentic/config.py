@@ -245,9 +245,13 @@ class AgenticConfig(RLAlgorithmConfig):
                 lift_env_settings(env, f"custom_envs.{tag}", problems)
         problems.extend(derive_agentic_lengths(cls, data, data.setdefault("__roll__", {})))
 
+    def opd_routing(self) -> tuple[str, dict[str, set]]:
+        """Teachers take trajectories by environment tag (ROLL's agentic routing key `tags`)."""
+        return "tag", {tag: {tag} for tag in self.train_env_manager.tags}
+
     @classmethod
     def roll_blocks(cls, data: dict) -> list:
-        blocks = [
+        blocks = super().roll_blocks(data) + [
             ("custom_envs", f"custom_envs.{tag}", env)
             for tag, env in (data.get("custom_envs") or {}).items()
             if isinstance(env, dict)

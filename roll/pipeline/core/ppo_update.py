@@ -2,10 +2,11 @@
 everything after a rollout's batch is scored.
 
     1 forward passes   old log-probs (actor_train; skipped where the rollout's are exact), the estimator's extra
-                       passes (e.g. Σπ²), reference log-probs, critic values: at once where their roles share no
-                       device (roll.pipeline.core.concurrency)
+                       passes (e.g. Σπ²), reference log-probs, critic values, on-policy distillation's teacher
+                       log-probs: at once where their roles share no device (roll.pipeline.core.concurrency)
     2 step maths       rollout IS, old-log-prob choice, reward shaping, KL in the reward (the KL controller),
-                       advantages, train-infer correction (roll.pipeline.core.step_maths)
+                       advantages (with the teachers' KL: roll.pipeline.core.opd), train-infer correction
+                       (roll.pipeline.core.step_maths)
     3 train            critic, then actor_train (ppo_epochs × mini-batches; LossSettings with the batch)
     4 weight sync      actor_train → actor_infer, verified (roll.pipeline.core.weight_sync)
 
@@ -23,6 +24,7 @@ from roll.pipeline.core.component import PipelineComponent
 from roll.pipeline.core.concurrency import lane_roles, lanes_by_devices, run_lanes
 from roll.pipeline.core.metrics import mean_of_ranks
 from roll.pipeline.core.old_log_probs import OldLogProbs
+from roll.pipeline.core.opd import teacher_phases
 from roll.pipeline.core.weight_sync import WeightSync
 from roll.utils.logging import get_logger
 from roll.utils.progress import StepTimer
@@ -48,10 +50,12 @@ class PPOUpdate(PipelineComponent):
         self.weight_sync: WeightSync | None = None
 
     def role_configs(self) -> dict:
-        """name → WorkerConfig of the model roles the update uses: the trainer, the engine, the critic, and the
-        reference only where something reads its log-probs (reference_source)."""
+        """name → WorkerConfig of the model roles the update uses: the trainer, the engine, the critic, the
+        reference only where something reads its log-probs (reference_source), and on-policy distillation's
+        teachers."""
         config = self.config
         roles = {"actor_train": config.actor_train, "actor_infer": config.actor_infer, "critic": config.critic}
+        roles.update({name: worker for name, (_, worker) in config.extra_model_roles().items()})
         source = reference_source(config)
         if source == "reference":
             roles["reference"] = config.reference
@@ -106,7 +110,7 @@ class PPOUpdate(PipelineComponent):
             metrics.update(self.old_log_probs.settle(batch))  # the rollout log-probs where they are the old ones
             metrics.update(step_maths.apply_reward_shaping(batch, config))
             metrics.update(step_maths.apply_reward_kl(batch, config, self.kl_ctrl))
-            step_maths.compute_advantages(batch, config)
+            metrics.update(step_maths.compute_advantages(batch, config))
             metrics.update(step_maths.apply_train_infer_correction(batch, config))  # after, as ROLL's pipelines
         with timer.phase("train"):
             metrics.update(self.train(batch, step))
@@ -179,6 +183,7 @@ class PPOUpdate(PipelineComponent):
             phases.append(("ref_log_probs", "actor_train", call))
         if "critic" in clusters:
             phases.append(("values", "critic", lambda: self.compute_values(batch)))
+        phases += teacher_phases(self, batch, FORWARD_KEYS)  # on-policy distillation: each teacher's rows
         lanes = lanes_by_devices([*phases, *alongside], self.pipeline.memory.devices)
         with self.pipeline.threads.together(lane_roles(lanes)):  # the same threads whether or not the lanes overlap
             run_lanes(lanes, timer, parallel=self.pipeline.overlap_phases)

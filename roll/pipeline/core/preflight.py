@@ -32,7 +32,7 @@ def check_roles(config, missing_ok: bool = False) -> list[str]:
             problems.extend(getattr(error, "problems", None) or [("", str(error))])
             return FAILED
 
-    tokenizer, models = config.tokenizer_role(), config.role_specs()
+    tokenizer, models = config.tokenizer_role(), config.model_role_specs()
     local_models: dict[str, object] = {}  # path → its transformers config (FAILED: refused or a hub id), checked once
     for name, worker in config.roles().items():
         if name in models and worker.model_args is not None:

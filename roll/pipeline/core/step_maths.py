@@ -1,4 +1,5 @@
-"""Driver-side maths of one step: KL-in-reward, rollout IS, advantages (all from `roll.algorithms`)."""
+"""Driver-side maths of one step: KL-in-reward, rollout IS, advantages (all from `roll.algorithms`; on-policy
+distillation's from roll.pipeline.core.opd)."""
 
 import inspect
 
@@ -18,6 +19,7 @@ from roll.algorithms import (
     whiten_token_rewards,
 )
 from roll.distributed.data_proto import DataProto
+from roll.pipeline.core.opd import opd_step
 from roll.utils.functional import scores_on_last_token
 
 
@@ -146,8 +148,28 @@ def apply_train_infer_correction(batch: DataProto, config) -> dict:
     return metrics
 
 
-def compute_advantages(batch: DataProto, config) -> None:
-    """Adds `advantages` and `returns`; estimator arguments follow verl's `compute_advantage` dispatch."""
+def compute_advantages(batch: DataProto, config) -> dict:
+    """Adds `advantages` and `returns`; estimator arguments follow verl's `compute_advantage` dispatch. With
+    on-policy distillation the teachers' KL enters here (roll.pipeline.core.opd): pure mode runs no estimator,
+    mixed mode subtracts it from the estimator's advantages before whitening and clip. Returns its metrics."""
+    if config.opd_mode == "pure":
+        advantages, returns, metrics = opd_step(batch, config)
+    else:
+        advantages, returns, metrics = _estimator_advantages(batch, config)
+    data = batch.batch
+    if _shaping_on(config, *_WEIGHT_KEYS):
+        # a positive per-sample factor on A scales the clipped surrogate exactly (docs/algorithms.md §11.3)
+        if _WEIGHTS not in data:
+            raise ValueError("difficulty/length_loss_weight: run apply_reward_shaping before compute_advantages")
+        weights = data.pop(_WEIGHTS)  # driver-side only: the workers never see it
+        advantages = advantages * weights.unsqueeze(-1).to(advantages.dtype)
+    data["advantages"], data["returns"] = advantages, returns
+    return metrics
+
+
+def _estimator_advantages(batch: DataProto, config) -> tuple:
+    """The RL estimator's (advantages, returns, metrics), whitened and clipped; with use_opd minus the teachers'
+    KL before that."""
     name = config.adv_estimator
     fn = get_adv_estimator_fn(name)
     data = batch.batch
@@ -183,6 +205,8 @@ def compute_advantages(batch: DataProto, config) -> None:
     if config.whiten_rewards:
         kwargs["token_level_rewards"] = whiten_token_rewards(kwargs["token_level_rewards"], data["response_mask"])
     advantages, returns = fn(**kwargs)
+    if config.opd_mode == "mixed":
+        return opd_step(batch, config, advantages, returns)
     if config.whiten_advantages or config.advantage_clip is not None:
         advantages = shape_advantages(
             advantages,
@@ -190,10 +214,4 @@ def compute_advantages(batch: DataProto, config) -> None:
             whiten_advantages=config.whiten_advantages,
             advantage_clip=config.advantage_clip,
         )
-    if _shaping_on(config, *_WEIGHT_KEYS):
-        # a positive per-sample factor on A scales the clipped surrogate exactly (docs/algorithms.md §11.3)
-        if _WEIGHTS not in data:
-            raise ValueError("difficulty/length_loss_weight: run apply_reward_shaping before compute_advantages")
-        weights = data.pop(_WEIGHTS)  # driver-side only: the workers never see it
-        advantages = advantages * weights.unsqueeze(-1).to(advantages.dtype)
-    data["advantages"], data["returns"] = advantages, returns
+    return advantages, returns, {}

@@ -178,7 +178,11 @@ class RLVRConfig(RLAlgorithmConfig):
     @classmethod
     def roll_blocks(cls, data: dict) -> list:
         block = data.get("validation")
-        return [("validation", "validation", block)] if isinstance(block, dict) else []
+        return [*super().roll_blocks(data), *([("validation", "validation", block)] if isinstance(block, dict) else [])]
+
+    def opd_routing(self) -> tuple[str, dict[str, set]]:
+        """Teachers take rows by reward domain (ROLL's domain_2_tag): a domain's tags are its tag_included."""
+        return "domain", {domain: set(reward.tag_included) for domain, reward in self.rewards.items()}
 
     def note_roll_keys(self, extra: dict) -> None:
         from roll.configs.roll_compat import note_roll_spellings
