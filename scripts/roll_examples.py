@@ -20,7 +20,7 @@ OUT_OF_SCOPE = [
     (r"onpolicy[-_]distill", "distillation pipeline (start_distill*_pipeline.py)", "onpolicy_distill"),
     (r"(?<!onpolicy-)(?<!onpolicy_)distill", "distillation pipeline (start_distill*_pipeline.py)", "distill"),
     (r"(-vl-|_vl|vl_|omni|video)", "vision/audio-language pipeline (start_rlvr_vl_pipeline.py or a VL env)", "rlvr_vl"),
-    (r"^examples/qwen3\.5-\d", "Qwen3.5 is multimodal: ROLL runs these with start_rlvr_vl_pipeline.py", "rlvr_vl"),
+    (r"^examples/qwen3\.5-[^/]*rlvr", "Qwen3.5 is multimodal: ROLL runs its RL in start_rlvr_vl_pipeline", "rlvr_vl"),
     (r"^examples/agentic_deepeyes/", "DeepEyes: a vision-language agent (Qwen2.5-VL, image tools)", "agentic_vl"),
 ]
 
@@ -62,12 +62,14 @@ def examples_section(results: dict | None) -> list[str]:
         return lines + ["Not checked yet: run `python scripts/check_roll_examples.py --roll_repo PATH --write-doc`."]
     rows = results["examples"]
     checked = [row for row in rows if row["status"] != "out of scope"]
+    from roll.pipeline.kinds import KINDS
+
     lines += [
         f"Every example YAML of ROLL at commit `{results['roll_commit']}`, run unedited through `--dry_run` by",
         "`python scripts/check_roll_examples.py --roll_repo PATH --write-doc` (from each file's own folder, so ROLL's",
-        "`../config/...` blocks are ROLL's). In scope: RLVR and agentic pipeline configs; out of scope: ROLL's shared",
-        "blocks and the SFT, DPO, distillation and vision/audio-language pipelines (the rule is",
-        "`scripts/roll_examples.py`'s OUT_OF_SCOPE).",
+        "`../config/...` blocks are ROLL's). In scope: the configs of the pipeline kinds roll has",
+        f"({', '.join(KINDS)}: roll/pipeline/kinds.py); out of scope: ROLL's shared blocks and the kinds roll does",
+        "not have yet (the rule is `scripts/roll_examples.py`'s OUT_OF_SCOPE).",
         f"Result: {summary(checked)} of {len(checked)} in scope; {len(rows) - len(checked)} out of scope.",
         "",
         "| ROLL example | result | reason |",

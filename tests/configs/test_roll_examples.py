@@ -252,9 +252,14 @@ def test_roll_examples_table_is_well_formed():
 def test_scope_rule():
     assert scope("examples/qwen2.5-7B-rlvr_megatron/rlvr_config.yaml") is None
     assert scope("examples/qwen3_agentic_gem/gem_math_dapo.yaml") is None
+    for path in (  # the kinds of roll/pipeline/kinds.py
+        "examples/qwen2.5-7B-sft_megatron/sft_config.yaml",
+        "examples/dpo_examples/qwen2.5-3B_dpo_megatron.yaml",
+        "examples/qwen2.5-7B-distill_megatron/distill_megatron.yaml",
+        "examples/qwen3-8B-onpolicy-distill-megatron/onpolicy_distill_config.yaml",
+    ):
+        assert scope(path) is None, path
     for path, word in (
-        ("examples/qwen2.5-7B-sft_megatron/sft_config.yaml", "SFT"),
-        ("examples/dpo_examples/qwen2.5-3B_dpo_megatron.yaml", "DPO"),
         ("examples/qwen2.5-vl-7B-rlvr/rlvr_megatron.yaml", "vision"),
         ("examples/qwen3.5-27B-rlvr_megatron/rlvr_megatron_80GB.yaml", "multimodal"),
         ("examples/config/traj_envs.yaml", "block"),
