@@ -207,6 +207,53 @@ DIFFERENCES = [
         "GEM's own -0.1 is in the reward; a reply without \\boxed{} is also an invalid action, so a nonzero "
         "format_penalty is added on top (roll's default is 0; ROLL's env managers add none to GEM's reward)",
     ),
+    # the SFT, DPO and distillation kinds (docs/sft.md, dpo.md, distill.md, onpolicy_distill.md)
+    (
+        "beta / ipo / label_smoothing (DPO)",
+        "used in the DPO loss, rewards and metrics (training and validation); ROLL never passes them to the "
+        "loss and always trains sigmoid DPO with beta 0.1",
+    ),
+    (
+        "label_smoothing with ipo: true (DPO)",
+        "refused (IPO has no smoothing term); ROLL ignores it",
+    ),
+    (
+        "kd_objective (distillation positions)",
+        "the divergence is masked with the shifted labels, the CE's positions; ROLL masks it with the "
+        "unshifted labels, one position off (skips the first answer token's prediction, includes the one "
+        "after the last label)",
+    ),
+    (
+        "labels_for_loss token count",
+        "counts columns 1..S-1 only (tokens some position predicts); ROLL also counts a label at column 0, so"
+        " with distill_on_prompt its N has one term per row more than the CE",
+    ),
+    (
+        "kd_objective with -inf logits",
+        "masked top-k entries add nothing to value or gradient, gradients stay finite; ROLL's reverse_kl / "
+        "adaptive_kl / skewed KLs give NaN gradients there",
+    ),
+    (
+        "kd_objective: adaptive_kl at a zero gap",
+        "weights 0.5 / 0.5 (value 0, gradient 0); ROLL divides 0 by 0 (NaN)",
+    ),
+    (
+        "logits_topk: 0 with unequal widths",
+        "a clear error naming the teacher's and the student's widths; ROLL fails with a shape error inside the loss",
+    ),
+    (
+        "sequence_length (SFT)",
+        "a row longer than sequence_length is an error naming the row; ROLL's collator builds ragged tensors and fails",
+    ),
+    (
+        "kl_penalty: full (on-policy distillation)",
+        "refused with a clear error; ROLL's gives a shape error unless B is 1 or T",
+    ),
+    (
+        "use_opd with adv_estimator: gae",
+        "the KL is subtracted from verl's GAE advantages, which are already whitened; ROLL subtracts it from "
+        "the raw GAE",
+    ),
 ]
 
 
