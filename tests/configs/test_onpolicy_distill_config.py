@@ -43,3 +43,19 @@ def test_pure_mode_rules():
 def test_claims_rolls_opd_yamls_only():
     assert OnPolicyDistillConfig.claims_roll_example("x: 1\nstudent_train:\n  model_args: {}\n")
     assert not OnPolicyDistillConfig.claims_roll_example("student:\n  model_args: {}\nteacher:\n  x: 1\n")
+
+
+def test_a_teacher_with_another_vocabulary_is_refused_at_start_up(tmp_path):
+    from roll.demo.tiny_model import build_tokenizer
+    from roll.pipeline.onpolicy_distill.config import check_teacher_vocabularies
+
+    for name, texts in (("student", ["one two three"]), ("same", ["one two three"]), ("other", ["four five"])):
+        build_tokenizer(texts).save_pretrained(tmp_path / name)
+    (tmp_path / "no_tokenizer").mkdir()
+    config = demo()
+    for teacher in ("same", "no_tokenizer"):  # a folder without tokenizer files is not checked
+        config.teacher.model_args.model_name_or_path = str(tmp_path / teacher)
+        check_teacher_vocabularies(config, str(tmp_path / "student"))
+    config.teacher.model_args.model_name_or_path = str(tmp_path / "other")
+    with pytest.raises(ConfigError, match=r"'teacher.model_args.model_name_or_path' = .*its tokenizer differs"):
+        check_teacher_vocabularies(config, str(tmp_path / "student"))

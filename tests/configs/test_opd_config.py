@@ -1,5 +1,5 @@
 """`use_opd` in an RLVR config (ROLL's mixed on-policy distillation): the teacher roles it adds, what --dry_run
-says, and the rules (ROLL's keys; its bugs refused with the reason: docs/roll_compatibility.md)."""
+says, and the rules (ROLL's keys; its bugs refused with the reason: 'full', a shape error in ROLL)."""
 
 from pathlib import Path
 

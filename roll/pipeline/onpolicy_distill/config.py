@@ -69,6 +69,9 @@ class OnPolicyDistillConfig(RLVRConfig):
             )
         super().validate()
 
+    def start_up_checks(self, tokenizer_dir: str) -> list:
+        return [*super().start_up_checks(tokenizer_dir), lambda: check_teacher_vocabularies(self, tokenizer_dir)]
+
     def describe_notes(self) -> list[str]:
         return [
             *super().describe_notes(),
@@ -99,3 +102,27 @@ class OnPolicyDistillConfig(RLVRConfig):
                     block["name"] = actor
                 data[actor] = block
         super().roll_translate(data, problems, first)
+
+
+def check_teacher_vocabularies(config, student_dir: str) -> None:
+    """A teacher scores the student's token ids, so its tokenizer must map every id to the same token as the
+    student's (ROLL assumes it too, unchecked). Teachers whose directory holds no tokenizer are not checked."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from roll.configs.opd import teacher_roles
+
+    student = AutoTokenizer.from_pretrained(student_dir).get_vocab()
+    for role, worker in teacher_roles(config).items():
+        path = Path(worker.model_args.model_name_or_path).expanduser()
+        if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+            continue
+        teacher = AutoTokenizer.from_pretrained(str(path)).get_vocab()
+        if teacher != student:
+            differ = sorted(set(teacher.items()) ^ set(student.items()), key=lambda item: item[1])[:3]
+            raise ConfigError(
+                f"'{role}.model_args.model_name_or_path' = {str(path)!r}: its tokenizer differs from the student's "
+                f"({student_dir}; {len(teacher)} vs {len(student)} tokens, e.g. {differ}): a teacher scores the "
+                "student's token ids, so both need the same vocabulary"
+            )
