@@ -254,6 +254,38 @@ DIFFERENCES = [
         "the KL is subtracted from verl's GAE advantages, which are already whitened; ROLL subtracts it from "
         "the raw GAE",
     ),
+    (
+        "num_nodes",
+        "the YAML's value, checked against every device_mapping (a mapping past num_nodes × num_gpus_per_node"
+        " is an error naming both); ROLL overwrites num_nodes with what the largest mapped device id needs, "
+        "whatever the YAML says",
+    ),
+    (
+        "is_pure_opd: false (start_onpolicy_distill_pipeline.py)",
+        "refused with the reason; ROLL's launcher overwrites it with true. Mixed on-policy distillation is "
+        "use_opd: true in an RLVR or agentic config",
+    ),
+    (
+        "pure_opd_pipeline_type: agentic",
+        "refused (pure on-policy distillation on the agentic pipeline is not built; use_opd: true in an "
+        "agentic config is)",
+    ),
+    (
+        "reference / use_kl_loss / add_token_level_kl with on-policy distillation",
+        "refused with the reason; ROLL rewrites them or takes the first teacher as the reference",
+    ),
+    (
+        "opd_kl_coef at the top level",
+        "an unknown-key error (it belongs in each teacher's block); ROLL ignores it",
+    ),
+    (
+        "a teacher's tag_included that no reward domain takes",
+        "an error naming the tag; ROLL makes it a domain of its own",
+    ),
+    (
+        "a teacher whose tokenizer differs from the student's (pure on-policy distillation)",
+        "refused at start-up (its log-probs would score other tokens); ROLL does not check",
+    ),
 ]
 
 
