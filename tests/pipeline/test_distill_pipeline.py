@@ -1,7 +1,8 @@
 """The distillation pipeline end to end on CPU (Ray, DeepSpeed student, hf_infer teacher; the shipped demo's YAML
 with its tiny models): four steps learn (training and validation losses fall, ROLL's metric names), the last step's
 student is a loadable HF folder, a run resumed from step 2 repeats steps 3-4 of the uninterrupted run exactly, and two
-data-parallel student ranks (with two teacher ranks, colocated) train as one rank on the same rows."""
+data-parallel student ranks (with two teacher ranks, colocated), both roles packing their rows, train as one rank
+with padded rows on the same rows."""
 
 import pytest
 
@@ -39,8 +40,10 @@ def test_distillation_learns_saves_and_resumes_exactly(distill_demo, tmp_path, r
         for key in (*KEYS, VAL_LOSS):
             assert resumed["steps"][step].get(key) == whole["steps"][step].get(key), (step, key)
 
-    # DP 2 = DP 1: the same 32 rows per step split over two ranks of each role (colocated on both devices)
-    two = ("student.device_mapping=list(range(0,2))", "teacher.device_mapping=list(range(0,2))")
+    # DP 2 packed = DP 1 padded: the same 32 rows per step split over two ranks of each role (colocated on both
+    # devices), every micro-batch packed into one row for both roles' forwards
+    two = ("student.device_mapping=list(range(0,2))", "teacher.device_mapping=list(range(0,2))",
+           "student.use_sequence_packing=true", "teacher.use_sequence_packing=true")  # fmt: skip
     dp2 = _run(distill_config(distill_demo, tmp_path / "dp2", "max_steps=2", "eval_steps=0", *two,
                               "student.training_args.per_device_train_batch_size=16"))  # fmt: skip
     for step in (0, 1):

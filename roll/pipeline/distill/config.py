@@ -160,7 +160,8 @@ class DistillConfig(PipelineConfig):
             f"  student global batch {self.global_batch_size} rows per step = data-parallel size "
             f"{data_parallel_size(self.student)} × gradient_accumulation_steps {args.gradient_accumulation_steps} × "
             f"per_device_train_batch_size {args.per_device_train_batch_size}, each row cut/padded to sequence_length "
-            f"{self.sequence_length}; student optimizer steps 1 per pipeline step",
+            f"{self.sequence_length}",
+            "  student optimizer steps 1 per pipeline step",
             f"  teacher forward of the same rows in micro-batches of {teacher_micro}"
             f" (teacher.training_args.per_device_train_batch_size), top-{self.logits_topk or 'V (full vocabulary)'} "
             f"at τ = {self.kd_temperature:g} × τ_t = {self.teacher_temperature:g}",
