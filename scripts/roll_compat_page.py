@@ -286,6 +286,37 @@ DIFFERENCES = [
         "a teacher whose tokenizer differs from the student's (pure on-policy distillation)",
         "refused at start-up (its log-probs would score other tokens); ROLL does not check",
     ),
+    (
+        "labels of the distillation rows",
+        "padding is found by the attention mask (a real end-of-text token equal to the pad id keeps its "
+        "label); ROLL compares with the pad id",
+    ),
+    (
+        "max_grad_norm (distillation)",
+        "0 means no clipping on every strategy (ROLL's default 0 makes FSDP2 zero the update); the top-level "
+        "key sets student.training_args.max_grad_norm, and a different value there is an error",
+    ),
+    (
+        "logits_topk: 0 (distillation)",
+        "full-vocabulary distillation on every strategy; ROLL's crashes on Megatron",
+    ),
+    (
+        "distillation validation",
+        "runs and reports student/val_loss (token-mean cross-entropy); ROLL's cannot run",
+    ),
+    (
+        "the distillation run length",
+        "counts the data-parallel size (rows per step = DP × accumulation × micro-batch); ROLL leaves it out",
+    ),
+    (
+        "logits_transfer_backend",
+        "ipc+nccl, nccl-only and ray accepted: the teacher's top-k tensors always travel through Ray's object"
+        " store (--dry_run says so)",
+    ),
+    (
+        "teacher log-probs (distillation)",
+        "travel as float32; ROLL keeps the logits' dtype (bf16)",
+    ),
 ]
 
 
