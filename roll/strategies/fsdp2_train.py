@@ -24,6 +24,9 @@ of ranks (roll/strategies/ulysses.py).
     keep_resident          false (default); true: the role stays on its GPU while colocated roles run (no
                            offload/reload around their phases: for a GPU with memory for every role at once;
                            the round trip is exact, so results are the same). roll's own key
+    moe_use_grouped_mm     false (default); true: a MoE model's experts use transformers' "grouped_mm" kernel
+                           (ROLL's key; transformers picks it by default where it can, true makes it required;
+                           a model without MoE experts is an error, as in ROLL)
 ROLL's wrap_policy (transformer_layer_cls_to_wrap = wrap_modules; wrap_embeddings / wrap_lm_output /
 moe_experts: extra units, roll/strategies/fsdp2_units.py), offload_policy and fsdp_size are taken too.
 
@@ -86,6 +89,7 @@ FSDP2_DEFAULTS = {
     "apply_tiled_mlp": False,  # ROLL's tiled MLP (roll/strategies/tiled_mlp.py)
     "tiled_num_shards": 4,  # its chunks along the sequence (ROLL's default)
     "keep_resident": False,  # roll's: no offload/reload around colocated roles' phases
+    "moe_use_grouped_mm": False,  # ROLL's: the MoE experts computed with transformers' "grouped_mm" kernel
 }
 # ROLL's keys: offload_policy = cpu_offload; fsdp_size = shard-group size (hybrid sharding when it divides the world);
 # wrap_policy.transformer_layer_cls_to_wrap = wrap_modules
@@ -100,8 +104,13 @@ ROLL_IGNORED_FSDP2_KEYS = {
     "experts), the transformers roll runs on, so ROLL ignores it here too (its value still gates "
     "wrap_policy.moe_experts, as in ROLL)",
 }
-# ROLL FSDP2 keys for features roll does not build: refused with the reason
-ROLL_UNBUILT_FSDP2_KEYS: dict[str, str] = {}
+# ROLL FSDP2 keys for features roll does not build: refused with the reason (a value of 1 turns them off: taken)
+_FSDP2_EP = (
+    "ROLL's expert parallelism inside FSDP2 (MoE experts sharded over an efsdp_size × ep_size mesh) is not built; "
+    "roll's expert parallelism is megatron_train's expert_model_parallel_size (set it to 1 to shard the experts "
+    "as the other parameters)"
+)
+ROLL_UNBUILT_FSDP2_KEYS: dict[str, str] = {"ep_size": _FSDP2_EP, "efsdp_size": _FSDP2_EP}
 CHECKPOINT_DIR, SCHEDULER_FILE = "fsdp2", "scheduler.pt"
 
 
@@ -142,6 +151,9 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
     for key in sorted(set(given) & set(ROLL_IGNORED_FSDP2_KEYS)):
         config_logger.warning("fsdp2 strategy_config.%s is ignored: %s", key, ROLL_IGNORED_FSDP2_KEYS[key])
         del given[key]
+    for key in set(given) & set(ROLL_UNBUILT_FSDP2_KEYS):
+        if given[key] == 1 and not isinstance(given[key], bool):  # ROLL's default: the feature is off
+            del given[key]
     unbuilt = sorted(set(given) & set(ROLL_UNBUILT_FSDP2_KEYS))
     if unbuilt:
         raise ValueError(
@@ -166,7 +178,7 @@ def resolve_fsdp2_config(strategy_config, model_dtype: str, world_size: int | No
     shard_group = _shard_group(given.pop("fsdp_size", None), world_size)
     config = {**FSDP2_DEFAULTS, **given, "shard_group": shard_group, **WRAP_EXTRA_DEFAULTS, **wrap_extra}
     config["expert_patch"] = expert_patch
-    for key in ("reshard_after_forward", "cpu_offload", "apply_tiled_mlp", "keep_resident"):
+    for key in ("reshard_after_forward", "cpu_offload", "apply_tiled_mlp", "keep_resident", "moe_use_grouped_mm"):
         if not isinstance(config[key], bool):
             raise ValueError(f"fsdp2 strategy_config.{key}={config[key]!r}: expected true or false")
     shards = config["tiled_num_shards"]
@@ -312,9 +324,23 @@ class FSDP2InferStrategy(ParkedOffload, InferenceStrategy):
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
         # sharded in host memory: fully_shard moves each unit to the mesh device itself, one unit at a time
-        model = self._with_tiled_mlp(self._with_ulysses(self.load_model(dtype=self._stored_dtype())))
+        model = self._with_tiled_mlp(
+            self._with_ulysses(self._with_experts_kernel(self.load_model(dtype=self._stored_dtype())))
+        )
         self.model = shard_model(model, self.world_size, self.fsdp_config, self.device, self.logger)
         self.model.eval()
+
+    def _with_experts_kernel(self, model: torch.nn.Module) -> torch.nn.Module:
+        """moe_use_grouped_mm: the experts' kernel set to "grouped_mm" (ROLL sets the experts'
+        _experts_implementation; transformers' setter does the same and checks the model has experts)."""
+        if self.fsdp_config["moe_use_grouped_mm"]:
+            if not model._can_set_experts_implementation():
+                raise ValueError(
+                    f"fsdp2 strategy_config.moe_use_grouped_mm: {type(model).__name__} has no MoE experts whose "
+                    "kernel could be chosen; remove the key (ROLL fails on such a model too)"
+                )
+            model.set_experts_implementation("grouped_mm")
+        return model
 
     def _with_ulysses(self, model: torch.nn.Module) -> torch.nn.Module:
         """model_args.ulysses_size > 1: this rank's group, and the model's attention switched to the Ulysses
@@ -442,7 +468,9 @@ class FSDP2TrainStrategy(EvalModeScoring, LoraExport, FSDP2InferStrategy, TrainS
         self.fsdp_config = resolve_fsdp2_config(
             self.config.strategy_args.strategy_config, self.config.model_args.dtype, self.world_size
         )
-        model = self._with_tiled_mlp(self._with_ulysses(self.load_model(dtype=self._stored_dtype())))
+        model = self._with_tiled_mlp(
+            self._with_ulysses(self._with_experts_kernel(self.load_model(dtype=self._stored_dtype())))
+        )
         if not self.config.model_args.disable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         freeze_by_prefix(model, self.config.model_args.frozen_prefixes, self.logger)

@@ -157,3 +157,36 @@ def test_registry_builds_the_fsdp2_strategies(tmp_path):
     for name, cls in (("fsdp2_train", FSDP2TrainStrategy), ("fsdp2_infer", FSDP2InferStrategy)):
         config = make_worker_config(tmp_path, name, None, micro=1, accumulation=1, world_size=1)
         assert type(create_strategy(name, StandInWorker(config, 0, 1))) is cls
+
+
+def test_fsdp2_takes_rolls_moe_use_grouped_mm_and_refuses_its_expert_parallel_mesh():
+    """ROLL's moe_use_grouped_mm selects transformers' grouped_mm experts kernel (a tiny MoE model gives the eager
+    kernel's logits with it; a dense model is an error); ep_size / efsdp_size > 1 (ROLL's FSDP2 expert
+    parallelism) are refused with the reason, 1 (off) is taken."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from roll.strategies.fsdp2_train import FSDP2InferStrategy
+
+    assert resolve_fsdp2_config({"moe_use_grouped_mm": True, "ep_size": 1, "efsdp_size": 1}, "float32")[
+        "moe_use_grouped_mm"
+    ]
+    with pytest.raises(ValueError, match="ep_size \\(ROLL's\\) is refused: ROLL's expert parallelism inside FSDP2"):
+        resolve_fsdp2_config({"ep_size": 8, "efsdp_size": 1}, "float32")
+    with pytest.raises(ValueError, match="moe_use_grouped_mm=1: expected true or false"):
+        resolve_fsdp2_config({"moe_use_grouped_mm": 1}, "float32")
+    kernel = SimpleNamespace(fsdp_config={"moe_use_grouped_mm": True})
+    torch.manual_seed(0)
+    shape = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(**shape, num_key_value_heads=2, moe_intermediate_size=16, num_experts=4,
+                                              num_experts_per_tok=2)).eval()  # fmt: skip
+    ids = torch.tensor([[1, 5, 9, 3]])
+    moe.set_experts_implementation("eager")
+    eager = moe(input_ids=ids).logits
+    FSDP2InferStrategy._with_experts_kernel(kernel, moe)
+    assert moe.config._experts_implementation == "grouped_mm"
+    torch.testing.assert_close(moe(input_ids=ids).logits, eager, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="Qwen2ForCausalLM has no MoE experts"):
+        FSDP2InferStrategy._with_experts_kernel(kernel, Qwen2ForCausalLM(Qwen2Config(**shape)))
