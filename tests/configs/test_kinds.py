@@ -37,8 +37,9 @@ def test_the_config_class_implements_the_kind_interface(name):
         assert getattr(cls, method) is not getattr(PipelineConfig, method), f"{name} must implement {method}"
     assert cls.ROLES and all(isinstance(spec, RoleSpec) for spec in cls.ROLES)
     hints = typing.get_type_hints(cls)
-    for spec in cls.ROLES:  # one field per role, a WorkerConfig block
-        assert WorkerConfig in typing.get_args(hints[spec.name]) or hints[spec.name] is WorkerConfig, spec.name
+    for spec in cls.ROLES:  # one field per role, a WorkerConfig block (or a kind's extension of it, e.g. its data_args)
+        types = typing.get_args(hints[spec.name]) or (hints[spec.name],)
+        assert any(isinstance(t, type) and issubclass(t, WorkerConfig) for t in types), spec.name
         assert spec.capability in CAPABILITIES
         module, _, worker = spec.worker_cls.rpartition(".")
         assert hasattr(importlib.import_module(module), worker), spec.worker_cls
