@@ -86,6 +86,7 @@ TIERS = {
     "reliability/": "e2e",
     # learning curves
     "pipeline/test_demo_learns.py": "learning",
+    "pipeline/test_sft.py::test_demo_learns": "learning",
     "pipeline/test_agentic.py::test_frozen_lake_demo_learns": "learning",
     # CUDA
     "gpu/": "gpu",

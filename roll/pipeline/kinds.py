@@ -12,6 +12,7 @@ from roll.utils.import_utils import import_class
 KINDS = {
     "rlvr": "roll.pipeline.rlvr.config.RLVRConfig",
     "agentic": "roll.pipeline.agentic.config.AgenticConfig",
+    "sft": "roll.pipeline.sft.config.SFTConfig",
 }
 
 
