@@ -1,4 +1,4 @@
-"""The SFT kind's config and row encoding (no Ray, no model): ROLL's layout of a row (spec §2.2) with the label
+"""The SFT kind's config and row encoding (no Ray, no model): ROLL's layout of a row (docs/sft.md) with the label
 mask, ROLL's key spellings, and the strict loader's errors naming the key or row."""
 
 import json

@@ -1,4 +1,4 @@
-"""SFT rows → token ids and labels, ROLL's encoder (docs/sft.md, "Data layout").
+"""SFT rows → token ids and labels, ROLL's encoder (docs/sft.md, "What one step computes").
 
 Per row the conversation is an optional system turn (where the system column is non-empty), the user turn
 `prompt + "\\n" + query` (the query only where non-empty) and, for the full text, the assistant's response.
