@@ -66,7 +66,7 @@ def losses(history: dict) -> list[float]:
 
 @pytest.fixture(scope="module")
 def runs(sft_data, tmp_path_factory) -> dict:
-    """Four steps of 32 rows split five ways (packed rows among them) and on Megatron, a run stopped after step 2
+    """Four steps of 32 rows split three ways (packed rows among them) and on Megatron, a run stopped after step 2
     then resumed, and a LoRA run."""
     root = tmp_path_factory.mktemp("sft_runs")
     small = [
@@ -81,7 +81,6 @@ def runs(sft_data, tmp_path_factory) -> dict:
     lora = ["sft_train.model_args.lora_target=all-linear", "sft_train.model_args.lora_rank=8"]
     return {
         "full": run(sft_config(sft_data, root / "full", *full, *small)),
-        "one_micro_batch": run(sft_config(sft_data, root / "big", *plain)),
         "dp2": run(
             sft_config(sft_data, root / "dp2", *plain, *dp2, "sft_train.training_args.per_device_train_batch_size=16")
         ),
@@ -107,10 +106,9 @@ def test_loss_falls_and_validation_is_reported_before_and_after(runs):
 
 
 def test_the_token_mean_loss_does_not_depend_on_the_split(runs):
-    """8 rows × 4 accumulated micro-batches, one micro-batch of 32, 2 data-parallel ranks of 16, 32 rows packed
-    into one sequence: one gradient (the global token mean), so the same losses step after step."""
+    """8 rows × 4 accumulated micro-batches, 2 data-parallel ranks of 16, one micro-batch of 32 rows packed into
+    one sequence: one gradient (the global token mean), so the same losses step after step."""
     reference = losses(runs["full"])
-    assert losses(runs["one_micro_batch"]) == pytest.approx(reference, rel=2e-5, abs=2e-5)
     assert losses(runs["dp2"]) == pytest.approx(reference, rel=2e-5, abs=2e-5)
     assert losses(runs["packed"]) == pytest.approx(reference, rel=1e-4, abs=1e-4)
     # another engine (Megatron's own model and loss path): the same global token mean
