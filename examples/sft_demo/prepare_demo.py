@@ -47,11 +47,17 @@ def run_demo(launch, argv) -> int:
     from roll.configs import compose_config, load_config
     from roll.pipeline.sft.config import SFTConfig
     from roll.pipeline.sft.pipeline import final_model_dir
+    from roll.utils.errors import UserError
 
     examples = Path(__file__).resolve().parents[1]
     path, name = SFTConfig.DEFAULT_CONFIG
     config = load_config(SFTConfig, compose_config(str(examples / path), name, [a for a in argv if "=" in a]))
-    after = heldout_accuracy(final_model_dir(config), DEMO_DIR)
+    try:
+        model_dir = final_model_dir(config)
+    except UserError as error:  # e.g. save_steps=0 given on the command line: nothing to evaluate
+        print(f"error: the held-out accuracy after SFT needs the last step's model: {error}", file=sys.stderr)
+        return 2
+    after = heldout_accuracy(model_dir, DEMO_DIR)
     print(f"held-out greedy accuracy: {describe(before)} before SFT -> {describe(after)} after", flush=True)
     return 0
 
