@@ -317,6 +317,38 @@ DIFFERENCES = [
         "teacher log-probs (distillation)",
         "travel as float32; ROLL keeps the logits' dtype (bf16)",
     ),
+    (
+        "max_steps (SFT)",
+        "honoured when set; ROLL's SFT loop ignores it and runs num_train_epochs × the batches of an epoch",
+    ),
+    (
+        "the SFT learning-rate schedule",
+        "spans the run's optimizer steps; ROLL's counts epochs × rows // (per_device_train_batch_size × "
+        "gradient_accumulation_steps) without the data-parallel size, so with several ranks it is longer than"
+        " the run",
+    ),
+    (
+        "eval_steps (SFT)",
+        "validates before training, every N steps and after the last step; 0 = never. ROLL validates when "
+        "step % eval_steps == 0, and 0 divides by zero",
+    ),
+    (
+        "data_args.apply_chat_template: false (SFT)",
+        "refused: the SFT rows are always rendered with the template (as ROLL does)",
+    ),
+    (
+        "validation.data_args.template (SFT)",
+        "a template other than sft_train's is refused; ROLL silently uses sft_train's",
+    ),
+    (
+        "batch_balance (SFT)",
+        "ROLL's reordering of rows across ranks is not done; the global token-mean gradient is the same",
+    ),
+    (
+        "fsdp2 strategy_config.ep_size / efsdp_size",
+        "1 (off) is taken; above 1 refused: ROLL's expert parallelism inside FSDP2 is not built (roll's "
+        "expert parallelism is Megatron's)",
+    ),
 ]
 
 
