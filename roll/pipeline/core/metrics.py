@@ -71,3 +71,16 @@ def report_learning_curves(history: dict, output_dir: str) -> str:
     path = write_learning_curves(history, output_dir)
     print(f"learning curves: {path}", flush=True)
     return path
+
+
+REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+
+
+def reduce_over_ranks(per_rank: list[dict]) -> dict:
+    """Each metric over the data-parallel ranks by its name's reducer, as ROLL's reduce_metrics: `name@sum` (or
+    `_sum`, also mean/max/min) uses that one, anything else the mean."""
+    out = {}
+    for key in per_rank[0]:
+        tag = key.rpartition("@")[2] if "@" in key else key.rpartition("_")[2]
+        out[key] = float(REDUCERS.get(tag, np.mean)([metrics[key] for metrics in per_rank]))
+    return out

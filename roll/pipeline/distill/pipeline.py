@@ -11,10 +11,9 @@ run continues exactly.
 import random
 from pathlib import Path
 
-import numpy as np
-
 from roll.algorithms.loss_tokens import IGNORE_INDEX
 from roll.pipeline.base import BasePipeline
+from roll.pipeline.core.metrics import reduce_over_ranks
 from roll.pipeline.distill.data import collate, load_rows
 from roll.utils.errors import InputError
 from roll.utils.logging import get_logger
@@ -23,17 +22,6 @@ logger = get_logger("roll.pipeline")
 
 LOSS, DISTILL, STUDENT = "train/loss@sum", "train/train_distill_loss@sum", "train/train_student_loss@sum"
 VAL_LOSS = "student/val_loss"
-REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-
-
-def reduce_over_ranks(per_rank: list[dict]) -> dict:
-    """Each metric over the data-parallel ranks by its name's reducer (ROLL's reduce_metrics): `name@sum` (or
-    `_sum`, also mean/max/min) uses that one, anything else the mean."""
-    out = {}
-    for key in per_rank[0]:
-        tag = key.rpartition("@")[2] if "@" in key else key.rpartition("_")[2]
-        out[key] = float(REDUCERS.get(tag, np.mean)([metrics[key] for metrics in per_rank]))
-    return out
 
 
 class DistillPipeline(BasePipeline):

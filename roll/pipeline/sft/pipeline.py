@@ -15,6 +15,7 @@ import numpy as np
 
 from roll.algorithms.loss_tokens import IGNORE_INDEX
 from roll.pipeline.base import BasePipeline
+from roll.pipeline.core.metrics import reduce_over_ranks
 from roll.pipeline.sft.data import Columns, collate, load_rows
 from roll.utils.errors import InputError
 from roll.utils.logging import get_logger
@@ -22,17 +23,6 @@ from roll.utils.logging import get_logger
 logger = get_logger("roll.pipeline")
 
 LOSS, VAL_LOSS = "sft_train/loss@sum", "sft_train/val_loss"  # ROLL's metric names
-REDUCERS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-
-
-def reduce_over_ranks(per_rank: list[dict]) -> dict:
-    """Each metric over the data-parallel ranks by its name's reducer, as ROLL's reduce_metrics: `name@sum` (or
-    `_sum`, also mean/max/min) uses that one, anything else the mean."""
-    out = {}
-    for key in per_rank[0]:
-        tag = key.rpartition("@")[2] if "@" in key else key.rpartition("_")[2]
-        out[key] = float(REDUCERS.get(tag, np.mean)([metrics[key] for metrics in per_rank]))
-    return out
 
 
 class SFTPipeline(BasePipeline):
