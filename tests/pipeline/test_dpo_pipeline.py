@@ -1,7 +1,8 @@
 """The DPO pipeline end to end on CPU (Ray, DeepSpeed actor_train, hf_infer reference, the demo's tiny model):
 ROLL's metrics, step 1 at policy = reference (loss ln 2, rewards 0), one optimizer step invariant to how the
 pairs are split into micro-batches (per_device_train_batch_size × gradient_accumulation_steps), and one resume
-= the uninterrupted run. Three launches of two steps each in the session's Ray cluster."""
+= the uninterrupted run, and two data-parallel ranks = one. Four launches of two steps each in the session's Ray
+cluster."""
 
 import importlib.util
 import math
@@ -89,3 +90,10 @@ def test_dpo_pipeline_end_to_end(demo_dir, dpo_data, ray_session, tmp_path):
     for key in ("actor/loss", "actor_train/grad_norm", "actor/margins", "actor/acc"):
         assert resumed["steps"][1][key] == pytest.approx(second[key], rel=1e-6, abs=1e-7), key
     assert resumed["after"]["val/actor/loss"] == pytest.approx(after["val/actor/loss"], rel=1e-6)
+
+    # two data-parallel ranks of 4 pairs each (gloo): the same optimizer steps as one rank of 8
+    parallel = _run(_config(demo_dir, dpo_data, tmp_path / "d", "actor_train.device_mapping=[0,1]",
+                            "actor_train.training_args.per_device_train_batch_size=4"))  # fmt: skip
+    for key in ("actor/loss", "actor_train/grad_norm", "actor/margins"):
+        assert parallel["steps"][1][key] == pytest.approx(second[key], rel=1e-4, abs=1e-6), key
+    assert parallel["after"]["val/actor/loss"] == pytest.approx(after["val/actor/loss"], rel=1e-4)
