@@ -349,6 +349,37 @@ DIFFERENCES = [
         "1 (off) is taken; above 1 refused: ROLL's expert parallelism inside FSDP2 is not built (roll's "
         "expert parallelism is Megatron's)",
     ),
+    (
+        "DPO validation",
+        "over every held-out pair with the configured loss; ROLL reports its last validation batch only, with"
+        " the default loss settings",
+    ),
+    (
+        "prompt_key (DPO)",
+        "a key of roll's (default instruction); ROLL's DPO pipeline always reads the instruction column",
+    ),
+    (
+        "is_offload_states / is_offload_optimizer_states_in_train_step (DPO)",
+        "accepted with a note, no effect: roll offloads colocated roles itself",
+    ),
+    (
+        "data_args.dataset_dir (DPO)",
+        "dropped with a warning; ROLL's DPO pipeline never reads it",
+    ),
+    (
+        "the DPO run length",
+        "floor(num_train_epochs × steps per epoch), capped by max_steps (only max_steps: that many; neither: "
+        "one epoch); ROLL runs int(epochs) passes stopped at max_steps, whose default is 500",
+    ),
+    (
+        "DPO pair order",
+        "a seeded shuffle per epoch (a resume continues it exactly); ROLL's DataLoader order. Validation runs"
+        " before training, every eval_steps and at the last step",
+    ),
+    (
+        "use_dynamic_batching_in_train (DPO)",
+        "refused: token-budget micro-batches could split a chosen/rejected pair",
+    ),
 ]
 
 
