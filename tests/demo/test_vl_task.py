@@ -8,7 +8,6 @@ import datasets
 import numpy as np
 import pytest
 from PIL import Image
-from scipy import ndimage
 
 from roll.demo import vl_task
 from roll.workers.rewards.math_rule import grade_final_answer
@@ -24,7 +23,26 @@ def shapes_drawn(image, colour=None) -> int:
     ink = np.any(pixels != vl_task.BACKGROUND, axis=-1)
     if colour is not None:
         ink &= np.all(np.abs(pixels - vl_task.COLOURS[colour]) < 2, axis=-1)
-    return ndimage.label(ink, structure=np.ones((3, 3)))[1]
+    return blobs(ink)
+
+
+def blobs(mask: np.ndarray) -> int:
+    """Connected components of a boolean mask, 8-connected (a flood fill: scipy is not a dependency)."""
+    seen, count = np.zeros_like(mask, dtype=bool), 0
+    for start in zip(*np.nonzero(mask)):
+        if seen[start]:
+            continue
+        count += 1
+        seen[start], stack = True, [start]
+        while stack:
+            y, x = stack.pop()
+            for dy in (-1, 0, 1):
+                for dx in (-1, 0, 1):
+                    ny, nx = y + dy, x + dx
+                    if 0 <= ny < mask.shape[0] and 0 <= nx < mask.shape[1] and mask[ny, nx] and not seen[ny, nx]:
+                        seen[ny, nx] = True
+                        stack.append((ny, nx))
+    return count
 
 
 def test_rows_are_deterministic_for_a_seed():
