@@ -33,8 +33,8 @@ STATE_FILE = "pipeline_state.pt"
 
 class PipelineCheckpointer:
     """`pipeline`: its config (output_dir, checkpoint_dir, resume_from_checkpoint, max_steps, max_ckpt_to_keep,
-    fingerprint(), trained_roles()), `trained_clusters()`, `memory.use(role)`, `data_state()` / `load_data_state(state)` and
-    `components_state()` / `load_components_state(state)`."""
+    fingerprint(), trained_roles()), `trained_clusters()`, `memory.use(role)`, `data_state()` /
+    `load_data_state(state)` and `components_state()` / `load_components_state(state)`."""
 
     def __init__(self, pipeline):
         self.pipeline = pipeline
