@@ -18,6 +18,7 @@ import shutil
 import socket
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -289,7 +290,13 @@ def launch(
             else []
             for rank in range(world_size)
         }
-        raise RuntimeError(f"{error}\nlast progress per rank: {progress}") from error
+        last = f"done {scenarios[-1]['name']} in "
+        finished = all(lines and lines[-1].startswith(last) for lines in progress.values())
+        if not (isinstance(error, mp.ProcessExitedException) and finished and (workdir / "results.pt").exists()):
+            raise RuntimeError(f"{error}\nlast progress per rank: {progress}") from error
+        # every rank finished every scenario and rank 0 wrote the results: a rank that dies in gloo's teardown
+        # afterwards ("terminate called without an active exception", seen once in CI-like runs) lost nothing
+        warnings.warn(f"a rank died after its last scenario ({error}); the results are complete", stacklevel=1)
     return torch.load(workdir / "results.pt", weights_only=False)
 
 
@@ -304,8 +311,6 @@ def _rank_main(rank: int, port: int, scenarios, model_dir, data_file, workdir, w
         OMP_NUM_THREADS="1",
     )
     torch.set_num_threads(1)
-    import warnings
-
     import torch.distributed as dist
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # gloo collective renames, once per call
