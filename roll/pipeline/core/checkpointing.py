@@ -18,6 +18,7 @@ import os
 import shutil
 import traceback
 import uuid
+from pathlib import Path
 
 import torch
 
@@ -157,6 +158,14 @@ class PipelineCheckpointer:
 def checkpoint_base(config) -> str:
     """The directory whose checkpoints/ folder holds the run's checkpoints."""
     return config.checkpoint_dir or config.output_dir
+
+
+def final_model_dir(config, role: str) -> Path:
+    """The loadable HF copy (weights + tokenizer) of `role` after the run's last step: its checkpoint's hf/."""
+    path = Path(checkpoint_base(config)) / "checkpoints" / f"step-{config.max_steps}" / role / "hf"
+    if not (path / "config.json").is_file():
+        raise InputError(f"{path}: no model there (the run saves its last step only with save_steps > 0)")
+    return path
 
 
 def check_output_dir(output_dir: str, clusters: dict, timeout: float = 120.0) -> None:

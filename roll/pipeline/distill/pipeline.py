@@ -13,6 +13,7 @@ from pathlib import Path
 
 from roll.algorithms.loss_tokens import IGNORE_INDEX
 from roll.pipeline.base import BasePipeline
+from roll.pipeline.core import checkpointing
 from roll.pipeline.core.metrics import reduce_over_ranks
 from roll.pipeline.distill.data import collate, load_rows
 from roll.utils.errors import InputError
@@ -138,9 +139,4 @@ def summary(history: dict) -> str:
 
 def final_model_dir(config) -> Path:
     """The loadable HF copy of the student after the run's last step: its checkpoint's hf/."""
-    from roll.pipeline.core.checkpointing import checkpoint_base
-
-    path = Path(checkpoint_base(config)) / "checkpoints" / f"step-{config.max_steps}" / "student" / "hf"
-    if not (path / "config.json").is_file():
-        raise InputError(f"{path}: no model there (the run saves its last step only with save_steps > 0)")
-    return path
+    return checkpointing.final_model_dir(config, "student")

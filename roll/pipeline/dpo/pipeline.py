@@ -14,6 +14,7 @@ import torch
 
 from roll.algorithms.dpo import dpo_loss, dpo_metrics
 from roll.pipeline.base import BasePipeline
+from roll.pipeline.core import checkpointing
 from roll.pipeline.dpo.data import Columns, collate, load_pairs
 from roll.pipeline.dpo.worker import pair_log_probs
 from roll.utils.errors import InputError
@@ -160,11 +161,6 @@ def summary(history: dict) -> str:
     return "DPO: " + ("; ".join(parts) or "no step run")
 
 
-def final_model_dir(config):
+def final_model_dir(config) -> Path:
     """The loadable HF copy (weights + tokenizer) of actor_train after the run's last step: its checkpoint's hf/."""
-    from roll.pipeline.core.checkpointing import checkpoint_base
-
-    path = Path(checkpoint_base(config)) / "checkpoints" / f"step-{config.max_steps}" / "actor_train" / "hf"
-    if not (path / "config.json").is_file():
-        raise InputError(f"{path}: no model there (the run saves its last step only with save_steps > 0)")
-    return path
+    return checkpointing.final_model_dir(config, "actor_train")
